@@ -1,0 +1,33 @@
+# The README's two commands are `make serve` and `make test`; both create ./.venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+ARGS   ?=
+
+.PHONY: serve test lint typecheck unit bench bench-kernels bench-load clean
+
+$(STAMP): pyproject.toml setup.py $(wildcard ext/*.pyx ext/*.pxd)
+	bash ci/setup.sh
+	touch $@
+
+## serve: install into ./.venv (building the Cython kernels) and start a standalone node on 8848/9848
+serve: $(STAMP)
+	$(BIN)/shoal server $(ARGS)
+
+## test: lint, type-check, then the whole suite (compiled kernels, then the pure-Python twins)
+test: $(STAMP)
+	bash ci/test.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+## bench: kernel micro-benchmarks (Cython vs pure Python) into bench/results/
+bench: $(STAMP)
+	bash ci/bench.sh
+
+clean:
+	rm -rf build $(VENV) src/*.egg-info ext/*.c ext/*.html src/shoal/_ext/*.so .pytest_cache .mypy_cache .ruff_cache

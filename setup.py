@@ -1,0 +1,42 @@
+"""Builds the Cython kernels in ext/ as shoal._ext.<name>; metadata lives in pyproject.toml.
+
+SHOAL_NO_EXTENSIONS=1 skips the build (the pure-Python twins in shoal.kernels are then used);
+SHOAL_CYTHON_ANNOTATE=1 writes Cython's HTML annotation next to each .pyx.
+"""
+
+import os
+from pathlib import Path
+
+from setuptools import setup
+
+ROOT = Path(__file__).parent
+
+
+def _ext_modules() -> list:
+    if os.environ.get("SHOAL_NO_EXTENSIONS", "") not in ("", "0"):
+        print("shoal: SHOAL_NO_EXTENSIONS is set, building pure Python only")
+        return []
+    from Cython.Build import cythonize
+    from setuptools import Extension
+
+    sources = sorted((ROOT / "ext").glob("*.pyx"))
+    modules = [
+        Extension(f"shoal._ext.{src.stem}", [str(src.relative_to(ROOT))], extra_compile_args=["-O3"])
+        for src in sources
+    ]
+    print(f"shoal: building {len(modules)} Cython kernels: {', '.join(s.stem for s in sources)}")
+    return cythonize(
+        modules,
+        include_path=["ext"],
+        language_level=3,
+        annotate=os.environ.get("SHOAL_CYTHON_ANNOTATE") == "1",
+        compiler_directives={
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "initializedcheck": False,
+        },
+    )
+
+
+setup(ext_modules=_ext_modules())

@@ -1,0 +1,1 @@
+"""Compiled kernels (built from ext/*.pyx). Import them only through shoal.kernels."""
