@@ -1,0 +1,194 @@
+# cython: language_level=3
+# Distro verify digests; the spec (and the wire contract) is src/shoal/kernels/verify_py.py.
+from cpython.dict cimport PyDict_Contains, PyDict_GetItemWithError, PyDict_Next
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromUnsignedLongLong
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from cpython.number cimport PyNumber_Index
+from cpython.object cimport PyObject, PyObject_RichCompareBool, Py_NE
+from cpython.unicode cimport (
+    PyUnicode_1BYTE_KIND,
+    PyUnicode_2BYTE_KIND,
+    PyUnicode_DATA,
+    PyUnicode_GET_LENGTH,
+    PyUnicode_KIND,
+)
+from libc.stdint cimport uint64_t
+
+
+cdef extern from "Python.h":
+    ctypedef unsigned char Py_UCS1
+    ctypedef unsigned short Py_UCS2
+    ctypedef unsigned int Py_UCS4_t "Py_UCS4"
+    int PyUnicode_READY(object o) except -1
+    bint PyUnicode_IS_ASCII(object o)
+
+
+cdef uint64_t FNV_OFFSET = 0xCBF29CE484222325ULL
+cdef uint64_t FNV_PRIME = 0x100000001B3ULL
+cdef uint64_t GOLDEN = 0x9E3779B97F4A7C15ULL
+
+
+cdef inline uint64_t _fnv_cp(uint64_t h, uint64_t c) noexcept:
+    # Feed the UTF-8 encoding of code point c (not a surrogate) into FNV-1a, byte by byte,
+    # without materialising the encoded bytes. uint64_t products wrap mod 2**64 by definition.
+    if c < 0x80:
+        return (h ^ c) * FNV_PRIME
+    if c < 0x800:
+        h = (h ^ (0xC0 | (c >> 6))) * FNV_PRIME
+    else:
+        if c < 0x10000:
+            h = (h ^ (0xE0 | (c >> 12))) * FNV_PRIME
+        else:
+            h = (h ^ (0xF0 | (c >> 18))) * FNV_PRIME
+            h = (h ^ (0x80 | ((c >> 12) & 0x3F))) * FNV_PRIME
+        h = (h ^ (0x80 | ((c >> 6) & 0x3F))) * FNV_PRIME
+    return (h ^ (0x80 | (c & 0x3F))) * FNV_PRIME
+
+
+cdef uint64_t _fnv(object cid) except? 0:
+    if not isinstance(cid, str):
+        raise TypeError(f"client ids must be str, got {type(cid).__name__}")
+    PyUnicode_READY(cid)
+    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(cid)
+    cdef unsigned int kind = PyUnicode_KIND(cid)
+    cdef void* data = PyUnicode_DATA(cid)
+    cdef const Py_UCS1* p1
+    cdef const Py_UCS2* p2
+    cdef const Py_UCS4_t* p4
+    cdef uint64_t c, h = FNV_OFFSET
+    if kind == PyUnicode_1BYTE_KIND:
+        p1 = <const Py_UCS1*>data
+        if PyUnicode_IS_ASCII(cid):  # the str's bytes are its UTF-8 bytes
+            for i in range(n):
+                h = (h ^ p1[i]) * FNV_PRIME
+        else:
+            for i in range(n):
+                h = _fnv_cp(h, p1[i])
+        return h
+    if kind == PyUnicode_2BYTE_KIND:
+        p2 = <const Py_UCS2*>data
+        for i in range(n):
+            c = p2[i]
+            if 0xD800 <= c <= 0xDFFF:
+                break
+            h = _fnv_cp(h, c)
+        else:
+            return h
+    else:
+        p4 = <const Py_UCS4_t*>data
+        for i in range(n):
+            c = p4[i]
+            if 0xD800 <= c <= 0xDFFF:
+                break
+            h = _fnv_cp(h, c)
+        else:
+            return h
+    # A lone surrogate cannot be UTF-8 encoded: raise exactly what str.encode raises.
+    cid.encode("utf-8")
+    raise AssertionError("unreachable: str.encode accepted a surrogate")
+
+
+cdef inline uint64_t _splitmix64(uint64_t z) noexcept:
+    z += GOLDEN
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL
+    return z ^ (z >> 31)
+
+
+def fnv1a64(client_id):
+    return PyLong_FromUnsignedLongLong(_fnv(client_id))
+
+
+def splitmix64(z):
+    # Python ints of any size: only the value mod 2**64 matters.
+    cdef uint64_t v = <uint64_t>(PyNumber_Index(z) & 0xFFFFFFFFFFFFFFFF)
+    return PyLong_FromUnsignedLongLong(_splitmix64(v))
+
+
+cdef object _check_buckets(n_buckets):
+    n_buckets = PyNumber_Index(n_buckets)
+    if n_buckets < 1:
+        raise ValueError(f"n_buckets must be at least 1, got {n_buckets}")
+    return n_buckets
+
+
+def bucket_of(client_ids, n_buckets):
+    n_buckets = _check_buckets(n_buckets)
+    # fnv < 2**64, so a modulus of 2**64 or more leaves it unchanged.
+    cdef bint reduce = n_buckets <= 0xFFFFFFFFFFFFFFFF
+    cdef uint64_t n = <uint64_t>n_buckets if reduce else 0
+    cdef list out = []
+    cdef uint64_t h
+    for cid in client_ids:
+        h = _fnv(cid)
+        out.append(PyLong_FromUnsignedLongLong(h % n if reduce else h))
+    return out
+
+
+def bucket_digests(client_ids, revisions, n_buckets):
+    cdef Py_ssize_t n = _check_buckets(n_buckets)
+    cdef Py_ssize_t count = len(client_ids)
+    if count != len(revisions):
+        raise ValueError(f"client_ids and revisions differ in length: {count} != {len(revisions)}")
+    cdef uint64_t* acc = <uint64_t*>PyMem_Calloc(n, sizeof(uint64_t))
+    if acc == NULL:
+        raise MemoryError()
+    cdef Py_ssize_t i
+    cdef long long revision
+    cdef int overflow
+    cdef uint64_t h
+    cdef list out
+    try:
+        for i in range(count):
+            rev_obj = PyNumber_Index(revisions[i])
+            revision = PyLong_AsLongLongAndOverflow(rev_obj, &overflow)
+            if overflow != 0 or revision < 0:
+                raise ValueError(f"revision out of range [0, 2**63 - 1]: {rev_obj}")
+            h = _fnv(client_ids[i])
+            # Unsigned 64-bit arithmetic below: the products and the sum wrap mod 2**64.
+            acc[h % <uint64_t>n] += _splitmix64(h ^ (<uint64_t>revision * GOLDEN))
+        out = [PyLong_FromUnsignedLongLong(acc[i]) for i in range(n)]
+    finally:
+        PyMem_Free(acc)
+    return out
+
+
+def diff_revisions(local, remote):
+    cdef list missing = [], stale = [], extra = []
+    cdef Py_ssize_t pos = 0, n_extra
+    cdef PyObject* key_ptr
+    cdef PyObject* value_ptr
+    cdef PyObject* other
+    if type(local) is dict and type(remote) is dict:
+        # Fast path: C-level dict walk and lookups; keys keep their cached hashes. Owned refs
+        # (key, revision) are taken before any comparison can run Python code.
+        while PyDict_Next(local, &pos, &key_ptr, &value_ptr):
+            key = <object>key_ptr
+            revision = <object>value_ptr
+            other = PyDict_GetItemWithError(remote, key)
+            if other == NULL:
+                missing.append(key)
+                continue
+            other_revision = <object>other
+            if PyObject_RichCompareBool(other_revision, revision, Py_NE):
+                stale.append(key)
+        # Every remote id is either shared with local or extra, so the extra count is known and
+        # the second walk can stop once all are found (or be skipped when there are none).
+        n_extra = len(remote) - (len(local) - len(missing))
+        pos = 0
+        while n_extra > 0 and PyDict_Next(remote, &pos, &key_ptr, &value_ptr):
+            key = <object>key_ptr
+            if not PyDict_Contains(local, key):
+                extra.append(key)
+                n_extra -= 1
+    else:
+        for key, revision in local.items():
+            if key not in remote:
+                missing.append(key)
+            elif remote[key] != revision:
+                stale.append(key)
+        extra = [key for key in remote if key not in local]
+    missing.sort()
+    stale.sort()
+    extra.sort()
+    return missing, stale, extra

@@ -1,0 +1,22 @@
+"""Distro verify digests: the compiled kernel, or its pure-Python twin.
+
+See :mod:`shoal.kernels.verify_py` for the specification and the wire-level hash contract.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shoal.kernels import load
+
+__all__ = ["bucket_digests", "bucket_of", "diff_revisions", "fnv1a64", "splitmix64"]
+
+if TYPE_CHECKING:
+    from shoal.kernels.verify_py import bucket_digests, bucket_of, diff_revisions, fnv1a64, splitmix64
+else:
+    _impl = load("verify")
+    fnv1a64 = _impl.fnv1a64
+    splitmix64 = _impl.splitmix64
+    bucket_of = _impl.bucket_of
+    bucket_digests = _impl.bucket_digests
+    diff_revisions = _impl.diff_revisions
