@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import random
 from array import array
 from types import ModuleType
@@ -65,6 +66,20 @@ def test_idle_slots_accepts_other_int64_buffers(expiry: ModuleType) -> None:
     assert expiry.idle_slots(raw, 10, 3) == [0, 2]
     if array("l").itemsize == 8:
         assert expiry.idle_slots(array("l", [1, -1, 7]), 10, 3) == [0, 2]
+
+
+def test_idle_slots_accepts_prefixed_and_strided_buffers(expiry: ModuleType) -> None:
+    stamps = (ctypes.c_int64 * 3)(1, -1, 7)  # memoryview format "<q"
+    assert expiry.idle_slots(stamps, 10, 3) == [0, 2]
+    strided = memoryview(q(1, 100, -1, 100, 7))[::2]
+    assert expiry.idle_slots(strided, 10, 3) == [0, 2]
+    flags = (ctypes.c_uint8 * 2)(1, 0)  # "<B"
+    assert expiry.beat_deadlines(q(0, 0), q(1, 1), q(-1, -1), flags, 5) == ([0], [])
+
+
+def test_idle_slots_rejects_foreign_byte_order(expiry: ModuleType) -> None:
+    with pytest.raises(ValueError):
+        expiry.idle_slots((ctypes.c_int64.__ctype_be__ * 2)(1, 2), 10, 1)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ compiled kernel.
 from __future__ import annotations
 
 import operator
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,23 +28,33 @@ __all__ = ["beat_deadlines", "idle_slots"]
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
-_INT64_FORMATS = frozenset({"q", "l", "@q", "@l", "=q", "<q"})
-_UINT8_FORMATS = frozenset({"B", "@B", "=B", "<B"})
+# Byte-order prefixes that mean "native order" on this host.
+_NATIVE_PREFIXES = ("@", "=", "<" if sys.byteorder == "little" else ">")
+_INT64_CODES = frozenset({"q", "l"})  # with an item size of 8 bytes
+_UINT8_CODES = frozenset({"B"})
 
 
-def _view(buf: Buffer, formats: frozenset[str], itemsize: int, what: str, name: str) -> memoryview:
-    """``buf`` as a 1-D memoryview of ``what``; TypeError if not a buffer, ValueError if mistyped."""
+def _view(buf: Buffer, codes: frozenset[str], itemsize: int, what: str, name: str) -> memoryview:
+    """``buf`` as a 1-D memoryview of ``what``; TypeError if not a buffer, ValueError if mistyped.
+
+    Accepts what the compiled kernel's typed memoryviews accept: a native-order format code of
+    the right size and signedness, with or without a byte-order prefix (ctypes writes ``<q``).
+    """
     view = memoryview(buf)
     if view.ndim != 1:
         raise ValueError(f"{name}: expected a 1-dimensional buffer, got ndim={view.ndim}")
-    if view.itemsize != itemsize or view.format not in formats:
-        raise ValueError(f"{name}: expected a buffer of {what}, got format {view.format!r}")
+    fmt = view.format
+    code = fmt[1:] if fmt[:1] in _NATIVE_PREFIXES else fmt
+    if view.itemsize != itemsize or code not in codes:
+        raise ValueError(f"{name}: expected a buffer of {what}, got format {fmt!r}")
+    if code != fmt:  # memoryview only iterates bare native formats
+        view = memoryview(view.tobytes()).cast("B" if itemsize == 1 else "q")
     return view
 
 
 def idle_slots(stamps: Buffer, now_ms: int, idle_ms: int) -> list[int]:
     """Ascending indices of slots with ``stamp >= 0`` and ``now_ms - stamp >= idle_ms``."""
-    view = _view(stamps, _INT64_FORMATS, 8, "int64", "stamps")
+    view = _view(stamps, _INT64_CODES, 8, "int64", "stamps")
     # now - stamp >= idle  <=>  stamp <= now - idle
     threshold = operator.index(now_ms) - operator.index(idle_ms)
     return [i for i, stamp in enumerate(view) if 0 <= stamp <= threshold]
@@ -61,10 +72,10 @@ def beat_deadlines(
     ``to_remove``; ``to_unhealthy`` holds the remaining slots that are healthy (flag == 1) and past
     their unhealthy timeout. Both lists ascend. ValueError if the buffers differ in length.
     """
-    last = _view(last_beat, _INT64_FORMATS, 8, "int64", "last_beat")
-    unhealthy = _view(unhealthy_after, _INT64_FORMATS, 8, "int64", "unhealthy_after")
-    remove = _view(remove_after, _INT64_FORMATS, 8, "int64", "remove_after")
-    flags = _view(healthy, _UINT8_FORMATS, 1, "uint8", "healthy")
+    last = _view(last_beat, _INT64_CODES, 8, "int64", "last_beat")
+    unhealthy = _view(unhealthy_after, _INT64_CODES, 8, "int64", "unhealthy_after")
+    remove = _view(remove_after, _INT64_CODES, 8, "int64", "remove_after")
+    flags = _view(healthy, _UINT8_CODES, 1, "uint8", "healthy")
     now_ms = operator.index(now_ms)
     if not _INT64_MIN <= now_ms <= _INT64_MAX:
         raise OverflowError("now_ms does not fit a signed 64-bit integer")
