@@ -1,0 +1,131 @@
+"""The ``shoal`` command. The only place that installs uvloop and configures logging."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from shoal import __version__
+from shoal.config import Config
+from shoal.errors import ConfigError
+
+log = logging.getLogger("shoal")
+
+
+def _settings_epilog() -> str:
+    lines = ["settings (set with -D property=value, a --config file, or SHOAL_<FIELD> env vars):"]
+    for prop, value, doc in Config().describe():
+        lines.append(f"  {prop} = {value}\n      {doc}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shoal",
+        description="Shoal: a service registry node that speaks the Nacos 2.x naming protocols.",
+    )
+    parser.add_argument("--version", action="version", version=f"shoal {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    server = sub.add_parser(
+        "server",
+        help="run a registry node",
+        description="Run a registry node: HTTP on --port, the Nacos gRPC SDK port on --port + 1000.",
+        epilog=_settings_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    server.add_argument("--host", help="address to bind (default 0.0.0.0)")
+    server.add_argument("--port", type=int, help="main HTTP port (default 8848; gRPC SDK port = port + 1000)")
+    server.add_argument("--data-dir", help="directory for rule files, keys and exports (default ./.data)")
+    server.add_argument("--config", help="properties file with settings (key=value lines, Nacos names)")
+    server.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="log level (default info)")
+    server.add_argument("-D", dest="overrides", action="append", default=[], metavar="PROPERTY=VALUE",
+                        help="set any setting listed below; repeatable")
+    server.set_defaults(func=_cmd_server)
+
+    try:  # analytics needs the optional PySpark extra; the server must not require it
+        from shoal.analytics import cli as analytics_cli
+    except ImportError:
+        pass
+    else:
+        analytics_cli.register(sub)
+    return parser
+
+
+def _server_config(args: argparse.Namespace) -> Config:
+    overrides: dict[str, str] = {}
+    for item in args.overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"-D expects PROPERTY=VALUE, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    for flag, field_name in (("host", "host"), ("port", "port"), ("data_dir", "data_dir"),
+                             ("log_level", "log_level")):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[field_name] = str(value)
+    return Config.load(args.config, overrides=overrides)
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def _cmd_server(args: argparse.Namespace) -> int:
+    try:
+        config = _server_config(args)
+    except ConfigError as exc:
+        print(f"shoal: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    _configure_logging(config.log_level)
+    import uvloop
+
+    return uvloop.run(_serve(config))
+
+
+async def _serve(config: Config) -> int:
+    from shoal.app import Node
+
+    node = Node(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("shoal %s starting: HTTP %s:%d, gRPC SDK %d, data dir %s", __version__, config.host, config.port,
+             config.grpc_port, config.data_dir)
+    try:
+        await node.start()
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        await node.stop()
+        return 1
+    await stop.wait()
+    log.info("stop requested; shutting down")
+    try:
+        async with asyncio.timeout(5):
+            await node.stop()
+    except TimeoutError:
+        log.error("graceful stop took longer than 5 s; exiting anyway")
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

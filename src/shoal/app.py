@@ -1,0 +1,115 @@
+"""Composition root: builds one node's components, owns start/stop and every background task."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from shoal.clock import Clock, SystemClock
+from shoal.config import Config
+from shoal.health.keepalive import ConnectionKeepAlive
+from shoal.metrics import Metrics
+from shoal.model.clients import ClientManager
+from shoal.model.events import EventBus
+from shoal.model.keys import ServiceKey
+from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
+from shoal.push.service import PushService
+from shoal.service_layer import NamingService
+from shoal.tasks import Periodic
+from shoal.transport.grpc.connections import Connection, ConnectionManager
+from shoal.transport.grpc.limits import LimitRuleFile
+from shoal.transport.grpc.naming_handlers import NamingConnectionListener, naming_handlers
+from shoal.transport.grpc.server import SdkServer
+from shoal.transport.http.server import HttpServer
+
+log = logging.getLogger(__name__)
+
+
+class Node:
+    """One Shoal node: model, service layer, transports, push and health loops."""
+
+    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.bus = EventBus()
+        self.clients = ClientManager(self.bus)
+        self.services = ServiceManager()
+        self.index = ServiceIndex(self.bus, self.clock.now_ms)
+        self.storage = ServiceStorage(self.bus, self.index, self.clients.clients, self.services)
+        self.naming = NamingService(config, self.clock, self.bus, self.clients, self.services, self.index,
+                                    self.storage)
+        self.metrics = Metrics()
+
+        self.limits = LimitRuleFile(config.limit_rule_path)
+        self.sdk_connections = ConnectionManager(config, self.clock, self.limits, source="sdk")
+        self.sdk_connections.listeners.append(NamingConnectionListener(self.clients, self.clock.now_ms))
+        self.sdk_connections.on_unregister_hooks.append(self._count_closed)
+        self.sdk_server = SdkServer(config, self.sdk_connections, naming_handlers(self.naming), self.is_serving,
+                                    self.metrics, config.grpc_port)
+        self.push = PushService(config, self.clock, self.bus, self.sdk_server, self.index.subscribers_of,
+                                self._push_payload, self.metrics)
+        self.keepalive = ConnectionKeepAlive(config, self.sdk_connections, self.sdk_server, self.limits)
+        self.http = HttpServer(config, self, self.metrics)
+        self.periodics = [
+            Periodic("connection-keep-alive", config.connection_check_interval_ms, self.keepalive.scan,
+                     initial_delay_ms=min(1000, config.connection_check_interval_ms)),
+            Periodic("empty-service-cleaner", config.empty_service_clean_interval_ms, self._clean_services),
+        ]
+        self._serving = False
+        self._started = False
+        self.metrics.add_sizes(self._sizes)
+
+    # --- status -------------------------------------------------------------------------
+    def is_serving(self) -> bool:
+        return self._serving
+
+    def readiness_problem(self) -> str | None:
+        return None if self._serving else "node is starting"
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the listeners (answering 300 until ready), start the loops, then serve."""
+        await self.http.start()
+        await self.sdk_server.start()
+        self._started = True
+        self.push.start()
+        for periodic in self.periodics:
+            periodic.start()
+        if self.config.startup_delay_ms:
+            await asyncio.sleep(self.config.startup_delay_ms / 1000)
+        self._serving = True
+        log.info("node serving: HTTP %d, gRPC SDK %d", self.config.port, self.config.grpc_port)
+
+    async def stop(self) -> None:
+        """Graceful stop: refuse new work, close streams, cancel every task."""
+        self._serving = False
+        for periodic in self.periodics:
+            await periodic.stop()
+        if self._started:
+            await self.sdk_server.stop(self.config.shutdown_grace_ms / 1000)
+        await self.push.stop()
+        await self.http.stop()
+        log.info("node stopped")
+
+    # --- glue ---------------------------------------------------------------------------
+    def _push_payload(self, client_id: str, service: ServiceKey) -> str | None:
+        client = self.clients.get(client_id)
+        subscriber = client.subscriptions.get(service) if client is not None else None
+        if subscriber is None:
+            return None
+        return self.naming.push_payload(service, subscriber.clusters)
+
+    async def _clean_services(self) -> None:
+        self.naming.clean_empty_services()
+
+    def _count_closed(self, conn: Connection, reason: str) -> None:
+        self.metrics.connection_closed(reason)
+
+    def _sizes(self) -> dict[str, float]:
+        return {
+            "connections": len(self.sdk_connections),
+            "clients": len(self.clients),
+            "services": len(self.services),
+            "instances": self.storage.instance_count(),
+            "subscribers": sum(len(s) for s in self.index.subscribers.values()),
+        }

@@ -1,0 +1,1 @@
+"""Liveness of clients: connection keep-alive, heartbeats of ip:port clients."""

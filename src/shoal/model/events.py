@@ -1,0 +1,103 @@
+"""Typed in-loop events between the model, its indexes, push and (next) Distro.
+
+The structure mirrors Nacos's NotifyCenter events: ClientEvent.ClientChangedEvent,
+ClientDisconnectEvent, ClientOperationEvent.ClientRegisterServiceEvent /
+ClientDeregisterServiceEvent / ClientSubscribeServiceEvent / ClientUnsubscribeServiceEvent and
+ServiceEvent.ServiceChangedEvent. Dispatch is synchronous on the one event loop: a publisher
+returns only after every subscriber has run, so indexes are consistent before a request is
+answered. Subscribers must be quick and must not await; slow work is queued by them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from shoal.model.client import Client, Subscriber
+from shoal.model.keys import ServiceKey
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientChanged:
+    """A client's publications changed (Distro syncs it if this node is responsible)."""
+
+    client: Client
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConnected:
+    client: Client
+
+
+@dataclass(frozen=True, slots=True)
+class ClientDisconnected:
+    """A client was released: its connection closed, it expired, or its owner deleted it."""
+
+    client: Client
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRegisteredService:
+    service: ServiceKey
+    client_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClientDeregisteredService:
+    service: ServiceKey
+    client_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSubscribedService:
+    service: ServiceKey
+    client_id: str
+    subscriber: Subscriber
+    first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClientUnsubscribedService:
+    service: ServiceKey
+    client_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceChanged:
+    """The instances of a service changed: caches drop it and subscribers are pushed."""
+
+    service: ServiceKey
+    changed_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceHealthChanged:
+    service: ServiceKey
+    client_id: str
+    healthy: bool
+
+
+E = TypeVar("E")
+
+
+class EventBus:
+    """Synchronous typed publish/subscribe. A failing subscriber is logged and skipped."""
+
+    def __init__(self) -> None:
+        self._subscribers: dict[type[Any], list[Callable[[Any], None]]] = defaultdict(list)
+
+    def subscribe(self, event_type: type[E], handler: Callable[[E], None]) -> None:
+        self._subscribers[event_type].append(handler)
+
+    def publish(self, event: object) -> None:
+        for handler in self._subscribers.get(type(event), ()):
+            try:
+                handler(event)
+            except Exception:
+                log.exception("event subscriber %r failed on %s", handler, type(event).__name__)

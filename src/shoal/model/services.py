@@ -1,0 +1,291 @@
+"""Services, the client↔service indexes and the materialised per-service instance view.
+
+Mirrors three Nacos singletons: ServiceManager (which services exist, their metadata),
+ClientServiceIndexesManager (service → publisher/subscriber client ids, fed by events) and
+ServiceStorage (the deduplicated instances of a service, rebuilt after a change). Unlike Nacos,
+whose cache is refreshed by the delayed push task (~0.5 s stale reads), the view here is
+dropped synchronously on ServiceChanged and rebuilt on the next read, so a read right after a
+write sees it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shoal.model.client import Client
+from shoal.model.events import (
+    ClientDeregisteredService,
+    ClientDisconnected,
+    ClientRegisteredService,
+    ClientSubscribedService,
+    ClientUnsubscribedService,
+    EventBus,
+    ServiceChanged,
+)
+from shoal.model.instance import InstanceInfo
+from shoal.model.keys import ServiceKey
+
+
+@dataclass(slots=True)
+class ServiceRecord:
+    """A service singleton. ``has_metadata`` is true once created/updated through the service
+    API; only then do the selector and the protection threshold apply (spec §3.9)."""
+
+    key: ServiceKey
+    created_ms: int
+    last_change_ms: int
+    ephemeral: bool = True
+    protect_threshold: float = 0.0
+    metadata: dict[str, str] = field(default_factory=dict)
+    has_metadata: bool = False
+
+
+class ServiceManager:
+    """Which services exist, by namespace and group, with stable (sorted) listing order."""
+
+    def __init__(self) -> None:
+        self._services: dict[ServiceKey, ServiceRecord] = {}
+        self._by_group: dict[tuple[str, str], dict[str, ServiceRecord]] = {}
+        self._sorted: dict[tuple[str, str], list[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._services)
+
+    def __iter__(self) -> Any:
+        return iter(self._services.values())
+
+    def get(self, key: ServiceKey) -> ServiceRecord | None:
+        return self._services.get(key)
+
+    def get_or_create(self, key: ServiceKey, now_ms: int, ephemeral: bool = True) -> ServiceRecord:
+        record = self._services.get(key)
+        if record is None:
+            record = ServiceRecord(key, created_ms=now_ms, last_change_ms=now_ms, ephemeral=ephemeral)
+            self._services[key] = record
+            self._by_group.setdefault((key.namespace, key.group), {})[key.name] = record
+            self._sorted.pop((key.namespace, key.group), None)
+        return record
+
+    def remove(self, key: ServiceKey) -> ServiceRecord | None:
+        record = self._services.pop(key, None)
+        if record is not None:
+            group = self._by_group.get((key.namespace, key.group))
+            if group is not None:
+                group.pop(key.name, None)
+                if not group:
+                    del self._by_group[(key.namespace, key.group)]
+            self._sorted.pop((key.namespace, key.group), None)
+        return record
+
+    def names(self, namespace: str, group: str) -> list[str]:
+        """Service names of one namespace+group, sorted (so paging is stable)."""
+        gk = (namespace, group)
+        names = self._sorted.get(gk)
+        if names is None:
+            names = sorted(self._by_group.get(gk, {}))
+            self._sorted[gk] = names
+        return names
+
+    def namespaces(self) -> set[str]:
+        return {ns for ns, _ in self._by_group}
+
+
+class ServiceIndex:
+    """service → publisher / subscriber client ids, maintained from events."""
+
+    def __init__(self, bus: EventBus, now_ms: Callable[[], int]) -> None:
+        self._bus = bus
+        self._now_ms = now_ms
+        self.publishers: dict[ServiceKey, set[str]] = {}
+        self.subscribers: dict[ServiceKey, set[str]] = {}
+        bus.subscribe(ClientRegisteredService, self._on_register)
+        bus.subscribe(ClientDeregisteredService, self._on_deregister)
+        bus.subscribe(ClientSubscribedService, self._on_subscribe)
+        bus.subscribe(ClientUnsubscribedService, self._on_unsubscribe)
+        bus.subscribe(ClientDisconnected, self._on_disconnect)
+
+    def publishers_of(self, service: ServiceKey) -> set[str]:
+        return self.publishers.get(service, set())
+
+    def subscribers_of(self, service: ServiceKey) -> set[str]:
+        return self.subscribers.get(service, set())
+
+    def _on_register(self, event: ClientRegisteredService) -> None:
+        self.publishers.setdefault(event.service, set()).add(event.client_id)
+        self._bus.publish(ServiceChanged(event.service, self._now_ms()))
+
+    def _on_deregister(self, event: ClientDeregisteredService) -> None:
+        self._discard(self.publishers, event.service, event.client_id)
+        self._bus.publish(ServiceChanged(event.service, self._now_ms()))
+
+    def _on_subscribe(self, event: ClientSubscribedService) -> None:
+        self.subscribers.setdefault(event.service, set()).add(event.client_id)
+
+    def _on_unsubscribe(self, event: ClientUnsubscribedService) -> None:
+        self._discard(self.subscribers, event.service, event.client_id)
+
+    def _on_disconnect(self, event: ClientDisconnected) -> None:
+        client = event.client
+        for service in client.publications:
+            self._discard(self.publishers, service, client.client_id)
+            self._bus.publish(ServiceChanged(service, self._now_ms()))
+        for service in client.subscriptions:
+            self._discard(self.subscribers, service, client.client_id)
+
+    @staticmethod
+    def _discard(index: dict[ServiceKey, set[str]], service: ServiceKey, client_id: str) -> None:
+        ids = index.get(service)
+        if ids is not None:
+            ids.discard(client_id)
+            if not ids:
+                del index[service]
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Hosts chosen for one reader, as pre-encoded Instance JSON strings."""
+
+    hosts: list[str]
+    reach_protection_threshold: bool
+
+
+class ServiceView:
+    """The deduplicated instances of one service, each with its Instance JSON pre-encoded so a
+    query or push only filters and joins strings."""
+
+    __slots__ = ("_flipped", "ephemeral", "instances", "json", "key")
+
+    def __init__(self, key: ServiceKey, instances: list[InstanceInfo], ephemeral: bool) -> None:
+        self.key = key
+        self.ephemeral = ephemeral
+        self.instances = instances
+        self.json = [inst.to_json(key, ephemeral) for inst in instances]
+        self._flipped: dict[int, str] = {}
+
+    def select(
+        self,
+        clusters: frozenset[str],
+        healthy_only: bool,
+        record: ServiceRecord | None,
+    ) -> Selection:
+        """Nacos ServiceUtil.selectInstancesWithHealthyProtection for one reader (spec §3.9):
+        cluster filter (empty = all), enabled only, healthy-only, then — only for services with
+        metadata — the protection threshold, which returns the kept hosts with unhealthy ones
+        shown healthy when ``healthy/total <= threshold``."""
+        kept: list[int] = []
+        healthy_candidates = 0
+        for i, inst in enumerate(self.instances):
+            if clusters and inst.cluster not in clusters:
+                continue
+            if not inst.enabled:
+                continue
+            if inst.healthy:
+                healthy_candidates += 1
+            elif healthy_only:
+                continue
+            kept.append(i)
+        if record is None or not record.has_metadata or not kept:
+            return Selection([self.json[i] for i in kept], False)
+        threshold = max(record.protect_threshold, 0.0)
+        if healthy_candidates / len(kept) > threshold:
+            return Selection([self.json[i] for i in kept], False)
+        return Selection([self._healthy_json(i) for i in kept], True)
+
+    def _healthy_json(self, i: int) -> str:
+        inst = self.instances[i]
+        if inst.healthy:
+            return self.json[i]
+        cached = self._flipped.get(i)
+        if cached is None:
+            cached = self._flipped[i] = inst.with_health(True).to_json(self.key, self.ephemeral)
+        return cached
+
+
+class ServiceStorage:
+    """service → ServiceView, rebuilt on read after a ServiceChanged dropped it."""
+
+    def __init__(self, bus: EventBus, index: ServiceIndex, clients: Mapping[str, Client],
+                 services: ServiceManager) -> None:
+        self._index = index
+        self._clients = clients
+        self._services = services
+        self._views: dict[ServiceKey, ServiceView] = {}
+        bus.subscribe(ServiceChanged, self._on_change)
+
+    def view(self, service: ServiceKey) -> ServiceView:
+        view = self._views.get(service)
+        if view is None:
+            view = self._build(service)
+            self._views[service] = view
+        return view
+
+    def instance_count(self) -> int:
+        return sum(c.instance_count() for c in self._clients.values())
+
+    def _on_change(self, event: ServiceChanged) -> None:
+        self._views.pop(event.service, None)
+        record = self._services.get(event.service)
+        if record is not None:
+            record.last_change_ms = event.changed_at_ms
+
+    def _build(self, service: ServiceKey) -> ServiceView:
+        seen: set[InstanceInfo] = set()
+        instances: list[InstanceInfo] = []
+        for client_id in sorted(self._index.publishers_of(service)):
+            client = self._clients.get(client_id)
+            publication = client.publications.get(service) if client is not None else None
+            if publication is None:
+                continue
+            for inst in publication.instances:
+                if inst not in seen:
+                    seen.add(inst)
+                    instances.append(inst)
+        record = self._services.get(service)
+        return ServiceView(service, instances, record.ephemeral if record is not None else True)
+
+
+def service_info_json(
+    service: ServiceKey,
+    clusters: str,
+    selection: Selection,
+    now_ms: int,
+    cache_millis: int,
+    grouped_name: bool = False,
+) -> str:
+    """ServiceInfo JSON (spec §3.3). ``name`` is bare for gRPC and ``group@@name`` for HTTP;
+    both ``allIPs`` (2.x) and ``allIps`` (3.x) are emitted; lastRefTime is always fresh."""
+    head = json.dumps(
+        {
+            "name": service.grouped_name if grouped_name else service.name,
+            "groupName": service.group,
+            "clusters": clusters,
+            "cacheMillis": cache_millis,
+            "lastRefTime": now_ms,
+            "checksum": "",
+            "allIPs": False,
+            "allIps": False,
+            "reachProtectionThreshold": selection.reach_protection_threshold,
+            "valid": True,
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return f'{head[:-1]},"hosts":[{",".join(selection.hosts)}]}}'
+
+
+def parse_clusters(clusters: str | None) -> frozenset[str]:
+    return frozenset(c.strip() for c in clusters.split(",") if c.strip()) if clusters else frozenset()
+
+
+def merge_instances(*groups: Iterable[InstanceInfo]) -> list[InstanceInfo]:
+    out: list[InstanceInfo] = []
+    seen: set[InstanceInfo] = set()
+    for group in groups:
+        for inst in group:
+            if inst not in seen:
+                seen.add(inst)
+                out.append(inst)
+    return out

@@ -1,0 +1,1 @@
+"""Server push of service changes to subscribers (Nacos push/v2)."""

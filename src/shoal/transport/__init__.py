@@ -1,0 +1,1 @@
+"""Wire edges: the only place where exceptions become wire responses."""

@@ -1,0 +1,1 @@
+"""Nacos gRPC SDK protocol (main port + 1000): unary Request/request, BiRequestStream."""

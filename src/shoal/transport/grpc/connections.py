@@ -1,0 +1,319 @@
+"""gRPC connections (Nacos ConnectionManager + GrpcConnection).
+
+A connection is one HTTP/2 transport, identified by the peer address gRPC reports for every
+call on it (``ipv4:ip:port``): the unary ServerCheck and the bi stream of one client share it,
+in whatever order they arrive (spec §2.1, §9.18). The id is ``<epochMillis>_<ip>_<port>``.
+A connection is *registered* once ConnectionSetupRequest arrived on its stream; only then are
+naming requests served (else 301). Server→client requests (pushes, probes) travel on the
+stream with a process-wide request id and are matched to the client's response by that id.
+
+Last-active stamps live in one int64 array indexed by a per-connection slot, so the keep-alive
+scan is a single call of the expiry kernel over the whole table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+from array import array
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from shoal.clock import Clock
+from shoal.config import Config
+from shoal.kernels import expiry
+from shoal.transport.grpc import codec
+from shoal.transport.grpc._proto import Payload
+from shoal.transport.grpc.limits import LimitRuleFile
+
+log = logging.getLogger(__name__)
+
+
+class ConnectionGone(Exception):
+    """The connection was unregistered or its stream is closed."""
+
+
+class StreamWriter(Protocol):
+    async def write(self, message: Any) -> None: ...
+
+
+@dataclass(eq=False)
+class Connection:
+    """One client transport and, once set up, its metadata (Nacos ConnectionMeta)."""
+
+    connection_id: str
+    peer: str
+    remote_ip: str
+    remote_port: int
+    slot: int
+    created_ms: int
+    created_mono_ms: int
+    registered: bool = False
+    client_ip: str = ""
+    client_version: str = ""
+    tenant: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    app: str = "-"
+    source: str = "sdk"
+    stream: StreamWriter | None = None
+    stream_task: asyncio.Task[Any] | None = None
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pending: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
+    expelled_at_ms: int | None = None
+    closed: bool = False
+
+    @property
+    def module(self) -> str:
+        return self.labels.get("module", "")
+
+    def describe(self) -> str:
+        return f"{self.connection_id} ({self.client_ip or self.remote_ip}, {self.client_version or '?'})"
+
+
+class ConnectionListener(Protocol):
+    """Nacos ClientConnectionEventListener: told of every registration and removal."""
+
+    def connected(self, conn: Connection) -> None: ...
+
+    def disconnected(self, conn: Connection, reason: str) -> None: ...
+
+
+class ConnectionManager:
+    """All gRPC connections of one server (SDK or cluster port)."""
+
+    def __init__(self, config: Config, clock: Clock, limits: LimitRuleFile | None = None,
+                 source: str = "sdk") -> None:
+        self.config = config
+        self.clock = clock
+        self.limits = limits
+        self.source = source
+        self.by_peer: dict[str, Connection] = {}
+        self.by_id: dict[str, Connection] = {}
+        self.listeners: list[ConnectionListener] = []
+        self._stamps = array("q")
+        self._slot_owner: list[Connection | None] = []
+        self._free: list[int] = []
+        self._per_ip: dict[str, int] = {}
+        self._request_ids = itertools.count(1)
+        self.on_unregister_hooks: list[Callable[[Connection, str], None]] = []
+
+    # --- lookup and lifecycle -----------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+    def get(self, connection_id: str) -> Connection | None:
+        return self.by_id.get(connection_id)
+
+    def for_peer(self, peer: str) -> Connection | None:
+        return self.by_peer.get(peer)
+
+    def registered_count(self) -> int:
+        return sum(1 for c in self.by_id.values() if c.registered)
+
+    def ensure(self, peer: str) -> Connection:
+        """The connection of this transport, created (unregistered) on first sight."""
+        conn = self.by_peer.get(peer)
+        if conn is not None:
+            return conn
+        ip, port = parse_peer(peer)
+        now = self.clock.now_ms()
+        slot = self._take_slot()
+        conn_id = f"{now}_{ip}_{port}"
+        while conn_id in self.by_id:  # two transports from one ip:port in one ms cannot happen,
+            now += 1                  # but a reused port after a fast reconnect can.
+            conn_id = f"{now}_{ip}_{port}"
+        conn = Connection(conn_id, peer, ip, port, slot, now, self.clock.monotonic_ms())
+        self._slot_owner[slot] = conn
+        self._stamps[slot] = conn.created_mono_ms
+        self.by_peer[peer] = conn
+        self.by_id[conn_id] = conn
+        return conn
+
+    def touch(self, conn: Connection) -> None:
+        """Refresh last-active (every unary request and every response on the stream)."""
+        if not conn.closed:
+            self._stamps[conn.slot] = self.clock.monotonic_ms()
+
+    def last_active_ms(self, conn: Connection) -> int:
+        return self._stamps[conn.slot]
+
+    def check_limit(self, client_ip: str, app: str) -> str | None:
+        """Why a new SDK connection from this ip/app is over the limit rules, or None."""
+        if self.limits is None or self.source != "sdk":
+            return None
+        rule = self.limits.rule
+        if 0 <= rule.count_limit <= self.registered_count():
+            return f"total connection limit {rule.count_limit} reached"
+        per_ip = rule.limit_for(client_ip, app)
+        if 0 <= per_ip <= self._per_ip.get(client_ip, 0):
+            return f"connection limit {per_ip} for client ip {client_ip} (app {app}) reached"
+        return None
+
+    def register(self, conn: Connection) -> None:
+        """Mark the connection set up and tell the listeners (naming creates its client)."""
+        if conn.registered or conn.closed:
+            return
+        conn.registered = True
+        self._per_ip[conn.client_ip] = self._per_ip.get(conn.client_ip, 0) + 1
+        self.touch(conn)
+        log.info("connection registered: %s labels=%s tenant=%r", conn.describe(), conn.labels, conn.tenant)
+        for listener in self.listeners:
+            try:
+                listener.connected(conn)
+            except Exception:
+                log.exception("connection listener failed on register of %s", conn.connection_id)
+
+    def unregister(self, connection_id: str, reason: str) -> bool:
+        """Remove the connection, fail its pending requests, close its stream, tell listeners."""
+        conn = self.by_id.pop(connection_id, None)
+        if conn is None:
+            return False
+        conn.closed = True
+        if self.by_peer.get(conn.peer) is conn:
+            del self.by_peer[conn.peer]
+        self._stamps[conn.slot] = -1
+        self._slot_owner[conn.slot] = None
+        self._free.append(conn.slot)
+        for future in conn.pending.values():
+            if not future.done():
+                future.set_exception(ConnectionGone(reason))
+        conn.pending.clear()
+        task = conn.stream_task
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            task.cancel()  # the stream handler answers UNAVAILABLE so the client reconnects
+        if conn.registered:
+            count = self._per_ip.get(conn.client_ip, 1) - 1
+            if count > 0:
+                self._per_ip[conn.client_ip] = count
+            else:
+                self._per_ip.pop(conn.client_ip, None)
+            log.info("connection unregistered: %s (%s)", conn.describe(), reason)
+            for listener in self.listeners:
+                try:
+                    listener.disconnected(conn, reason)
+                except Exception:
+                    log.exception("connection listener failed on unregister of %s", conn.connection_id)
+        for hook in self.on_unregister_hooks:
+            hook(conn, reason)
+        return True
+
+    def close_all(self, reason: str) -> None:
+        for conn_id in list(self.by_id):
+            self.unregister(conn_id, reason)
+
+    # --- keep-alive support --------------------------------------------------------------
+    def idle_connections(self, idle_ms: int) -> list[Connection]:
+        """Connections whose last activity is at least ``idle_ms`` old (one kernel call)."""
+        slots = expiry.idle_slots(self._stamps, self.clock.monotonic_ms(), idle_ms)
+        owners = self._slot_owner
+        return [conn for conn in (owners[s] for s in slots) if conn is not None]
+
+    def over_limit(self) -> list[Connection]:
+        """Connections to expel under the current rules (per-ip excess first, then total),
+        newest first so long-lived clients keep their place (ConnectionManager's ejector)."""
+        if self.limits is None or self.source != "sdk":
+            return []
+        rule = self.limits.rule
+        registered = [c for c in self.by_id.values() if c.registered and c.source == "sdk"]
+        registered.sort(key=lambda c: c.created_mono_ms, reverse=True)
+        expel: list[Connection] = []
+        chosen: set[str] = set()
+        by_ip: dict[str, list[Connection]] = {}
+        for conn in registered:
+            by_ip.setdefault(conn.client_ip, []).append(conn)
+        for ip, conns in by_ip.items():
+            limit = rule.limit_for(ip, conns[0].app)
+            if limit >= 0 and len(conns) > limit:
+                for conn in conns[: len(conns) - limit]:
+                    expel.append(conn)
+                    chosen.add(conn.connection_id)
+        if rule.count_limit >= 0:
+            excess = len(registered) - len(expel) - rule.count_limit
+            for conn in registered:
+                if excess <= 0:
+                    break
+                if conn.connection_id not in chosen:
+                    expel.append(conn)
+                    excess -= 1
+        return expel
+
+    # --- server → client requests ---------------------------------------------------------
+    def next_request_id(self) -> str:
+        return str(next(self._request_ids))
+
+    async def write(self, conn: Connection, message: Any) -> None:
+        stream = conn.stream
+        if conn.closed or stream is None:
+            raise ConnectionGone(f"connection {conn.connection_id} has no open stream")
+        async with conn.write_lock:
+            if conn.closed:
+                raise ConnectionGone(f"connection {conn.connection_id} closed")
+            await stream.write(message)
+
+    async def request(self, connection_id: str, type_name: str, fields: Mapping[str, Any],
+                      timeout_ms: int, raw: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """Send a server request on the connection's stream and await the client's response.
+
+        Raises ConnectionGone, or TimeoutError when no response arrives within ``timeout_ms``.
+        """
+        conn = self.by_id.get(connection_id)
+        if conn is None or not conn.registered:
+            raise ConnectionGone(f"connection {connection_id} is not registered")
+        request_id = self.next_request_id()
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        conn.pending[request_id] = future
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                await self.write(conn, codec.encode(type_name, codec.server_request(fields, request_id, raw)))
+                return await future
+        finally:
+            conn.pending.pop(request_id, None)
+
+    def on_response(self, conn: Connection, payload: Any) -> None:
+        """A response the client sent on its stream: refresh activity, resolve its request."""
+        self.touch(conn)
+        try:
+            body = json.loads(payload.body.value) if payload.body.value else {}
+        except ValueError:
+            log.warning("unparseable %s on the stream of %s", payload.metadata.type, conn.connection_id)
+            return
+        if not isinstance(body, dict):
+            return
+        request_id = str(body.get("requestId") or "")
+        future = conn.pending.get(request_id)
+        if future is None:
+            log.debug("response for unknown request id %r from %s", request_id, conn.connection_id)
+            return
+        if not future.done():
+            future.set_result(body)
+
+    # --- slots ---------------------------------------------------------------------------
+    def _take_slot(self) -> int:
+        if self._free:
+            return self._free.pop()
+        self._stamps.append(-1)
+        self._slot_owner.append(None)
+        return len(self._stamps) - 1
+
+
+def parse_peer(peer: str) -> tuple[str, int]:
+    """``ipv4:1.2.3.4:5`` / ``ipv6:[::1]:5`` → (ip, port); anything else → (peer, 0)."""
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6") and rest:
+        host, _, port = rest.rpartition(":")
+        host = host.strip("[]")
+        try:
+            return host, int(port)
+        except ValueError:
+            return host, 0
+    return peer, 0
+
+
+def is_success(body: Mapping[str, Any]) -> bool:
+    return body.get("resultCode") == 200
+
+
+__all__ = ["Connection", "ConnectionGone", "ConnectionListener", "ConnectionManager", "Payload", "is_success"]

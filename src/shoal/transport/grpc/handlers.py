@@ -1,0 +1,33 @@
+"""Request handler table types and the per-request context handed to handlers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from shoal.transport.grpc.connections import Connection
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What a handler knows about the caller: its connection and the merged headers."""
+
+    conn: Connection
+    headers: dict[str, str]
+
+    def header(self, name: str, default: str = "") -> str:
+        return self.headers.get(name.lower(), default)
+
+
+class Handler(NamedTuple):
+    """A unary handler: the response type it answers with (also used for typed filter
+    failures) and a synchronous function from the JSON body to the response body JSON."""
+
+    response_type: str
+    handle: Callable[[RequestContext, dict[str, Any]], str]
+
+
+# Requests that only peers may send (spec §1.6 step 1): refused on the SDK port.
+CLUSTER_ONLY_TYPES = frozenset({"DistroDataRequest", "MemberReportRequest", "ServerLoaderInfoRequest",
+                                "ServerReloadRequest"})

@@ -1,0 +1,187 @@
+"""Naming request handlers (Nacos NAMING/remote/rpc/handler/*): JSON body → service layer."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from shoal.errors import InvalidParam
+from shoal.model.client import Client, ClientKind
+from shoal.model.clients import ClientManager
+from shoal.model.instance import InstanceInfo
+from shoal.model.keys import DEFAULT_GROUP, ServiceKey, normalise_namespace
+from shoal.service_layer import NamingService, parse_metadata
+from shoal.transport.grpc import codec
+from shoal.transport.grpc.connections import Connection
+from shoal.transport.grpc.handlers import Handler, RequestContext
+
+
+def naming_handlers(naming: NamingService) -> dict[str, Handler]:
+    """The handler table for the naming module."""
+    h = _NamingHandlers(naming)
+    return {
+        "InstanceRequest": Handler("InstanceResponse", h.instance),
+        "BatchInstanceRequest": Handler("BatchInstanceResponse", h.batch_instance),
+        "PersistentInstanceRequest": Handler("InstanceResponse", h.persistent_instance),
+        "ServiceQueryRequest": Handler("QueryServiceResponse", h.query),
+        "SubscribeServiceRequest": Handler("SubscribeServiceResponse", h.subscribe),
+        "ServiceListRequest": Handler("ServiceListResponse", h.list_services),
+    }
+
+
+class _NamingHandlers:
+    def __init__(self, naming: NamingService) -> None:
+        self.naming = naming
+
+    def instance(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+        service = service_of(body)
+        kind = text(body, "type")
+        inst = instance_of(body.get("instance"), "instance")
+        if kind == "registerInstance":
+            self.naming.register_instance(ctx.conn.connection_id, service, inst)
+        elif kind == "deregisterInstance":
+            self.naming.deregister_instance(ctx.conn.connection_id, service)
+        else:
+            raise InvalidParam(f"Unsupported request type {kind}")
+        return codec.ok({"type": kind})
+
+    def batch_instance(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+        service = service_of(body)
+        kind = text(body, "type")
+        if kind != "batchRegisterInstance":
+            raise InvalidParam(f"Unsupported request type {kind}")
+        raw = body.get("instances")
+        if raw is None:
+            raw = []
+        if not isinstance(raw, list):
+            raise InvalidParam("'instances' must be a list")
+        instances = [instance_of(item, f"instances[{i}]") for i, item in enumerate(raw)]
+        for i, (item, inst) in enumerate(zip(raw, instances, strict=True)):
+            if isinstance(item, dict) and item.get("ephemeral") is False:
+                raise InvalidParam(f"batch registration does not allow persistent instance: instances[{i}] "
+                                   f"{inst.address}")
+        self.naming.batch_register_instances(ctx.conn.connection_id, service, instances)
+        return codec.ok({"type": kind})
+
+    def persistent_instance(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+        raise InvalidParam("persistent instances (ephemeral=false) are not supported by this server; "
+                           "register ephemeral instances")
+
+    def query(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+        service = service_of(body)
+        healthy_only = flag(body, "healthyOnly", False) or flag(body, "healthOnly", False)
+        info = self.naming.query(service, text(body, "cluster"), healthy_only)
+        return codec.ok(raw={"serviceInfo": info})
+
+    def subscribe(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+        service = service_of(body)
+        clusters = text(body, "clusters")
+        conn = ctx.conn
+        if flag(body, "subscribe", True):
+            app = conn.labels.get("AppName") or ctx.header("app") or "unknown"
+            info = self.naming.subscribe(conn.connection_id, service, clusters, conn.client_ip or conn.remote_ip,
+                                         conn.client_version, app)
+        else:
+            info = self.naming.unsubscribe(conn.connection_id, service, clusters)
+        return codec.ok({"message": "success"}, raw={"serviceInfo": info})
+
+    def list_services(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+        namespace = normalise_namespace(text(body, "namespace"))
+        group = text(body, "groupName") or DEFAULT_GROUP
+        page = self.naming.list_services(namespace, group, integer(body, "pageNo", 1), integer(body, "pageSize", 10))
+        return codec.ok({"count": page.count, "serviceNames": page.names})
+
+
+# --- body parsing: wrong types are 400s that name the field ---------------------------------
+def text(body: dict[str, Any], key: str, default: str = "") -> str:
+    value = body.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise InvalidParam(f"'{key}' must be a string")
+    return value
+
+
+def flag(body: dict[str, Any], key: str, default: bool) -> bool:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise InvalidParam(f"'{key}' must be a boolean")
+
+
+def integer(body: dict[str, Any], key: str, default: int) -> int:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+        raise InvalidParam(f"'{key}' must be an integer")
+    return value
+
+
+def number(body: dict[str, Any], key: str, default: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidParam(f"'{key}' must be a number")
+    if not math.isfinite(value):
+        raise InvalidParam(f"'{key}' must be a finite number")
+    return float(value)
+
+
+def service_of(body: dict[str, Any]) -> ServiceKey:
+    name = text(body, "serviceName").strip()
+    if not name:
+        raise InvalidParam("Param 'serviceName' is required and must not be blank.")
+    group = text(body, "groupName").strip() or DEFAULT_GROUP
+    return ServiceKey(normalise_namespace(text(body, "namespace")), group, name)
+
+
+def instance_of(raw: Any, where: str) -> InstanceInfo:
+    if not isinstance(raw, dict):
+        raise InvalidParam(f"'{where}' must be an Instance object")
+    ip = text(raw, "ip").strip()
+    if not ip:
+        raise InvalidParam(f"'{where}.ip' is required")
+    port = raw.get("port")
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise InvalidParam(f"'{where}.port' must be an integer")
+    return InstanceInfo(
+        ip=ip,
+        port=port,
+        weight=number(raw, "weight", 1.0),
+        healthy=flag(raw, "healthy", True),
+        enabled=flag(raw, "enabled", True),
+        cluster=text(raw, "clusterName").strip(),
+        instance_id=text(raw, "instanceId"),
+        metadata=parse_metadata(raw.get("metadata"), f"{where}.metadata"),
+    )
+
+
+class NamingConnectionListener:
+    """Creates the naming client of a connection whose labels say ``module=naming`` and
+    releases it when the connection goes (Nacos ConnectionBasedClientManager)."""
+
+    def __init__(self, clients: ClientManager, now_ms: Callable[[], int]) -> None:
+        self.clients = clients
+        self.now_ms = now_ms
+
+    def connected(self, conn: Connection) -> None:
+        if conn.module != "naming":
+            return
+        now = self.now_ms()
+        self.clients.add(Client(
+            conn.connection_id, ClientKind.CONNECTION, native=True, created_ms=now,
+            client_ip=conn.client_ip, app=conn.app, agent=conn.client_version,
+            last_updated_ms=now, last_renew_ms=now,
+        ))
+
+    def disconnected(self, conn: Connection, reason: str) -> None:
+        self.clients.remove(conn.connection_id, reason)
