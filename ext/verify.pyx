@@ -130,6 +130,11 @@ def bucket_digests(client_ids, revisions, n_buckets):
     cdef Py_ssize_t count = len(client_ids)
     if count != len(revisions):
         raise ValueError(f"client_ids and revisions differ in length: {count} != {len(revisions)}")
+    # Index lists/tuples directly; other sized iterables (the twin zips them) are copied once.
+    ids = client_ids if isinstance(client_ids, (list, tuple)) else list(client_ids)
+    revs = revisions if isinstance(revisions, (list, tuple)) else list(revisions)
+    if len(ids) != count or len(revs) != count:
+        raise ValueError("client_ids or revisions changed length while being read")
     cdef uint64_t* acc = <uint64_t*>PyMem_Calloc(n, sizeof(uint64_t))
     if acc == NULL:
         raise MemoryError()
@@ -140,11 +145,11 @@ def bucket_digests(client_ids, revisions, n_buckets):
     cdef list out
     try:
         for i in range(count):
-            rev_obj = PyNumber_Index(revisions[i])
+            rev_obj = PyNumber_Index(revs[i])
             revision = PyLong_AsLongLongAndOverflow(rev_obj, &overflow)
             if overflow != 0 or revision < 0:
                 raise ValueError(f"revision out of range [0, 2**63 - 1]: {rev_obj}")
-            h = _fnv(client_ids[i])
+            h = _fnv(ids[i])
             # Unsigned 64-bit arithmetic below: the products and the sum wrap mod 2**64.
             acc[h % <uint64_t>n] += _splitmix64(h ^ (<uint64_t>revision * GOLDEN))
         out = [PyLong_FromUnsignedLongLong(acc[i]) for i in range(n)]

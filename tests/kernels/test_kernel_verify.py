@@ -128,6 +128,13 @@ def test_bucket_digests_order_independent(verify: ModuleType) -> None:
     assert a == b
 
 
+def test_bucket_digests_accept_sized_iterables(verify: ModuleType) -> None:
+    revisions = {f"client-{i}": i for i in range(50)}
+    expected = oracle_digests(list(revisions), list(revisions.values()), 8)
+    assert verify.bucket_digests(revisions.keys(), revisions.values(), 8) == expected
+    assert verify.bucket_digests(tuple(revisions), tuple(revisions.values()), 8) == expected
+
+
 def test_bucket_digests_detect_a_revision_change(verify: ModuleType) -> None:
     ids = [f"client-{i}" for i in range(100)]
     revs = list(range(100))
