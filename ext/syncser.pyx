@@ -8,7 +8,7 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_DECREF, Py_INCREF, Py_XDECREF
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DATA, PyUnicode_GET_LENGTH
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
@@ -114,7 +114,7 @@ cdef inline bint _check_bool(object value, str what) except -1:
 cdef long long _check_int(object value, long long low, long long high, str what) except? -1:
     if not isinstance(value, int):
         raise TypeError(f"{what} must be int, got {type(value).__name__}")
-    cdef int overflow
+    cdef int overflow = 0
     cdef long long v = PyLong_AsLongLongAndOverflow(value, &overflow)
     if overflow != 0 or v < low or v > high:
         raise ValueError(f"{what} out of range [{low}, {high}]: {value}")
@@ -165,8 +165,8 @@ cdef int _put_instance(Buf* b, object instance) except -1:
         raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
     _put_uvarint(b, <uint64_t>len(<dict>metadata))
     cdef Py_ssize_t pos = 0
-    cdef PyObject* key
-    cdef PyObject* item
+    cdef PyObject* key = NULL
+    cdef PyObject* item = NULL
     while PyDict_Next(metadata, &pos, &key, &item):
         # Encoding a str runs no Python code, so the dict cannot change under this walk.
         _put_str(b, <object>key, "metadata key")

@@ -140,7 +140,7 @@ def bucket_digests(client_ids, revisions, n_buckets):
         raise MemoryError()
     cdef Py_ssize_t i
     cdef long long revision
-    cdef int overflow
+    cdef int overflow = 0
     cdef uint64_t h
     cdef list out
     try:
@@ -161,8 +161,8 @@ def bucket_digests(client_ids, revisions, n_buckets):
 def diff_revisions(local, remote):
     cdef list missing = [], stale = [], extra = []
     cdef Py_ssize_t pos = 0, n_extra
-    cdef PyObject* key_ptr
-    cdef PyObject* value_ptr
+    cdef PyObject* key_ptr = NULL
+    cdef PyObject* value_ptr = NULL
     cdef PyObject* other
     if type(local) is dict and type(remote) is dict:
         # Fast path: C-level dict walk and lookups; keys keep their cached hashes. Owned refs
