@@ -78,6 +78,7 @@ class NamingService:
         self.services = services
         self.index = index
         self.storage = storage
+        self._last_ref_ms = 0
 
     # --- validation ---------------------------------------------------------------------
     def check_params(self, service: ServiceKey | None = None, clusters: str | None = None,
@@ -205,8 +206,14 @@ class NamingService:
         record = self.services.get(service)
         view = self.storage.view(service)
         selection = view.select(parse_clusters(clusters), healthy_only, record)
-        return service_info_json(service, clusters, selection, self.clock.now_ms(),
+        return service_info_json(service, clusters, selection, self._ref_time(),
                                  self.config.push_cache_millis, grouped_name)
+
+    def _ref_time(self) -> int:
+        """lastRefTime, strictly increasing: SDKs drop a ServiceInfo whose lastRefTime is not
+        newer than the one they hold, so two answers built in one millisecond must differ."""
+        self._last_ref_ms = max(self.clock.now_ms(), self._last_ref_ms + 1)
+        return self._last_ref_ms
 
     def push_payload(self, service: ServiceKey, clusters: str) -> str:
         """The ServiceInfo a subscriber is pushed (enabled only, protection applied)."""

@@ -51,6 +51,7 @@ class Connection:
     slot: int
     created_ms: int
     created_mono_ms: int
+    seq: int = 0
     registered: bool = False
     client_ip: str = ""
     client_version: str = ""
@@ -98,6 +99,7 @@ class ConnectionManager:
         self._free: list[int] = []
         self._per_ip: dict[str, int] = {}
         self._request_ids = itertools.count(1)
+        self._seq = itertools.count(1)
         self.on_unregister_hooks: list[Callable[[Connection, str], None]] = []
 
     # --- lookup and lifecycle -----------------------------------------------------------
@@ -125,7 +127,7 @@ class ConnectionManager:
         while conn_id in self.by_id:  # two transports from one ip:port in one ms cannot happen,
             now += 1                  # but a reused port after a fast reconnect can.
             conn_id = f"{now}_{ip}_{port}"
-        conn = Connection(conn_id, peer, ip, port, slot, now, self.clock.monotonic_ms())
+        conn = Connection(conn_id, peer, ip, port, slot, now, self.clock.monotonic_ms(), next(self._seq))
         self._slot_owner[slot] = conn
         self._stamps[slot] = conn.created_mono_ms
         self.by_peer[peer] = conn
@@ -218,7 +220,7 @@ class ConnectionManager:
             return []
         rule = self.limits.rule
         registered = [c for c in self.by_id.values() if c.registered and c.source == "sdk"]
-        registered.sort(key=lambda c: c.created_mono_ms, reverse=True)
+        registered.sort(key=lambda c: c.seq, reverse=True)
         expel: list[Connection] = []
         chosen: set[str] = set()
         by_ip: dict[str, list[Connection]] = {}
