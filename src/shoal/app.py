@@ -15,7 +15,7 @@ from shoal.model.keys import ServiceKey
 from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
 from shoal.push.service import PushService
 from shoal.service_layer import NamingService
-from shoal.tasks import Periodic
+from shoal.tasks import Periodic, run_blocking
 from shoal.transport.grpc.connections import Connection, ConnectionManager
 from shoal.transport.grpc.limits import LimitRuleFile
 from shoal.transport.grpc.naming_handlers import NamingConnectionListener, naming_handlers
@@ -69,6 +69,7 @@ class Node:
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         """Open the listeners (answering 300 until ready), start the loops, then serve."""
+        await run_blocking(self.limits.reload_if_changed)  # limits hold from the first connection
         await self.http.start()
         await self.sdk_server.start()
         self._started = True

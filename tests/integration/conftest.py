@@ -32,6 +32,16 @@ def server(servers: Callable[..., ServerProcess]) -> ServerProcess:
     return servers()
 
 
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for a whole module (its tests also show it keeps serving after each other's
+    bad input). A small inbound limit makes the oversized-payload case cheap."""
+    server = start_server(tmp_path_factory.mktemp("shared"),
+                          ["-D", "nacos.remote.server.grpc.sdk.max-inbound-message-size=65536"])
+    yield server
+    kill(server)
+
+
 @pytest.fixture
 async def sdk(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     """Factory of real nacos-sdk-python 3.x (v2.nacos) naming clients; all shut down after."""

@@ -22,19 +22,8 @@ from v2.nacos import (
     SubscribeServiceParam,
 )
 
+from .aio import wait_for
 from .procs import ServerProcess, http_get
-
-
-async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Await until ``predicate()`` (sync or async) is truthy, polling, or fail at the deadline."""
-    async with asyncio.timeout(timeout):
-        while True:
-            value = predicate()
-            if asyncio.iscoroutine(value):
-                value = await value
-            if value:
-                return value
-            await asyncio.sleep(0.05)
 
 
 class Pushes:

@@ -78,8 +78,12 @@ class SdkServer:
             grpc.method_handlers_generic_handler("BiRequestStream", {"requestBiStream": stream}),
         ])
         address = f"{self.config.host}:{self.port}"
-        if server.add_insecure_port(address) == 0:
-            raise OSError(f"cannot listen on {address} (in use?)")
+        try:
+            bound = server.add_insecure_port(address)
+        except RuntimeError as exc:  # grpc reports a failed bind this way
+            raise OSError(f"cannot listen on {address} for gRPC: {exc}") from None
+        if bound == 0:
+            raise OSError(f"cannot listen on {address} for gRPC (address in use?)")
         await server.start()
         self._server = server
         log.info("%s gRPC server listening on %s", self.source, address)

@@ -1,0 +1,53 @@
+"""The `shoal` command: help texts, bad configuration, busy ports, signals."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from .procs import ServerProcess, free_port_block, http_get
+
+
+def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shoal", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_help_explains_commands_and_settings() -> None:
+    top = run_cli("--help")
+    assert top.returncode == 0 and "server" in top.stdout
+    server = run_cli("server", "--help")
+    assert server.returncode == 0
+    for needle in ("--port", "--data-dir", "--config", "--log-level", "-D PROPERTY=VALUE",
+                   "nacos.naming.push.pushTaskDelay", "nacos.remote.server.connection.keep-alive-ms"):
+        assert needle in server.stdout
+
+
+def test_bad_configuration_is_reported_without_traceback(tmp_path: Path) -> None:
+    result = run_cli("server", "--port", "70000", "--data-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert "invalid configuration" in result.stderr and "server.port" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = run_cli("server", "-D", "nacos.naming.push.pushTaskDelay=soon", "--data-dir", str(tmp_path))
+    assert result.returncode == 2 and "pushTaskDelay" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_busy_port_is_a_clear_error(tmp_path: Path) -> None:
+    port = free_port_block()
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", port + 1000))
+        blocker.listen()
+        result = run_cli("server", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(tmp_path))
+    assert result.returncode == 1
+    assert "cannot start" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_sigint_stops_gracefully(servers: Callable[..., ServerProcess]) -> None:
+    server = servers()
+    assert http_get(server.url("/nacos/v1/console/health/liveness")) == (200, "OK")
+    assert http_get(server.url("/nacos/no/such/path"))[0] == 404
+    server.signal(signal.SIGINT)
+    assert server.proc.wait(5) == 0
