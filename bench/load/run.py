@@ -1,0 +1,973 @@
+"""Multi-process gRPC load generator for a Shoal (Nacos 2.x) naming node.
+
+Run ``python bench/load/run.py --help`` for the phases, the flags and the JSON it prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import math
+import multiprocessing
+import os
+import platform
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from array import array
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import worker as load_worker  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PHASES = ("register", "query", "deregister", "push", "idle")
+TARGETS = {  # from the issue: measured on the 2-core box
+    "register_ops_per_server_cpu_s": 3000.0,
+    "query_ops_per_server_cpu_s": 8000.0,
+    "push_latency_p99_ms": 50.0,
+    "idle_connections": 10_000,
+}
+
+DESCRIPTION = """\
+Load generator for a Shoal node over the Nacos 2.x gRPC SDK protocol (grpc.aio, real Nacos
+payloads, one HTTP/2 transport per Nacos connection, many connections per worker process).
+
+It starts `shoal server` itself on free 127.0.0.1 ports (data dir in a temp directory, log
+level --server-log-level, extra settings with --server-arg) unless --addr names a running
+node; then it runs the phases given by --phases, prints ONE JSON document on stdout (and
+writes it to --out), and always stops the server it started (SIGTERM, then SIGKILL after
+10 s), also on errors and Ctrl-C. All traffic goes to 127.0.0.1 (or --addr).
+
+phases
+  register    W worker processes (--workers) x C connections each (--connections) register
+              --ops instances in total: connection g registers one instance (ip derived from
+              g, port 8080, 4 metadata keys) into --ops/(W*C) of the --services services
+              (InstanceRequest registerInstance, the Java 2.5.1 body), --window requests in
+              flight per connection.
+  query       --query-ops ServiceQueryRequest on random registered services, same connections.
+  deregister  every registered instance is deregistered (InstanceRequest deregisterInstance).
+              Before query and after deregister one extra process queries every service once
+              and checks the host totals (the "verify" entries).
+  push        --push-subscribers new connections (spread over the workers) each subscribe
+              to one of --push-services services; one more process with --push-publishers
+              connections registers/deregisters instances at --push-rate per second,
+              --push-changes in all, every register with a fresh port. A subscriber's latency
+              sample is (time the push carrying the change was received) - (time the request
+              was sent), both from time.time() on this host; a change is matched by the
+              instance appearing in (register) or leaving (deregister) the pushed
+              serviceInfo, so coalesced pushes are counted correctly. Reports p50/p99/max,
+              samples, missed samples and pushes received.
+  idle        on a fresh server (when this tool manages it) open --idle-connections
+              connections spread over the workers, read the server's VmRSS before and after
+              (bytes per connection), how long opening took, then hold them --idle-hold
+              seconds (default: keep-alive-ms + 15 s, so at least one keep-alive scan probes
+              all of them with ClientDetectionRequest, which the clients answer) while one
+              more connection queries every --ping-interval s; then report how many streams
+              are still open and answer a HealthCheckRequest (i.e. survived), how many probes
+              were answered, and the ping latencies.
+
+measurements
+  ops/s         ops completed / (last worker end - first worker start).
+  server CPU    utime+stime of the server process (all threads) from /proc/<pid>/stat,
+                divided by SC_CLK_TCK, taken just before and after the phase:
+                server_cpu_s_per_1000_ops and ops_per_server_cpu_s.
+  latency       client-observed request latency p50/p99/max in ms.
+  client CPU    CPU seconds the generator processes used (they share the cores with the
+                server: on a 2-core box prefer few workers).
+
+--compare-pure runs register (+ query and deregister) twice, once against a server started
+normally and once with SHOAL_NO_EXTENSIONS=1 (pure-Python kernels), and reports both
+CPU-per-1000-ops figures and their ratio. Whether the compiled kernels were loaded is read
+from /proc/<pid>/maps.
+"""
+
+EPILOG = """\
+examples
+  python bench/load/run.py --phases register,query,deregister --ops 5000 --query-ops 10000
+  python bench/load/run.py --out /tmp/load.json                       # every phase, default sizes
+  python bench/load/run.py --phases idle --idle-connections 10000 --server-arg \\
+      nacos.remote.server.connection.detection-timeout-ms=5000
+  python bench/load/run.py --compare-pure --phases register,query,deregister
+  python bench/load/run.py --addr 127.0.0.1:9848 --server-pid 1234 --phases register,query
+"""
+
+
+# --- the server process ------------------------------------------------------------------------
+def _free_port_pair(offset: int) -> int:
+    """A port P with P and P+offset both free on 127.0.0.1."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + offset >= 65536:
+            continue
+        try:
+            with socket.socket() as s2:
+                s2.bind(("127.0.0.1", port + offset))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free pair of loopback ports")
+
+
+def _server_preexec() -> None:  # runs in the child between fork and exec
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    with contextlib.suppress(Exception):  # die with the generator even if it is SIGKILLed
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class Server:
+    """A `shoal server` this tool started, or an existing one (then stats need its pid)."""
+
+    def __init__(
+        self,
+        target: str,
+        pid: int | None,
+        proc: subprocess.Popen[bytes] | None = None,
+        tmpdir: str | None = None,
+        log_path: str | None = None,
+        argv: list[str] | None = None,
+        http_port: int | None = None,
+        env_note: str = "",
+    ) -> None:
+        self.target = target
+        self.pid = pid
+        self.proc = proc
+        self.tmpdir = tmpdir
+        self.log_path = log_path
+        self.argv = argv or []
+        self.http_port = http_port
+        self.env_note = env_note
+
+    @classmethod
+    def start(
+        cls, server_args: Sequence[str], log_level: str, pure: bool = False, ready_timeout_s: float = 30.0
+    ) -> Server:
+        port = _free_port_pair(1000)
+        tmpdir = tempfile.mkdtemp(prefix="shoal-load-")
+        argv = [
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--data-dir",
+            os.path.join(tmpdir, "data"),
+            "--log-level",
+            log_level,
+        ]
+        for item in server_args:
+            argv += ["-D", item]
+        env = dict(os.environ)
+        env.pop("SHOAL_NO_EXTENSIONS", None)
+        if pure:
+            env["SHOAL_NO_EXTENSIONS"] = "1"
+        log_path = os.path.join(tmpdir, "server.log")
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "shoal", *argv],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                preexec_fn=_server_preexec,
+                start_new_session=True,
+            )
+        server = cls(
+            f"127.0.0.1:{port + 1000}",
+            proc.pid,
+            proc,
+            tmpdir,
+            log_path,
+            [a if a != os.path.join(tmpdir, "data") else "<tmp>/data" for a in argv],
+            port,
+            "SHOAL_NO_EXTENSIONS=1" if pure else "",
+        )
+        try:
+            server._wait_ready(ready_timeout_s)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        url = f"http://127.0.0.1:{self.http_port}/nacos/v1/console/health/readiness"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.check_alive()
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as reply:
+                if reply.status == 200:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"server not ready after {timeout_s} s:\n{self.log_tail()}")
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self.log_path or not os.path.exists(self.log_path):
+            return ""
+        with open(self.log_path, "rb") as f:
+            return b"".join(f.readlines()[-lines:]).decode(errors="replace")
+
+    def stop(self) -> int | None:
+        code = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(5)
+            code = self.proc.returncode
+            self.proc = None
+        if self.tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
+        return code
+
+    # --- /proc --------------------------------------------------------------------------------
+    def cpu_s(self) -> float | None:
+        if self.pid is None:
+            return None
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+    def status(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        if self.pid is None:
+            return out
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    out[key] = int(value.split()[0]) * 1024
+                elif key == "Threads":
+                    out[key] = int(value)
+        with contextlib.suppress(OSError):
+            out["fds"] = len(os.listdir(f"/proc/{self.pid}/fd"))
+        return out
+
+    def rss(self) -> int | None:
+        return self.status().get("VmRSS")
+
+    def extensions_loaded(self) -> bool | None:
+        if self.pid is None:
+            return None
+        with open(f"/proc/{self.pid}/maps") as f:
+            return any("shoal/_ext/" in line for line in f)
+
+
+# --- the worker processes ------------------------------------------------------------------------
+class Pool:
+    """Worker processes (spawned, not forked: grpc is not fork-safe), one pipe each."""
+
+    def __init__(self, count: int, target: str) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.procs: list[Any] = []
+        self.pipes: list[Any] = []
+        for i in range(count):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(
+                target=load_worker.worker_main, args=(i, target, child), daemon=True, name=f"shoal-load-{i}"
+            )
+            proc.start()
+            child.close()
+            self.procs.append(proc)
+            self.pipes.append(parent)
+
+    def send(self, indexes: Iterable[int], command: str, params: dict[str, Any] | list[dict[str, Any]]) -> list[int]:
+        idx = list(indexes)
+        for n, i in enumerate(idx):
+            self.pipes[i].send((command, params[n] if isinstance(params, list) else params))
+        return idx
+
+    def recv(self, indexes: Iterable[int], timeout_s: float, server: Server | None = None) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout_s
+        for i in indexes:
+            while not self.pipes[i].poll(0.2):
+                if server is not None:
+                    server.check_alive()
+                if not self.procs[i].is_alive():
+                    raise RuntimeError(f"worker {i} died (exit code {self.procs[i].exitcode})")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"worker {i} did not answer within {timeout_s:.0f} s")
+            status, result = self.pipes[i].recv()
+            if status != "ok":
+                raise RuntimeError(result)
+            out.append(result)
+        return out
+
+    def call(
+        self,
+        indexes: Iterable[int],
+        command: str,
+        params: dict[str, Any] | list[dict[str, Any]],
+        timeout_s: float,
+        server: Server | None = None,
+    ) -> list[dict[str, Any]]:
+        return self.recv(self.send(indexes, command, params), timeout_s, server)
+
+    def close(self) -> None:
+        for i, pipe in enumerate(self.pipes):
+            if self.procs[i].is_alive():
+                with contextlib.suppress(Exception):
+                    pipe.send(("exit", {}))
+        deadline = time.monotonic() + 15
+        for proc in self.procs:
+            proc.join(max(0.1, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5)
+
+
+# --- statistics ------------------------------------------------------------------------------------
+def percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    k = max(0, min(len(sorted_values) - 1, math.ceil(q / 100 * len(sorted_values)) - 1))
+    return sorted_values[k]
+
+
+def latency_ms(values: Iterable[float]) -> dict[str, float | int | None]:
+    data = sorted(v * 1000 for v in values)
+
+    def r3(x):
+        return None if x is None else round(x, 3)
+
+    return {
+        "samples": len(data),
+        "p50": r3(percentile(data, 50)),
+        "p90": r3(percentile(data, 90)),
+        "p99": r3(percentile(data, 99)),
+        "max": r3(data[-1] if data else None),
+    }
+
+
+def merge_errors(results: Iterable[dict[str, Any]], key: str = "errors") -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in results:
+        for k, v in r.get(key, {}).items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def rate_phase(
+    name: str,
+    results: list[dict[str, Any]],
+    cpu0: float | None,
+    cpu1: float | None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    ops = sum(r["ops"] for r in results)
+    wall = max(r["end"] for r in results) - min(r["start"] for r in results)
+    lat = array("d")
+    for r in results:
+        lat.extend(r["latency_s"])
+    out: dict[str, Any] = {
+        "ops": ops,
+        "errors": merge_errors(results),
+        "truncated": any(r["truncated"] for r in results),
+        "wall_s": round(wall, 3),
+        "ops_per_s": round(ops / wall, 1) if wall > 0 else None,
+        "latency_ms": latency_ms(lat),
+        "client_cpu_s": round(sum(r["client_cpu_s"] for r in results), 3),
+    }
+    if cpu0 is not None and cpu1 is not None:
+        cpu = cpu1 - cpu0
+        out.update(
+            {
+                "server_cpu_s": round(cpu, 3),
+                "server_cpu_utilisation": round(cpu / wall, 3) if wall > 0 else None,
+                "server_cpu_s_per_1000_ops": round(cpu / ops * 1000, 4) if ops else None,
+                "ops_per_server_cpu_s": round(ops / cpu, 1) if cpu > 0 else None,
+            }
+        )
+    if extra:
+        out.update(extra)
+    log(
+        f"{name}: {ops} ops in {wall:.2f} s = {out['ops_per_s']}/s; server {out.get('server_cpu_s')} CPU-s "
+        f"-> {out.get('ops_per_server_cpu_s')} ops/CPU-s; p50/p99 {out['latency_ms']['p50']}/"
+        f"{out['latency_ms']['p99']} ms; errors {out['errors']}"
+    )
+    return out
+
+
+def log(message: str) -> None:
+    print(f"[load {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- phases ----------------------------------------------------------------------------------------
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.server: Server | None = None
+        self.pool: Pool | None = None
+        self.servers_started: list[dict[str, Any]] = []
+
+    # servers and pools
+    def open_server(self, pure: bool = False) -> Server:
+        a = self.args
+        if a.addr:
+            self.server = Server(a.addr, a.server_pid)
+        else:
+            log(f"starting shoal server{' (SHOAL_NO_EXTENSIONS=1)' if pure else ''}")
+            self.server = Server.start(a.server_arg, a.server_log_level, pure=pure)
+            log(f"server pid {self.server.pid} on {self.server.target}")
+        info = {
+            "target": self.server.target,
+            "pid": self.server.pid,
+            "managed": self.server.proc is not None,
+            "argv": self.server.argv,
+            "env": self.server.env_note,
+            "extensions_loaded": self.server.extensions_loaded(),
+            "status_at_start": self.server.status(),
+        }
+        self.servers_started.append(info)
+        return self.server
+
+    def close_server(self) -> None:
+        if self.server is not None and self.server.proc is not None:
+            code = self.server.stop()
+            self.servers_started[-1]["exit_code"] = code
+            log(f"server stopped (exit {code})")
+        self.server = None
+
+    def open_pool(self) -> Pool:
+        assert self.server is not None
+        self.pool = Pool(self.args.workers + 1, self.server.target)  # +1: publisher / verifier / pinger
+        return self.pool
+
+    def close_pool(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+    @property
+    def aux(self) -> int:
+        return self.args.workers
+
+    def loaders(self) -> range:
+        return range(self.args.workers)
+
+    def cpu(self) -> float | None:
+        assert self.server is not None
+        return self.server.cpu_s()
+
+    # the rate phases
+    def rate_phases(self, phases: Sequence[str]) -> dict[str, Any]:
+        a, pool, server = self.args, self.pool, self.server
+        assert pool is not None and server is not None
+        out: dict[str, Any] = {}
+        n_conns = a.workers * a.connections
+        per_conn = max(1, math.ceil(a.ops / n_conns))
+        if per_conn > a.services:
+            raise SystemExit(
+                f"--ops {a.ops} needs {per_conn} services per connection but --services is {a.services}: "
+                "a connection holds one instance per service"
+            )
+        common = {
+            "prefix": "load-svc",
+            "services": a.services,
+            "per_conn": per_conn,
+            "window": a.window,
+            "duration": a.duration,
+            "seed": a.seed,
+        }
+        log(f"opening {n_conns} connections in {a.workers} workers")
+        opened = pool.call(
+            self.loaders(),
+            "connect",
+            [
+                {"count": a.connections, "concurrency": a.connect_concurrency, "first_global": i * a.connections}
+                for i in self.loaders()
+            ],
+            a.duration + 60,
+            server,
+        )
+        connect_lat = array("d")
+        for r in opened:
+            connect_lat.extend(r["connect_s"])
+        out["connections"] = {
+            "opened": sum(r["opened"] for r in opened),
+            "failed": sum(r["failed"] for r in opened),
+            "errors": merge_errors(opened),
+            "handshake_ms": latency_ms(connect_lat),
+        }
+        out["workload"] = {
+            "connections": n_conns,
+            "services": a.services,
+            "registrations_per_connection": per_conn,
+            "instances_per_service": n_conns * per_conn / a.services,
+            "window_per_connection": a.window,
+            "in_flight_max": n_conns * a.window,
+            "instance_metadata_keys": len(load_worker.INSTANCE_METADATA),
+        }
+        pool.call([self.aux], "connect", {"count": 1, "concurrency": 1, "first_global": 10_000_000}, 60, server)
+        for phase in phases:
+            if phase == "query":
+                out["verify_before_query"] = pool.call([self.aux], "verify", common, 300, server)[0]
+            params = dict(common)
+            if phase == "query":
+                params["ops"] = max(1, a.query_ops // a.workers)
+            cpu0 = self.cpu()
+            results = pool.call(self.loaders(), phase, params, a.duration + 120, server)
+            cpu1 = self.cpu()
+            out[phase] = rate_phase(phase, results, cpu0, cpu1)
+            out[phase]["server_rss_bytes_after"] = server.rss()
+            if phase == "deregister":
+                out["verify_after_deregister"] = pool.call([self.aux], "verify", common, 300, server)[0]
+        pool.call([*list(self.loaders()), self.aux], "close_all", {}, 120, server)
+        return out
+
+    # push latency
+    def push_phase(self) -> dict[str, Any]:
+        a, pool, server = self.args, self.pool, self.server
+        assert pool is not None and server is not None
+        prefix = "push-svc"
+        per = [
+            a.push_subscribers // a.workers + (1 if i < a.push_subscribers % a.workers else 0) for i in self.loaders()
+        ]
+        first = [sum(per[:i]) for i in self.loaders()]
+        log(
+            f"push: {a.push_subscribers} subscribers on {a.push_services} services, {a.push_publishers} publishers, "
+            f"{a.push_changes} changes at {a.push_rate}/s"
+        )
+        subs = pool.call(
+            self.loaders(),
+            "push_subscribe",
+            [
+                {
+                    "count": per[i],
+                    "concurrency": a.connect_concurrency,
+                    "first_sub": first[i],
+                    "prefix": prefix,
+                    "services": a.push_services,
+                }
+                for i in self.loaders()
+            ],
+            300,
+            server,
+        )
+        subscribers: dict[str, list[int]] = {}
+        for r in subs:
+            for svc, ids in r["subscribers"].items():
+                subscribers.setdefault(svc, []).extend(ids)
+        pool.call(
+            [self.aux], "connect", {"count": a.push_publishers, "concurrency": 50, "first_global": 0}, 120, server
+        )
+        time.sleep(1.0)  # let the first-subscription pushes land, then forget them
+        pool.call(self.loaders(), "push_collect", {}, 60, server)
+        cpu0 = self.cpu()
+        pub = pool.call(
+            [self.aux],
+            "publish",
+            {
+                "prefix": prefix,
+                "services": a.push_services,
+                "rate": a.push_rate,
+                "changes": a.push_changes,
+                "duration": a.duration,
+            },
+            a.duration + 120,
+            server,
+        )[0]
+        # wait for the last pushes: until every expected sample arrived or --push-settle s passed
+        expected = sum(len(subscribers.get(svc, [])) for _, svc, _, _, _ in pub["ops"])
+        events: list[tuple[int, str, str, int, str, float]] = []
+        pushes = unchanged = 0
+        deadline = time.monotonic() + a.push_settle
+        while True:
+            got = pool.call(self.loaders(), "push_collect", {}, 60, server)
+            for r in got:
+                events.extend(r["events"])
+                pushes += r["pushes"]
+                unchanged += r["unchanged"]
+            if len(events) >= expected or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        cpu1 = self.cpu()
+        first_seen: dict[tuple[int, str, int, str], float] = {}
+        for sub, _svc, ip, port, kind, received in events:
+            key = (sub, ip, port, kind)
+            if key not in first_seen or received < first_seen[key]:
+                first_seen[key] = received
+        samples: dict[str, array[float]] = {"registerInstance": array("d"), "deregisterInstance": array("d")}
+        missed = 0
+        for kind, svc, port, ip, sent in pub["ops"]:
+            want = "up" if kind == "registerInstance" else "down"
+            for sub in subscribers.get(svc, []):
+                received = first_seen.get((sub, ip, port, want))
+                if received is None:
+                    missed += 1
+                else:
+                    samples[kind].append(received - sent)
+        both = array("d", list(samples["registerInstance"]) + list(samples["deregisterInstance"]))
+        wall = pub["end"] - pub["start"]
+        result: dict[str, Any] = {
+            "subscribers": sum(r["opened"] for r in subs),
+            "subscriber_connect_failures": sum(r["failed"] for r in subs),
+            "services": a.push_services,
+            "publishers": a.push_publishers,
+            "changes_sent": len(pub["ops"]),
+            "change_rate_target_per_s": a.push_rate,
+            "change_rate_per_s": round(len(pub["ops"]) / wall, 1) if wall else None,
+            "publish_errors": pub["errors"],
+            "publish_request_latency_ms": latency_ms(pub["request_latency_s"]),
+            "expected_samples": expected,
+            "missed_samples": missed,
+            "pushes_received": pushes,
+            "pushes_per_s": round(pushes / wall, 1) if wall else None,
+            "pushes_with_unchanged_hosts": unchanged,
+            "push_latency_ms": latency_ms(both),
+            "push_latency_ms_register": latency_ms(samples["registerInstance"]),
+            "push_latency_ms_deregister": latency_ms(samples["deregisterInstance"]),
+        }
+        if cpu0 is not None and cpu1 is not None:
+            result["server_cpu_s"] = round(cpu1 - cpu0, 3)
+            result["server_cpu_s_per_1000_pushes"] = round((cpu1 - cpu0) / pushes * 1000, 4) if pushes else None
+        pl = result["push_latency_ms"]
+        log(
+            f"push: {pl['samples']} samples, p50 {pl['p50']} ms, p99 {pl['p99']} ms, max {pl['max']} ms, "
+            f"missed {missed}, {pushes} pushes"
+        )
+        pool.call([*list(self.loaders()), self.aux], "close_all", {}, 120, server)
+        return result
+
+    # idle connections
+    def idle_phase(self) -> dict[str, Any]:
+        a, pool, server = self.args, self.pool, self.server
+        assert pool is not None and server is not None
+        n = a.idle_connections
+        per = [n // a.workers + (1 if i < n % a.workers else 0) for i in self.loaders()]
+        first = [sum(per[:i]) for i in self.loaders()]
+        warm = pool.call([self.aux], "one_query", {"service": "idle-probe-svc"}, 60, server)[0]
+        time.sleep(1.0)
+        before = server.status()
+        log(f"idle: opening {n} connections over {a.workers} workers (server RSS {before.get('VmRSS')})")
+        cpu0 = self.cpu()
+        opened = pool.call(
+            self.loaders(),
+            "idle_open",
+            [
+                {"count": per[i], "concurrency": a.connect_concurrency, "first_global": first[i], "timeout": 60.0}
+                for i in self.loaders()
+            ],
+            1800,
+            server,
+        )
+        cpu1 = self.cpu()
+        open_wall = max(r["end"] for r in opened) - min(r["start"] for r in opened)
+        n_open = sum(r["opened"] for r in opened)
+        time.sleep(2.0)
+        after = server.status()
+        log(f"idle: {n_open} open in {open_wall:.1f} s; server RSS {after.get('VmRSS')}")
+        during = pool.call([self.aux], "one_query", {"service": "idle-probe-svc"}, 60, server)[0]
+        pool.call(
+            [self.aux],
+            "ping_start",
+            {"service": "idle-probe-svc", "interval": a.ping_interval, "max_s": a.idle_hold + 120},
+            60,
+            server,
+        )
+        hold = a.idle_hold if a.idle_hold is not None else 35.0
+        peak_rss = after.get("VmRSS") or 0
+        hold_cpu0 = self.cpu()
+        end = time.monotonic() + hold
+        while time.monotonic() < end:
+            server.check_alive()
+            peak_rss = max(peak_rss, server.rss() or 0)
+            time.sleep(1.0)
+        hold_cpu1 = self.cpu()
+        ping = pool.call([self.aux], "ping_stop", {}, 60, server)[0]
+        after_hold = server.status()
+        checks = pool.call(self.loaders(), "idle_check", {"concurrency": 200}, 600, server)
+        survived = sum(min(r["stream_open"], r["health_ok"]) for r in checks)
+        rss0, rss1 = before.get("VmRSS"), after.get("VmRSS")
+        result: dict[str, Any] = {
+            "requested": n,
+            "opened": n_open,
+            "open_failures": sum(r["failed"] for r in opened),
+            "open_errors": merge_errors(opened),
+            "open_wall_s": round(open_wall, 2),
+            "opens_per_s": round(n_open / open_wall, 1) if open_wall > 0 else None,
+            "handshake_ms": latency_ms(v for r in opened for v in r["connect_s"]),
+            "server_cpu_s_to_open": round(cpu1 - cpu0, 3) if cpu0 is not None and cpu1 is not None else None,
+            "server_status_before": before,
+            "server_status_after_open": after,
+            "server_status_after_hold": after_hold,
+            "server_rss_peak_during_hold": peak_rss,
+            "rss_per_connection_bytes": round((rss1 - rss0) / n_open) if rss0 and rss1 and n_open else None,
+            "query_before_open": warm,
+            "query_while_holding": during,
+            "hold_s": hold,
+            "server_cpu_s_during_hold": round(hold_cpu1 - hold_cpu0, 3)
+            if hold_cpu0 is not None and hold_cpu1 is not None
+            else None,
+            "ping_during_hold_ms": latency_ms(ping["latency_s"]),
+            "ping_errors": ping["errors"],
+            "stream_open_after_hold": sum(r["stream_open"] for r in checks),
+            "health_ok_after_hold": sum(r["health_ok"] for r in checks),
+            "health_errors_after_hold": merge_errors(checks, "health_errors"),
+            "stream_errors": merge_errors(checks, "stream_errors"),
+            "probes_answered": sum(r["detections_answered"] for r in checks),
+            "connections_probed": sum(r["connections_probed"] for r in checks),
+            "survived": survived,
+            "all_survived": survived == n_open == n,
+            "client_fd_limit": min(r["fd_limit"] for r in opened),
+            "client_rss_bytes_per_worker": [r["client_rss_bytes"] for r in opened],
+        }
+        log(
+            f"idle: {survived}/{n_open} survived {hold:.0f} s; probes answered {result['probes_answered']}; "
+            f"{result['rss_per_connection_bytes']} B RSS per connection; ping p99 "
+            f"{result['ping_during_hold_ms']['p99']} ms max {result['ping_during_hold_ms']['max']} ms"
+        )
+        pool.call([*list(self.loaders()), self.aux], "close_all", {}, 300, server)
+        return result
+
+
+def targets(report: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    phases = report.get("phases", {})
+    rates = phases.get("rates", {})
+    for name in ("register", "query"):
+        got = rates.get(name, {}).get("ops_per_server_cpu_s")
+        if got is not None:
+            want = TARGETS[f"{name}_ops_per_server_cpu_s"]
+            out[f"{name}_ops_per_server_cpu_s"] = {"target_min": want, "measured": got, "met": got >= want}
+    push = phases.get("push", {}).get("push_latency_ms", {}).get("p99")
+    if push is not None:
+        out["push_latency_p99_ms"] = {
+            "target_max": TARGETS["push_latency_p99_ms"],
+            "measured": push,
+            "met": push <= TARGETS["push_latency_p99_ms"],
+        }
+    idle = phases.get("idle")
+    if idle:
+        out["idle_connections"] = {
+            "target_min": TARGETS["idle_connections"],
+            "measured": idle["survived"],
+            "met": idle["survived"] >= TARGETS["idle_connections"],
+        }
+    return out
+
+
+# --- CLI -------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bench/load/run.py",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g = p.add_argument_group("server")
+    g.add_argument("--addr", help="host:port of a running node's gRPC SDK port instead of starting one")
+    g.add_argument("--server-pid", type=int, help="pid of the --addr node, for CPU and RSS from /proc")
+    g.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="PROPERTY=VALUE",
+        help="setting passed to the started server as -D PROPERTY=VALUE (repeatable)",
+    )
+    g.add_argument(
+        "--server-log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="log level of the started server (default warning: info logs every connection)",
+    )
+    g.add_argument(
+        "--no-fresh-idle-server",
+        action="store_true",
+        help="run the idle phase on the same server as the other phases (default: a fresh one, "
+        "so the RSS baseline is clean)",
+    )
+    g = p.add_argument_group("load shape")
+    g.add_argument(
+        "--phases", default=",".join(PHASES), help=f"comma list of phases to run, in order (default {','.join(PHASES)})"
+    )
+    g.add_argument(
+        "--workers", type=int, default=2, help="generator processes (default 2; they share the cores with the server)"
+    )
+    g.add_argument(
+        "--connections",
+        type=int,
+        default=100,
+        help="connections per worker for register/query/deregister (default 100)",
+    )
+    g.add_argument("--services", type=int, default=1000, help="services the instances are spread over (default 1000)")
+    g.add_argument(
+        "--ops", type=int, default=20_000, help="register ops in total; deregister does as many (default 20000)"
+    )
+    g.add_argument("--query-ops", type=int, default=40_000, help="ServiceQueryRequest ops in total (default 40000)")
+    g.add_argument("--window", type=int, default=2, help="requests in flight per connection (default 2)")
+    g.add_argument(
+        "--duration", type=float, default=120.0, help="cap in seconds on every phase's op loop (default 120)"
+    )
+    g.add_argument("--connect-concurrency", type=int, default=100, help="handshakes in flight per worker (default 100)")
+    g.add_argument("--seed", type=int, default=1, help="seed of the query service choice")
+    g = p.add_argument_group("push latency")
+    g.add_argument("--push-subscribers", type=int, default=100, help="subscriber connections (default 100)")
+    g.add_argument(
+        "--push-services", type=int, default=10, help="services; subscriber i watches service i %% N (default 10)"
+    )
+    g.add_argument("--push-publishers", type=int, default=10, help="publisher connections (default 10)")
+    g.add_argument(
+        "--push-rate", type=float, default=100.0, help="register+deregister changes per second (default 100)"
+    )
+    g.add_argument("--push-changes", type=int, default=2000, help="changes in all (default 2000)")
+    g.add_argument("--push-settle", type=float, default=5.0, help="max seconds to wait for the last pushes (default 5)")
+    g = p.add_argument_group("idle connections")
+    g.add_argument("--idle-connections", type=int, default=10_000, help="idle connections to open (default 10000)")
+    g.add_argument(
+        "--idle-hold",
+        type=float,
+        default=None,
+        help="seconds to hold them (default keep-alive-ms/1000 + 15, i.e. 35 s with server defaults)",
+    )
+    g.add_argument(
+        "--ping-interval", type=float, default=0.25, help="seconds between queries while holding (default 0.25)"
+    )
+    g = p.add_argument_group("modes and output")
+    g.add_argument(
+        "--compare-pure",
+        action="store_true",
+        help="run the rate phases against a normal and a SHOAL_NO_EXTENSIONS=1 server and compare",
+    )
+    g.add_argument("--out", help="also write the JSON report to this file")
+    return p
+
+
+def _keep_alive_s(server_args: Sequence[str]) -> float:
+    for item in server_args:
+        key, _, value = item.partition("=")
+        if key.strip() in ("nacos.remote.server.connection.keep-alive-ms", "connection_keep_alive_ms"):
+            return int(value) / 1000
+    return 20.0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        build_parser().error(f"unknown phase(s) {unknown}; choose from {PHASES}")
+    if args.workers < 1 or args.connections < 1:
+        build_parser().error("--workers and --connections must be at least 1")
+    if args.idle_hold is None:
+        args.idle_hold = _keep_alive_s(args.server_arg) + 15.0
+    if args.addr and args.compare_pure:
+        build_parser().error("--compare-pure starts its own servers; drop --addr")
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    report: dict[str, Any] = {
+        "tool": "bench/load/run.py",
+        "schema": 1,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "kernel": platform.release(),
+        },
+        "config": {k: v for k, v in vars(args).items() if k not in ("out",)},
+        "phases": {},
+    }
+    bench = Bench(args)
+    status = 0
+    try:
+        rate_names = [p for p in phases if p in ("register", "query", "deregister")]
+        if args.compare_pure:
+            compare: dict[str, Any] = {}
+            for mode in ("extensions", "pure"):
+                bench.open_server(pure=mode == "pure")
+                bench.open_pool()
+                compare[mode] = bench.rate_phases(rate_names or ["register", "deregister"])
+                compare[mode]["server"] = bench.servers_started[-1]
+                bench.close_pool()
+                bench.close_server()
+            summary: dict[str, Any] = {}
+            for name in rate_names or ["register", "deregister"]:
+                e = compare["extensions"].get(name, {}).get("server_cpu_s_per_1000_ops")
+                py = compare["pure"].get(name, {}).get("server_cpu_s_per_1000_ops")
+                summary[name] = {
+                    "server_cpu_s_per_1000_ops_extensions": e,
+                    "server_cpu_s_per_1000_ops_pure": py,
+                    "pure_over_extensions": round(py / e, 3) if e and py else None,
+                }
+            compare["summary"] = summary
+            report["phases"]["compare_pure"] = compare
+        else:
+            bench.open_server()
+            bench.open_pool()
+            if rate_names:
+                report["phases"]["rates"] = bench.rate_phases(rate_names)
+            if "push" in phases:
+                report["phases"]["push"] = bench.push_phase()
+            if "idle" in phases:
+                if (
+                    bench.server is not None
+                    and bench.server.proc is not None
+                    and not args.no_fresh_idle_server
+                    and (rate_names or "push" in phases)
+                ):
+                    bench.close_pool()
+                    bench.close_server()
+                    bench.open_server()
+                    bench.open_pool()
+                report["phases"]["idle"] = bench.idle_phase()
+                if bench.server is not None:
+                    report["phases"]["idle"]["server_extensions_loaded"] = bench.server.extensions_loaded()
+    except KeyboardInterrupt as exc:
+        report["error"] = f"interrupted ({exc})"
+        status = 130
+    except Exception as exc:
+        report["error"] = f"{type(exc).__name__}: {exc}"
+        if bench.server is not None:
+            report["server_log_tail"] = bench.server.log_tail()
+        status = 1
+    finally:
+        with contextlib.suppress(BaseException):
+            bench.close_pool()
+        with contextlib.suppress(BaseException):
+            bench.close_server()
+    report["servers"] = bench.servers_started
+    report["targets"] = targets(report)
+    report["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    text = json.dumps(report, indent=2, default=_json_default)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return status
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, array):
+        return list(value)
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
