@@ -29,7 +29,8 @@ duplicate metadata keys, trailing bytes ...), so ``encode_batch(decode_batch(b))
 checked against the bytes left (each item has a minimum encoded size) before anything is built.
 
 Encoding checks types as it goes: ``TypeError`` for a wrongly typed field (records and list fields
-must be tuples and lists/tuples; strings ``str``; flags ``bool``; metadata a ``dict`` of ``str``),
+must be tuples and lists/tuples; strings ``str``; flags ``bool``; weight a ``float`` or an
+``int``, written as a double; metadata a ``dict`` of ``str``),
 ``ValueError`` for a wrong tuple arity or an out-of-range number (op 0..255, revision
 0..2**63-1, port 0..65535, last_beat_ms a signed int64) or a string that is not encodable as
 UTF-8 (``UnicodeEncodeError``).
