@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--data-dir", help="directory for rule files, keys and exports (default ./.data)")
     server.add_argument("--config", help="properties file with settings (key=value lines, Nacos names)")
     server.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="log level (default info)")
+    server.add_argument("--members", metavar="H1:P1,H2:P2,...",
+                        help="cluster members (main ports, this node included); omit for a standalone node")
+    server.add_argument("--cluster-conf", metavar="FILE",
+                        help="Nacos cluster.conf with the members, one ip[:port] per line; reloaded on change")
     server.add_argument("-D", dest="overrides", action="append", default=[], metavar="PROPERTY=VALUE",
                         help="set any setting listed below; repeatable")
     server.set_defaults(func=_cmd_server)
@@ -65,7 +69,7 @@ def _server_config(args: argparse.Namespace) -> Config:
             raise ConfigError(f"-D expects PROPERTY=VALUE, got {item!r}")
         overrides[key.strip()] = value.strip()
     for flag, field_name in (("host", "host"), ("port", "port"), ("data_dir", "data_dir"),
-                             ("log_level", "log_level")):
+                             ("log_level", "log_level"), ("members", "members"), ("cluster_conf", "cluster_conf")):
         value = getattr(args, flag)
         if value is not None:
             overrides[field_name] = str(value)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 from shoal.clock import Clock, SystemClock
 from shoal.config import Config
+from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
+from shoal.distro.protocol import DistroProtocol
+from shoal.distro.transport import GrpcPeerTransport
 from shoal.health.keepalive import ConnectionKeepAlive
 from shoal.metrics import Metrics
 from shoal.model.clients import ClientManager
@@ -16,6 +20,7 @@ from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
 from shoal.push.service import PushService
 from shoal.service_layer import NamingService
 from shoal.tasks import Periodic, run_blocking
+from shoal.transport.grpc.cluster_server import ClusterServer
 from shoal.transport.grpc.connections import Connection, ConnectionManager
 from shoal.transport.grpc.limits import LimitRuleFile
 from shoal.transport.grpc.naming_handlers import NamingConnectionListener, naming_handlers
@@ -55,6 +60,22 @@ class Node:
                      initial_delay_ms=min(1000, config.connection_check_interval_ms)),
             Periodic("empty-service-cleaner", config.empty_service_clean_interval_ms, self._clean_services),
         ]
+        self.members: MemberManager | None = None
+        self.distro: DistroProtocol | None = None
+        self.cluster_server: ClusterServer | None = None
+        member_list = parse_member_list(config.members)
+        if not member_list and config.cluster_conf:
+            member_list = read_cluster_conf(Path(config.cluster_conf))
+        if member_list:
+            self.members = MemberManager.from_list(member_list, config.port, self.clock.now_ms,
+                                                   self_ip=config.self_address, host=config.host,
+                                                   fail_access_cnt=config.member_fail_access_cnt)
+            identity = ((config.cluster_identity_key, config.cluster_identity_value)
+                        if config.cluster_identity_key else None)
+            transport = GrpcPeerTransport(self.members.self_address, config.cluster_port_offset, identity)
+            self.distro = DistroProtocol(config, self.clock, self.bus, self.clients, self.services, self.members,
+                                         transport)
+            self.cluster_server = ClusterServer(config, self.distro.dispatch, self.metrics)
         self._serving = False
         self._started = False
         self.metrics.add_sizes(self._sizes)
@@ -64,7 +85,11 @@ class Node:
         return self._serving
 
     def readiness_problem(self) -> str | None:
-        return None if self._serving else "node is starting"
+        if self._serving:
+            return None
+        if self.distro is not None and not self.distro.loaded and self._started:
+            return "node is loading a snapshot from its peers"
+        return "node is starting"
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -73,9 +98,14 @@ class Node:
         await self.http.start()
         await self.sdk_server.start()
         self._started = True
+        if self.cluster_server is not None and self.distro is not None:
+            await self.cluster_server.start()
+            await self.distro.start()
         self.push.start()
         for periodic in self.periodics:
             periodic.start()
+        if self.distro is not None:  # a starting cluster node loads a peer's snapshot before serving
+            await self.distro.wait_loaded(self.config.load_timeout_ms / 1000)
         if self.config.startup_delay_ms:
             await asyncio.sleep(self.config.startup_delay_ms / 1000)
         self._serving = True
@@ -88,6 +118,10 @@ class Node:
             await periodic.stop()
         if self._started:
             await self.sdk_server.stop(self.config.shutdown_grace_ms / 1000)
+        if self.distro is not None:
+            await self.distro.stop()
+        if self.cluster_server is not None:
+            await self.cluster_server.stop(0.5)
         await self.push.stop()
         await self.http.stop()
         log.info("node stopped")

@@ -131,10 +131,115 @@ class Config:
         "A synced or idle ip:port client expires after this long without renewal.",
     )
 
+    # --- heartbeats of ip:port clients (HTTP Open API, 1.x SDKs) -------------------------
+    expire_instance: bool = _setting(
+        True, "nacos.naming.expireInstance", "Remove ip:port instances whose beats stopped (ip delete timeout)."
+    )
+    health_check_enabled: bool = _setting(
+        True, "shoal.naming.health-check-enabled", "SwitchDomain.healthCheckEnabled: run the beat checker at all."
+    )
+    client_beat_interval_ms: int = _setting(
+        5000, "shoal.naming.client-beat-interval-ms",
+        "SwitchDomain.clientBeatInterval: beat period told to clients without a per-instance value.",
+    )
+    beat_check_interval_ms: int = _setting(
+        5000, "shoal.naming.beat-check-interval-ms", "Period of the heartbeat checker (ClientBeatCheckTaskV2)."
+    )
+    http_forward_timeout_ms: int = _setting(
+        5000, "shoal.http.forward-timeout-ms", "Timeout of an HTTP write forwarded to the responsible node."
+    )
+    test_forward_all_to: str = _setting(
+        "", "shoal.test.forward-all-to", "TEST HOOK: treat the node at this ip:port as responsible for every ip:port."
+    )
+
+    # --- auth (Nacos default auth plugin) -------------------------------------------------
+    auth_enabled: bool = _setting(False, "nacos.core.auth.enabled", "Require a token on the naming APIs.")
+    auth_token_expire_s: int = _setting(
+        18000, "nacos.core.auth.plugin.nacos.token.expire.seconds", "Lifetime of an access token."
+    )
+    auth_token_secret_key: str = _setting(
+        "", "nacos.core.auth.plugin.nacos.token.secret.key",
+        "Base64 HS256 key (>= 32 bytes); empty = generated once into <data_dir>/auth/token.secret.key.",
+    )
+    auth_login_max_failures: int = _setting(
+        5, "shoal.auth.login.max-failures", "Failed logins from one source ip before it is refused for a while."
+    )
+    auth_login_failure_window_ms: int = _setting(
+        60_000, "shoal.auth.login.failure-window-ms", "Window in which failed logins are counted (and refused)."
+    )
+
+    # --- Distro cluster ----------------------------------------------------------------
+    members: str = _setting(
+        "", "nacos.member.list", "Cluster members as ip:port,ip:port (main ports); empty = standalone."
+    )
+    cluster_conf: str = _setting(
+        "", "nacos.cluster.conf", "Nacos cluster.conf file (one ip[:port] per line); reloaded on change."
+    )
+    self_address: str = _setting(
+        "", "nacos.inetutils.ip-address", "This node's ip as peers know it (default: detected from the list)."
+    )
+    cluster_port_offset: int = _setting(
+        1001, "nacos.server.grpc.cluster.port.offset", "Offset of the cluster gRPC port from the main port."
+    )
+    sync_delay_ms: int = _setting(
+        10, "nacos.core.protocol.distro.data.sync.delayMs",
+        "Delay that merges changes of one client before they are synced (Nacos: 1000 ms).",
+    )
+    sync_timeout_ms: int = _setting(
+        3000, "nacos.core.protocol.distro.data.sync.timeoutMs", "Timeout of one sync request to a peer."
+    )
+    sync_retry_delay_ms: int = _setting(
+        3000, "nacos.core.protocol.distro.data.sync.retryDelayMs",
+        "Longest back-off between retries of a failed sync (it starts at 100 ms and doubles).",
+    )
+    sync_batch_max: int = _setting(
+        500, "shoal.distro.sync.batch-max", "Most clients carried by one sync request."
+    )
+    sync_queue_max: int = _setting(
+        100_000, "shoal.distro.sync.queue-max",
+        "Pending client keys per peer before the queue collapses to 'needs full verify'.",
+    )
+    verify_interval_ms: int = _setting(
+        5000, "nacos.core.protocol.distro.data.verify.intervalMs", "Period of the revision verify round."
+    )
+    verify_timeout_ms: int = _setting(
+        3000, "nacos.core.protocol.distro.data.verify.timeoutMs", "Timeout of one verify request."
+    )
+    load_retry_delay_ms: int = _setting(
+        1000, "nacos.core.protocol.distro.data.load.retryDelayMs",
+        "Pause before the snapshot load tries the peers again (Nacos: 30000 ms).",
+    )
+    load_timeout_ms: int = _setting(
+        30_000, "nacos.core.protocol.distro.data.load.timeoutMs",
+        "A starting node serves after this long even if no peer gave it a snapshot.",
+    )
+    snapshot_chunk_bytes: int = _setting(
+        4 * 1024 * 1024, "shoal.distro.snapshot.chunk-bytes", "Size of one snapshot page (below the message cap)."
+    )
+    member_report_interval_ms: int = _setting(
+        2000, "shoal.member.report-interval-ms", "How often a node reports itself to every peer."
+    )
+    member_fail_access_cnt: int = _setting(
+        3, "nacos.core.member.fail-access-cnt", "Failed reports after which a SUSPICIOUS peer is DOWN."
+    )
+    cluster_identity_key: str = _setting(
+        "", "nacos.core.auth.server.identity.key", "Header name peers prove the shared cluster identity with."
+    )
+    cluster_identity_value: str = _setting(
+        "", "nacos.core.auth.server.identity.value", "Header value of the shared cluster identity."
+    )
+    test_drop_sync_count: int = _setting(
+        0, "shoal.test.drop-incoming-sync", "TEST HOOK: silently drop this many incoming sync batches."
+    )
+
     # ------------------------------------------------------------------------------------
     @property
     def grpc_port(self) -> int:
         return self.port + self.grpc_port_offset
+
+    @property
+    def cluster_port(self) -> int:
+        return self.port + self.cluster_port_offset
 
     @property
     def limit_rule_path(self) -> Path:
@@ -144,7 +249,9 @@ class Config:
 
     def validate(self) -> Config:
         """Raise ConfigError naming the first bad setting; return self for chaining."""
-        if not 0 < self.port < 65536 or not 0 < self.grpc_port < 65536:
+        if bool(self.cluster_identity_key) != bool(self.cluster_identity_value):
+            raise ConfigError("nacos.core.auth.server.identity.key and .value must be set together")
+        if not 0 < self.port < 65536 or not 0 < self.grpc_port < 65536 or not 0 < self.cluster_port < 65536:
             raise ConfigError(f"server.port {self.port} (+{self.grpc_port_offset}) is not a usable port")
         if self.log_level.lower() not in ("debug", "info", "warning", "error", "critical"):
             raise ConfigError(f"shoal.log.level must be debug/info/warning/error, not {self.log_level!r}")
@@ -152,20 +259,29 @@ class Config:
             "max_inbound_message_size", "connection_check_interval_ms", "connection_keep_alive_ms",
             "client_detection_timeout_ms", "connection_setup_timeout_ms", "push_task_timeout_ms",
             "push_backlog_per_connection", "metadata_max_length", "empty_service_clean_interval_ms",
-            "client_expired_time_ms", "grpc_permit_keepalive_ms",
+            "client_expired_time_ms", "grpc_permit_keepalive_ms", "sync_timeout_ms", "sync_retry_delay_ms",
+            "sync_batch_max", "sync_queue_max", "verify_interval_ms", "verify_timeout_ms", "load_retry_delay_ms",
+            "load_timeout_ms", "snapshot_chunk_bytes", "member_report_interval_ms", "member_fail_access_cnt",
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{prop_of(name)} must be positive, got {getattr(self, name)}")
         non_negative = (
             "push_task_delay_ms", "push_task_retry_delay_ms", "push_max_retries", "push_cache_millis",
-            "empty_service_expired_ms", "shutdown_grace_ms", "startup_delay_ms",
+            "empty_service_expired_ms", "shutdown_grace_ms", "startup_delay_ms", "sync_delay_ms",
+            "test_drop_sync_count",
         )
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{prop_of(name)} must not be negative, got {getattr(self, name)}")
         if self.connection_redirect_address and ":" not in self.connection_redirect_address:
             raise ConfigError("nacos.remote.server.connection.redirect-address must be ip:port")
+        for name in ("client_beat_interval_ms", "beat_check_interval_ms", "http_forward_timeout_ms",
+                     "auth_token_expire_s", "auth_login_max_failures", "auth_login_failure_window_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{prop_of(name)} must be positive, got {getattr(self, name)}")
+        if self.test_forward_all_to and ":" not in self.test_forward_all_to:
+            raise ConfigError("shoal.test.forward-all-to must be ip:port")
         return self
 
     # ------------------------------------------------------------------------------------

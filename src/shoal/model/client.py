@@ -56,6 +56,7 @@ class Client:
     app: str = "-"
     agent: str = ""
     revision: int = 0
+    owner: str = ""  # for synced clients: the address of the node that replicated it here
     last_updated_ms: int = 0
     last_renew_ms: int = 0
     publications: dict[ServiceKey, Publication] = field(default_factory=dict)

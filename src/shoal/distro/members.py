@@ -1,0 +1,207 @@
+"""Cluster membership (Nacos ServerMemberManager, MemberUtil).
+
+Members come from ``--members ip:port,...`` or a Nacos ``cluster.conf`` (one ``ip[:port]`` per
+line, ``#`` comments, reloaded when it changes). Each node reports itself to every peer every
+``report-interval-ms``; a successful exchange marks the peer UP, a failure SUSPICIOUS, and more
+than ``fail-access-cnt`` consecutive failures (or a refused connection) DOWN — suspicion comes
+before death, as in Nacos. A report received from a peer marks it UP too. The Distro mapper's
+healthy list is UP + SUSPICIOUS, sorted by address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from shoal.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8848
+
+
+class MemberState(StrEnum):
+    STARTING = "STARTING"
+    UP = "UP"
+    SUSPICIOUS = "SUSPICIOUS"
+    DOWN = "DOWN"
+    ISOLATION = "ISOLATION"
+
+
+@dataclass
+class Member:
+    """One node of the cluster, identified by ``ip:port`` of its main (HTTP) port."""
+
+    ip: str
+    port: int
+    state: MemberState = MemberState.UP
+    fail_count: int = 0
+    last_seen_ms: int = 0
+    extend: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+    def to_nacos(self) -> dict[str, Any]:
+        """Nacos's Member JSON shape (spec §5.4)."""
+        return {
+            "ip": self.ip,
+            "port": self.port,
+            "state": self.state.value,
+            "extendInfo": {"raftPort": str(self.port - 1000), "version": "shoal", **self.extend},
+            "address": self.address,
+            "failAccessCnt": self.fail_count,
+            "abilities": {"remoteAbility": {"supportRemoteConnection": True, "grpcReportEnabled": True}},
+            "grpcReportEnabled": True,
+        }
+
+
+def parse_member(text: str) -> tuple[str, int]:
+    """``ip[:port]`` → (ip, port); the port defaults to 8848 as in cluster.conf."""
+    item = text.strip()
+    host, sep, port = item.rpartition(":")
+    if not sep:
+        host, port = item, str(DEFAULT_PORT)
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"bad cluster member {text!r}: expected ip[:port]")
+    return host, int(port)
+
+
+def parse_member_list(text: str) -> list[tuple[str, int]]:
+    return [parse_member(part) for part in text.replace("\n", ",").split(",") if part.strip()]
+
+
+def read_cluster_conf(path: Path) -> list[tuple[str, int]]:
+    """cluster.conf: one ``ip[:port]`` per line (or comma-separated), ``#`` starts a comment."""
+    members: list[tuple[str, int]] = []
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            members.extend(parse_member_list(line))
+    return members
+
+
+def local_addresses(extra: Iterable[str] = ()) -> set[str]:
+    """IPs that name this host: loopback, the hostname's addresses and configured ones."""
+    found = {"127.0.0.1", "localhost", "::1", *[e for e in extra if e and e != "0.0.0.0"]}
+    with contextlib.suppress(OSError):
+        found.update(socket.gethostbyname_ex(socket.gethostname())[2])
+    return found
+
+
+class MemberManager:
+    """The member list, this node's place in it, and every peer's state."""
+
+    def __init__(self, self_ip: str, self_port: int, now_ms: Callable[[], int], fail_access_cnt: int = 3) -> None:
+        self.self_member = Member(self_ip, self_port, MemberState.UP)
+        self.now_ms = now_ms
+        self.fail_access_cnt = fail_access_cnt
+        self.peers: dict[str, Member] = {}
+        self.listeners: list[Callable[[], None]] = []
+        self._healthy_cache: list[str] | None = None
+
+    @classmethod
+    def from_list(cls, members: list[tuple[str, int]], port: int, now_ms: Callable[[], int],
+                  self_ip: str = "", host: str = "", fail_access_cnt: int = 3) -> MemberManager:
+        """Find this node in ``members`` (port match, then an ip of this host) and build."""
+        candidates = [(ip, p) for ip, p in members if p == port]
+        if self_ip:
+            chosen = next(((ip, p) for ip, p in candidates if ip == self_ip), (self_ip, port))
+        else:
+            mine = local_addresses([host])
+            matches = [(ip, p) for ip, p in candidates if ip in mine]
+            if not matches:
+                raise ConfigError(
+                    f"this node (port {port}) is not in the member list {members}; "
+                    "set nacos.inetutils.ip-address to the ip peers know it by"
+                )
+            chosen = matches[0]
+        manager = cls(chosen[0], chosen[1], now_ms, fail_access_cnt)
+        manager.set_members(members)
+        return manager
+
+    # --- views ----------------------------------------------------------------------------
+    @property
+    def self_address(self) -> str:
+        return self.self_member.address
+
+    def all_members(self) -> list[Member]:
+        return sorted([self.self_member, *self.peers.values()], key=lambda m: m.address)
+
+    def peer_list(self) -> list[Member]:
+        return sorted(self.peers.values(), key=lambda m: m.address)
+
+    def healthy_addresses(self) -> list[str]:
+        """UP + SUSPICIOUS members (self included), sorted: the Distro mapper's list."""
+        if self._healthy_cache is None:
+            self._healthy_cache = sorted(
+                m.address for m in self.all_members() if m.state in (MemberState.UP, MemberState.SUSPICIOUS)
+            )
+        return self._healthy_cache
+
+    def is_clustered(self) -> bool:
+        return bool(self.peers)
+
+    # --- changes --------------------------------------------------------------------------
+    def set_members(self, members: Iterable[tuple[str, int]]) -> bool:
+        """Replace the list (keeping the state of members already known); True if it changed."""
+        wanted = {f"{ip}:{port}": (ip, port) for ip, port in members}
+        wanted.pop(self.self_address, None)
+        changed = False
+        for address in list(self.peers):
+            if address not in wanted:
+                del self.peers[address]
+                changed = True
+                log.info("member %s left the list", address)
+        for address, (ip, port) in wanted.items():
+            if address not in self.peers:
+                # a new peer is presumed UP until a report fails, so Distro syncs to it at once
+                self.peers[address] = Member(ip, port, MemberState.UP, last_seen_ms=self.now_ms())
+                changed = True
+                log.info("member %s joined the list", address)
+        if changed:
+            self._changed()
+        return changed
+
+    def report_succeeded(self, address: str, info: dict[str, Any] | None = None) -> None:
+        member = self.peers.get(address)
+        if member is None:
+            return
+        member.fail_count = 0
+        member.last_seen_ms = self.now_ms()
+        if member.state is not MemberState.UP:
+            log.info("member %s is %s -> UP", address, member.state)
+            member.state = MemberState.UP
+            self._changed()
+
+    def report_failed(self, address: str, refused: bool = False) -> None:
+        member = self.peers.get(address)
+        if member is None:
+            return
+        member.fail_count += 1
+        new_state = member.state
+        if refused or member.fail_count > self.fail_access_cnt:
+            new_state = MemberState.DOWN
+        elif member.state is MemberState.UP:
+            new_state = MemberState.SUSPICIOUS
+        if new_state is not member.state:
+            log.warning("member %s is %s -> %s after %d failed reports", address, member.state, new_state,
+                        member.fail_count)
+            member.state = new_state
+            self._changed()
+
+    def _changed(self) -> None:
+        self._healthy_cache = None
+        for listener in self.listeners:
+            try:
+                listener()
+            except Exception:
+                log.exception("member change listener failed")

@@ -1,0 +1,172 @@
+"""Incremental sync: a delay-task engine with one bounded queue and one worker per peer.
+
+Mirrors Nacos's DistroDelayTaskExecuteEngine: a task is keyed by (client id, target peer);
+adding a task for a key already pending merges it — the *older* due time is kept (the delay is
+not extended) and the *newer* action wins. When a key is due, CHANGE/ADD reads the client's
+current state (a client gone meanwhile is skipped) and DELETE sends a delete. Unlike Nacos:
+
+* many keys for one peer travel in one request (up to ``sync.batch-max``), syncser-encoded;
+* each peer has its own queue and worker, so a dead or slow peer never delays the others;
+* a failed batch is re-queued with exponential back-off (100 ms doubling up to
+  ``sync.retryDelayMs``) instead of a fixed 3 s;
+* the queue is bounded: a DOWN peer gets nothing queued, and a queue that passes
+  ``sync.queue-max`` collapses to "needs full verify" — the next verify round finds every
+  difference by digest and re-sends only those clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from shoal.clock import Clock
+from shoal.config import Config
+from shoal.distro import records
+from shoal.distro.members import MemberManager, MemberState
+from shoal.distro.records import OP_DELETE, ClientRecord
+from shoal.distro.transport import PeerError, PeerTransport, PeerUnavailable
+
+log = logging.getLogger(__name__)
+
+SYNC_REQUEST = "DistroSyncRequest"
+INITIAL_BACKOFF_MS = 100
+
+
+@dataclass
+class PeerQueue:
+    target: str
+    pending: dict[str, tuple[int, int]] = field(default_factory=dict)  # client id → (op, due ms)
+    backoff_ms: int = 0
+    needs_full_verify: bool = False
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    sent_batches: int = 0
+    failed_batches: int = 0
+
+    def next_due(self) -> int | None:
+        return min((due for _, due in self.pending.values()), default=None)
+
+
+class SyncEngine:
+    """Queues and sends client changes to peers. ``flush`` steps one peer by hand in tests."""
+
+    def __init__(self, config: Config, clock: Clock, members: MemberManager, transport: PeerTransport,
+                 build: Callable[[str, int], ClientRecord | None]) -> None:
+        self.config = config
+        self.clock = clock
+        self.members = members
+        self.transport = transport
+        self.build = build
+        self.queues: dict[str, PeerQueue] = {}
+        self._running = False
+
+    # --- enqueue ----------------------------------------------------------------------------
+    def enqueue(self, client_id: str, op: int, targets: Iterable[str] | None = None,
+                delay_ms: int | None = None) -> None:
+        now = self.clock.monotonic_ms()
+        due = now + (self.config.sync_delay_ms if delay_ms is None else delay_ms)
+        addresses = [m.address for m in self.members.peer_list()] if targets is None else list(targets)
+        for target in addresses:
+            member = self.members.peers.get(target)
+            if member is None:
+                continue  # no longer a member: dropped, as Nacos does
+            queue = self._queue(target)
+            if member.state is MemberState.DOWN:
+                queue.needs_full_verify = True  # verify repairs it when the peer is back
+                continue
+            existing = queue.pending.get(client_id)
+            queue.pending[client_id] = (op, due if existing is None else min(existing[1], due))
+            if len(queue.pending) > self.config.sync_queue_max:
+                log.warning("sync queue to %s passed %d keys: collapsing to a full verify", target,
+                            self.config.sync_queue_max)
+                queue.pending.clear()
+                queue.needs_full_verify = True
+            queue.wake.set()
+
+    def _queue(self, target: str) -> PeerQueue:
+        queue = self.queues.get(target)
+        if queue is None:
+            queue = self.queues[target] = PeerQueue(target)
+            if self._running:
+                queue.task = asyncio.get_running_loop().create_task(self._worker(queue), name=f"distro-sync-{target}")
+        return queue
+
+    # --- sending ----------------------------------------------------------------------------
+    async def flush(self, target: str) -> int:
+        """Send one batch of due keys to ``target``; returns how many keys were sent."""
+        queue = self.queues.get(target)
+        if queue is None:
+            return 0
+        now = self.clock.monotonic_ms()
+        due = [cid for cid, (_, at) in queue.pending.items() if at <= now][: self.config.sync_batch_max]
+        if not due:
+            return 0
+        taken = {cid: queue.pending.pop(cid) for cid in due}
+        batch: list[ClientRecord] = []
+        for cid, (op, _) in taken.items():
+            record = records.delete_record(cid) if op == OP_DELETE else self.build(cid, op)
+            if record is not None:
+                batch.append(record)
+        if not batch:
+            return 0
+        try:
+            kind, body = await self.transport.call(target, SYNC_REQUEST, records.encode(batch),
+                                                   self.config.sync_timeout_ms)
+            if kind != "DistroSyncResponse":
+                raise PeerError(f"{target} answered {kind}: {body[:200]!r}")
+        except (PeerUnavailable, PeerError, TimeoutError) as exc:
+            queue.failed_batches += 1
+            queue.backoff_ms = min(max(queue.backoff_ms * 2, INITIAL_BACKOFF_MS), self.config.sync_retry_delay_ms)
+            retry_at = self.clock.monotonic_ms() + queue.backoff_ms
+            for cid, (op, _) in taken.items():
+                if cid not in queue.pending:  # a newer task for the key supersedes the retry
+                    queue.pending[cid] = (op, retry_at)
+            log.warning("sync of %d clients to %s failed (%s); retrying in %d ms", len(batch), target, exc,
+                        queue.backoff_ms)
+            if isinstance(exc, PeerUnavailable):
+                self.members.report_failed(target, refused=exc.refused)
+            return 0
+        queue.backoff_ms = 0
+        queue.sent_batches += 1
+        return len(batch)
+
+    def pending_count(self) -> int:
+        return sum(len(q.pending) for q in self.queues.values())
+
+    # --- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        self._running = True
+        for queue in self.queues.values():
+            if queue.task is None:
+                queue.task = asyncio.get_running_loop().create_task(self._worker(queue))
+
+    async def stop(self) -> None:
+        self._running = False
+        tasks = [q.task for q in self.queues.values() if q.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for queue in self.queues.values():
+            queue.task = None
+
+    async def _worker(self, queue: PeerQueue) -> None:
+        while True:
+            try:
+                while await self.flush(queue.target):
+                    pass
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("sync worker for %s failed; continuing", queue.target)
+            queue.wake.clear()
+            next_due = queue.next_due()
+            if next_due is None:
+                await queue.wake.wait()
+                continue
+            delay = (next_due - self.clock.monotonic_ms()) / 1000
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(queue.wake.wait(), delay)

@@ -1,0 +1,249 @@
+"""Distro protocol logic on an in-memory network with a manual clock (spec §5–6, seeds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shoal.distro.members import MemberState
+from shoal.distro.records import OP_CHANGE
+from shoal.model.client import Client, ClientKind
+from shoal.model.instance import InstanceInfo
+from shoal.model.keys import ServiceKey
+
+from .harness import SVC, SimCluster
+
+
+async def test_register_on_a_reaches_every_peer() -> None:
+    cluster = SimCluster(3)
+    cluster[0].register("c1", 8080, metadata={"k": "v"})
+    await cluster.flush()
+    for node in (cluster[1], cluster[2]):
+        [inst] = node.storage.view(SVC).instances
+        assert (inst.port, dict(inst.metadata)) == (8080, {"k": "v"})
+        copy = node.clients.get("c1")
+        assert copy is not None and not copy.native and copy.owner == cluster.addresses[0]
+        assert copy.revision == cluster[0].clients.get("c1").revision  # type: ignore[union-attr]
+
+
+async def test_changes_of_one_client_within_the_delay_merge_into_one_record() -> None:
+    cluster = SimCluster(2, sync_delay_ms=100)
+    for port in range(1, 6):
+        cluster[0].register("c1", port)
+        cluster.clock.advance(10)
+    assert len(cluster[0].distro.engine.queues[cluster.addresses[1]].pending) == 1
+    await cluster.flush()
+    assert len(cluster.calls("DistroSyncRequest")) == 1
+    assert cluster[1].ports() == [5]
+
+
+async def test_many_clients_travel_in_one_request() -> None:
+    cluster = SimCluster(2)
+    for i in range(50):
+        cluster[0].register(f"c{i}", 1000 + i)
+    await cluster.flush()
+    assert len(cluster.calls("DistroSyncRequest")) == 1
+    assert len(cluster[1].ports()) == 50
+
+
+async def test_delete_on_disconnect_and_no_echo_back() -> None:
+    cluster = SimCluster(3)
+    cluster[0].register("c1", 1)
+    await cluster.flush()
+    cluster[0].clients.remove("c1", "stream closed by client")
+    await cluster.flush()
+    assert all(node.ports() == [] for node in (cluster[1], cluster[2]))
+    # peers applied the DELETE without syncing anything themselves
+    senders = {c[0] for c in cluster.calls("DistroSyncRequest")}
+    assert senders == {cluster.addresses[0]}
+
+
+async def test_a_dead_peer_does_not_delay_the_healthy_ones() -> None:
+    cluster = SimCluster(3)
+    dead = cluster.addresses[2]
+    cluster.network.down.add(dead)
+    cluster[0].register("c1", 1)
+    await cluster.flush(rounds=1)
+    assert cluster[1].ports() == [1]
+    queue = cluster[0].distro.engine.queues[dead]
+    assert queue.failed_batches == 1 and queue.pending  # re-queued with back-off
+    cluster[0].members.report_failed(dead, refused=True)
+    assert cluster[0].members.peers[dead].state is MemberState.DOWN
+    for i in range(10):  # while DOWN nothing more is queued for it: it needs a full verify instead
+        cluster[0].register(f"x{i}", i)
+    assert queue.needs_full_verify and len(queue.pending) == 1
+
+
+async def test_failed_sync_retries_with_backoff_until_it_lands() -> None:
+    cluster = SimCluster(2)
+    a, b = cluster.addresses
+    cluster.network.partition(a, b)
+    cluster[0].register("c1", 1)
+    await cluster.flush(rounds=1)
+    queue = cluster[0].distro.engine.queues[b]
+    assert queue.backoff_ms == 100
+    cluster.clock.advance(100)
+    await cluster[0].distro.engine.flush(b)
+    assert queue.backoff_ms == 200  # doubled
+    cluster.network.heal()
+    cluster.clock.advance(199)
+    assert await cluster[0].distro.engine.flush(b) == 0  # not yet
+    cluster.clock.advance(1)
+    assert await cluster[0].distro.engine.flush(b) == 1
+    assert cluster[1].ports() == [1] and queue.backoff_ms == 0
+
+
+async def test_queue_collapses_to_full_verify_when_it_passes_the_bound() -> None:
+    cluster = SimCluster(2, sync_queue_max=20)
+    for i in range(25):
+        cluster[0].register(f"c{i}", i)
+    queue = cluster[0].distro.engine.queues[cluster.addresses[1]]
+    assert queue.needs_full_verify and len(queue.pending) < 20
+    await cluster.flush()
+    for _ in range(2):  # a repair larger than the queue bound takes two rounds
+        await cluster[0].distro.verify_round()
+        await cluster.flush()
+    assert len(cluster[1].ports()) == 25 and not queue.needs_full_verify
+
+
+async def test_agreeing_verify_round_is_one_small_request_per_peer() -> None:
+    cluster = SimCluster(3)
+    for i in range(2000):
+        cluster[0].register(f"c{i}", i)
+    await cluster.flush()
+    cluster.network.calls.clear()
+    await cluster[0].distro.verify_round()
+    digests = cluster.calls("DistroVerifyRequest")
+    assert len(digests) == 2 and not cluster.calls("DistroVerifyDetailRequest")
+    assert all(size < 2048 for *_, size in digests)
+
+
+async def test_verify_repairs_a_divergence_by_resending_only_what_differs() -> None:
+    cluster = SimCluster(2)
+    for i in range(600):
+        cluster[0].register(f"c{i}", i)
+    await cluster.flush()
+    b = cluster[1]
+    b.clients.remove("c7", "deleted by owner")  # lost on B
+    b.clients.get("c8").revision = 0  # type: ignore[union-attr]  # stale on B
+    cluster.network.calls.clear()
+    await cluster[0].distro.verify_round()
+    assert len(cluster.calls("DistroVerifyDetailRequest")) == 1
+    await cluster.flush()
+    [sync] = cluster.calls("DistroSyncRequest")
+    assert sync[3] < 400  # two clients re-sent, not six hundred
+    assert len(b.ports()) == 600
+    assert b.clients.get("c8").revision == cluster[0].clients.get("c8").revision  # type: ignore[union-attr]
+
+
+async def test_synced_clients_expire_only_when_no_longer_renewed() -> None:
+    cluster = SimCluster(2)
+    cluster[0].register("c1", 1)
+    await cluster.flush()
+    expired_after = cluster.config.client_expired_time_ms
+    for _ in range(3):  # renewed by verify every round: survives well past the expiry time
+        cluster.clock.advance(expired_after // 2)
+        await cluster[0].distro.verify_round()
+        assert cluster[1].distro.processor.expire(expired_after) == 0
+    cluster.network.down.add(cluster.addresses[0])  # the owner dies: nobody renews
+    cluster.clock.advance(expired_after)
+    assert cluster[1].distro.processor.expire(expired_after) == 0  # not yet (strictly greater)
+    cluster.clock.advance(1)
+    assert cluster[1].distro.processor.expire(expired_after) == 1
+    assert cluster[1].ports() == []
+
+
+async def test_starting_node_loads_a_paged_snapshot_with_owners() -> None:
+    cluster = SimCluster(2, snapshot_chunk_bytes=20_000)
+    for i in range(1500):
+        cluster[i % 2].register(f"c{i}", i, service=ServiceKey("public", "G", f"s{i % 7}"))
+    await cluster.flush()
+    newcomer = "10.9.0.9:8848"
+    for node in cluster.nodes.values():
+        node.members.set_members([(a.split(":")[0], 8848) for a in [*cluster.addresses, newcomer]])
+    node = cluster.add_node(newcomer, [*cluster.addresses, newcomer], loaded=False)
+    cluster.network.down.add(cluster.addresses[0])  # the first peer is down: the load moves on
+    await node.distro.load_snapshot()
+    assert node.distro.loaded
+    pages = cluster.calls("DistroSnapshotRequest")
+    assert len([p for p in pages if p[1] == cluster.addresses[1]]) > 3  # several pages
+    assert len(node.clients) == 1500
+    assert node.clients.get("c0").owner == cluster.addresses[0]  # type: ignore[union-attr]
+    assert node.clients.get("c1").owner == cluster.addresses[1]  # type: ignore[union-attr]
+    assert sum(len(node.storage.view(ServiceKey("public", "G", f"s{k}")).instances) for k in range(7)) == 1500
+
+
+async def test_malformed_sync_batch_is_refused_without_damage() -> None:
+    cluster = SimCluster(2)
+    cluster[0].register("c1", 1)
+    await cluster.flush()
+    with pytest.raises(ValueError):
+        await cluster[1].distro.dispatch(cluster.addresses[0], "DistroSyncRequest", b"SHSY\x01\xff\xff")
+    assert cluster[1].ports() == [1]
+
+
+async def test_partitioned_member_converges_after_heal() -> None:
+    cluster = SimCluster(3)
+    a, b, _ = cluster.addresses
+    cluster.network.partition(a, b)
+    cluster[0].register("c1", 1)
+    await cluster.flush(rounds=1)
+    assert cluster[2].ports() == [1] and cluster[1].ports() == []
+    cluster.network.heal()
+    cluster.clock.advance(cluster.config.sync_retry_delay_ms)
+    await cluster.flush()
+    assert cluster[1].ports() == [1]
+
+
+async def test_ownership_move_never_deletes_ip_port_data() -> None:
+    cluster = SimCluster(3)
+    owners = {}
+    for port in range(40):
+        tag = f"10.1.0.1:{port}"
+        owner = cluster[0].distro.mapper.owner_of(tag)
+        node = cluster.nodes[owner]
+        client = Client(f"{tag}#true", ClientKind.IP_PORT, native=True, created_ms=0)
+        node.clients.add(client)
+        node.naming._publish(client.client_id, SVC, __import__("shoal.model.client", fromlist=["Publication"])
+                             .Publication((InstanceInfo("10.1.0.1", port),)))
+        owners[tag] = owner
+    await cluster.flush()
+    assert all(len(n.storage.view(SVC).instances) == 40 for n in cluster.nodes.values())
+    dead = cluster.addresses[2]
+    for node in (cluster[0], cluster[1]):
+        node.members.report_failed(dead, refused=True)  # a member leaves the healthy list
+    await cluster.flush()
+    for node in (cluster[0], cluster[1]):
+        assert len(node.storage.view(SVC).instances) == 40  # nothing deleted by the move
+    moved = [t for t, o in owners.items() if o == dead]
+    assert moved
+    for tag in moved:  # the survivors now own the dead node's ip:port clients
+        new_owner = cluster[0].distro.mapper.owner_of(tag)
+        assert new_owner != dead and cluster.nodes[new_owner].clients.get(f"{tag}#true").native  # type: ignore[union-attr]
+
+
+async def test_members_reports_drive_states() -> None:
+    cluster = SimCluster(3, member_fail_access_cnt=2)
+    target = cluster.addresses[1]
+    cluster.network.partition(cluster.addresses[0], target)
+    members = cluster[0].members
+    await cluster[0].distro.report_round()
+    assert members.peers[target].state is MemberState.SUSPICIOUS  # suspicion before death
+    assert target in members.healthy_addresses()
+    await cluster[0].distro.report_round()
+    await cluster[0].distro.report_round()
+    assert members.peers[target].state is MemberState.DOWN
+    assert target not in members.healthy_addresses()
+    cluster.network.heal()
+    await cluster[0].distro.report_round()
+    assert members.peers[target].state is MemberState.UP
+
+
+async def test_non_member_sender_is_refused() -> None:
+    cluster = SimCluster(2)
+    from shoal.errors import Forbidden
+    with pytest.raises(Forbidden):
+        await cluster[0].distro.dispatch("10.66.0.1:8848", "DistroSyncRequest", b"")
+
+
+def test_verify_ops_are_the_kernel_contract() -> None:
+    assert OP_CHANGE == 0
