@@ -1,0 +1,111 @@
+"""A do-nothing Nacos gRPC endpoint: the cost floor of grpc.aio on uvloop.
+
+It serves the same two methods as Shoal with the same server options, answers ServerCheck,
+sends SetupAck after ConnectionSetupRequest, and answers every other unary request with a
+constant ``{"resultCode":200,...}`` body without parsing it. Point the load generator at it to
+learn how many ops per CPU-second the transport alone allows on this machine:
+
+    python bench/load/floor_server.py --port 19900 &
+    python bench/load/run.py --addr 127.0.0.1:19900 --server-pid $! --phases register,query
+
+It keeps no registry, so the query phase's "verify" step reports 0 hosts; only the rates and
+CPU figures mean anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from shoal.transport.grpc._proto import Metadata, Payload
+
+_OK = b'{"resultCode":200,"errorCode":0,"success":true}'
+_EMPTY_INFO = (
+    b'{"resultCode":200,"errorCode":0,"success":true,"serviceInfo":{"name":"x","groupName":"DEFAULT_GROUP",'
+    b'"clusters":"","cacheMillis":10000,"hosts":[],"lastRefTime":0,"checksum":"","allIPs":false,'
+    b'"reachProtectionThreshold":false,"valid":true}}'
+)
+_REPLY_TYPE = {
+    "InstanceRequest": ("InstanceResponse", _OK),
+    "BatchInstanceRequest": ("BatchInstanceResponse", _OK),
+    "ServiceQueryRequest": ("QueryServiceResponse", _EMPTY_INFO),
+    "SubscribeServiceRequest": ("SubscribeServiceResponse", _EMPTY_INFO),
+    "HealthCheckRequest": ("HealthCheckResponse", _OK),
+}
+_ids = itertools.count(1)
+
+
+async def unary(request: Any, context: Any) -> Any:
+    type_name = request.metadata.type
+    if type_name == "ServerCheckRequest":
+        body = b'{"resultCode":200,"errorCode":0,"connectionId":"c%d","supportAbilityNegotiation":true}' % next(_ids)
+        return Payload(metadata=Metadata(type="ServerCheckResponse"), body={"value": body})
+    reply_type, body = _REPLY_TYPE.get(type_name, ("ErrorResponse", _OK))
+    return Payload(metadata=Metadata(type=reply_type), body={"value": body})
+
+
+async def bi_stream(request_iterator: Any, context: Any) -> None:
+    async for message in request_iterator:
+        if message.metadata.type == "ConnectionSetupRequest":
+            ack = b'{"headers":{},"abilityTable":{},"module":"internal"}'
+            await context.write(Payload(metadata=Metadata(type="SetupAckRequest"), body={"value": ack}))
+
+
+async def serve(port: int) -> None:
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", 10 * 1024 * 1024),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+            ("grpc.http2.max_ping_strikes", 0),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    handlers = {
+        "request": grpc.unary_unary_rpc_method_handler(
+            unary, request_deserializer=Payload.FromString, response_serializer=Payload.SerializeToString
+        )
+    }
+    stream = {
+        "requestBiStream": grpc.stream_stream_rpc_method_handler(
+            bi_stream, request_deserializer=Payload.FromString, response_serializer=Payload.SerializeToString
+        )
+    }
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler("Request", handlers),
+            grpc.method_handlers_generic_handler("BiRequestStream", stream),
+        ]
+    )
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"floor server on 127.0.0.1:{port}", file=sys.stderr, flush=True)
+    await stop.wait()
+    await server.stop(1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--port", type=int, default=19900, help="port to listen on at 127.0.0.1 (default 19900)")
+    args = parser.parse_args()
+    import uvloop
+
+    uvloop.run(serve(args.port))
+
+
+if __name__ == "__main__":
+    main()
