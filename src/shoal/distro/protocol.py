@@ -215,13 +215,27 @@ class DistroProtocol:
             for owner, batch in groups:
                 decoded = await run_blocking(records.decode, batch)
                 if owner == self.members.self_address:
-                    continue  # copies of our own previous life: their connections died with it
+                    decoded = self._forget_previous_life(decoded)
                 self.processor.apply(owner, decoded)
                 total += len(decoded)
                 await asyncio.sleep(0)  # let the loop breathe between groups
             if header.get("done"):
                 return total
             session, offset = header["session"], header["next"]
+
+    def _forget_previous_life(self, batch: list[records.ClientRecord]) -> list[records.ClientRecord]:
+        """Peers' copies of connection clients we owned before a restart: those connections died
+        with the old process, so, as their owner, send the DELETE; ip:port clients are kept."""
+        kept = []
+        for record in batch:
+            if records.kind_of(record[1]) is ClientKind.CONNECTION:
+                self.engine.enqueue(record[1], records.OP_DELETE)
+            else:
+                kept.append(record)
+        dropped = len(batch) - len(kept)
+        if dropped:
+            log.info("deleting %d connection clients of this node's previous run from its peers", dropped)
+        return kept
 
     # --- membership -------------------------------------------------------------------------
     async def report_round(self) -> None:

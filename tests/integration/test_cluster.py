@@ -1,0 +1,177 @@
+"""Three (or four) real `shoal server` processes replicating with Distro on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from v2.nacos import ListInstanceParam, RegisterInstanceParam, SubscribeServiceParam
+
+from .aio import wait_for
+from .procs import ServerProcess, free_port_block, http_get, kill, start_server
+from .rawclient import RawClient
+from .test_sdk_naming import Pushes, spawn_client
+
+FAST = ["-D", "nacos.core.protocol.distro.data.verify.intervalMs=1000",
+        "-D", "shoal.member.report-interval-ms=300",
+        "-D", "nacos.core.member.fail-access-cnt=2",
+        "-D", "nacos.core.protocol.distro.data.load.timeoutMs=8000",
+        "-D", "nacos.core.protocol.distro.data.load.retryDelayMs=300"]
+
+
+class Cluster:
+    def __init__(self, tmp_path: Path, size: int) -> None:
+        self.tmp_path = tmp_path
+        self.ports = [free_port_block() for _ in range(size)]
+        self.members = ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        self.nodes: dict[int, ServerProcess] = {}
+
+    def start(self, i: int, *extra: str, wait: bool = True) -> ServerProcess:
+        server = start_server(self.tmp_path, ["--members", self.members, *FAST, *extra], port=self.ports[i],
+                              wait=False)
+        self.nodes[i] = server
+        if wait:
+            server.wait_ready()
+        return server
+
+    def start_all(self, extra: dict[int, list[str]] | None = None) -> None:
+        for i in range(len(self.ports)):
+            self.start(i, *(extra or {}).get(i, []), wait=False)
+        for server in self.nodes.values():
+            server.wait_ready()
+
+    def addr(self, i: int) -> str:
+        return f"127.0.0.1:{self.ports[i]}"
+
+    def gauge(self, i: int, name: str) -> float:
+        status, text = http_get(f"http://127.0.0.1:{self.ports[i]}/nacos/actuator/prometheus")
+        assert status == 200
+        match = re.search(rf"^shoal_{name} (\S+)$", text, re.MULTILINE)
+        assert match, f"no shoal_{name} on node {i}"
+        return float(match.group(1))
+
+
+@pytest.fixture
+def cluster_of(tmp_path: Path) -> Iterator[Callable[[int], Cluster]]:
+    made: list[Cluster] = []
+
+    def factory(size: int) -> Cluster:
+        cluster = Cluster(tmp_path, size)
+        made.append(cluster)
+        return cluster
+
+    yield factory
+    for cluster in made:
+        for server in cluster.nodes.values():
+            kill(server)
+
+
+async def ips(client: Any, service: str) -> set[tuple[str, int]]:
+    found = await client.list_instances(ListInstanceParam(service_name=service, subscribe=False, healthy_only=None))
+    return {(i.ip, i.port) for i in found}
+
+
+async def test_register_replicates_pushes_and_disappears_with_its_client(
+        cluster_of: Callable[[int], Cluster], sdk: Any, tmp_path: Path) -> None:
+    cluster = cluster_of(3)
+    cluster.start_all()
+    a, b, c = [await sdk(cluster.addr(i)) for i in range(3)]
+    pushes = Pushes()
+    await c.subscribe(SubscribeServiceParam(service_name="repl", subscribe_callback=pushes))
+    await a.register_instance(RegisterInstanceParam(service_name="repl", ip="10.20.0.1", port=1,
+                                                    metadata={"zone": "z1"}))
+    for node in (b, c):
+        await wait_for(lambda n=node: _eq(ips(n, "repl"), {("10.20.0.1", 1)}), what="replica")
+    await wait_for(lambda: pushes.latest_ips() == {("10.20.0.1", 1)}, what="push on C for a write on A")
+    [inst] = await b.list_instances(ListInstanceParam(service_name="repl", subscribe=False, healthy_only=None))
+    assert inst.metadata == {"zone": "z1"}
+
+    child = await asyncio.to_thread(spawn_client, _Addr(cluster.addr(0)), tmp_path, "repl")
+    try:
+        for node in (b, c):
+            await wait_for(lambda n=node: _eq(ips(n, "repl"), {("10.20.0.1", 1), ("10.6.0.9", 9)}),
+                           what="child's instance everywhere")
+        os.kill(child.pid, signal.SIGKILL)
+        for node in (b, c):
+            await wait_for(lambda n=node: _eq(ips(n, "repl"), {("10.20.0.1", 1)}), what="killed client gone")
+    finally:
+        child.kill()
+        child.wait()
+
+
+async def test_lost_node_failover_restart_and_snapshot(cluster_of: Callable[[int], Cluster], sdk: Any) -> None:
+    cluster = cluster_of(3)
+    cluster.start_all()
+    every = ",".join(cluster.addr(i) for i in range(3))
+    mover = await sdk(every)
+    await mover.register_instance(RegisterInstanceParam(service_name="ha", ip="10.30.0.1", port=1))
+    home = next(i for i in range(3) if cluster.gauge(i, "connections") == 1)
+    survivors = [i for i in range(3) if i != home]
+    watchers = {i: await sdk(cluster.addr(i)) for i in survivors}
+    for i in survivors:
+        await wait_for(lambda w=watchers[i]: _eq(ips(w, "ha"), {("10.30.0.1", 1)}), what="replicated")
+
+    kill(cluster.nodes[home])  # SIGKILL: no goodbye
+    # The survivors keep serving, and the client fails over and registers again on one of them
+    # (nacos-sdk-python's redo runs every 30 s). Until the dead node's copies expire or it comes
+    # back, a survivor holds both the old synced copy and the new registration.
+    await wait_for(lambda: any(cluster.gauge(i, "connections") == 2 and cluster.gauge(i, "instances") == 2
+                               for i in survivors), timeout=45, what="the client to fail over and re-register")
+    for i in survivors:
+        assert await ips(watchers[i], "ha") == {("10.30.0.1", 1)}
+
+    cluster.start(home)  # restarts on its old port, loads a snapshot, then serves
+    log = cluster.nodes[home].log()
+    assert "loaded a snapshot" in log and "previous run" in log
+    restarted = await sdk(cluster.addr(home))
+    await wait_for(lambda: _eq(ips(restarted, "ha"), {("10.30.0.1", 1)}), what="restarted node agrees")
+    # as the owner of its previous run's connection clients it deleted them everywhere
+    await wait_for(lambda: all(cluster.gauge(i, "instances") == 1 for i in range(3)), what="one copy everywhere")
+
+
+async def test_divergence_is_repaired_by_verify(cluster_of: Callable[[int], Cluster], sdk: Any) -> None:
+    cluster = cluster_of(3)
+    cluster.start_all(extra={1: ["-D", "shoal.test.drop-incoming-sync=1"]})  # B loses one batch
+    a, b, c = [await sdk(cluster.addr(i)) for i in range(3)]
+    await a.register_instance(RegisterInstanceParam(service_name="heal", ip="10.40.0.1", port=1))
+    await wait_for(lambda: _eq(ips(c, "heal"), {("10.40.0.1", 1)}), what="C in sync")
+    await wait_for(lambda: "dropped a sync batch" in cluster.nodes[1].log(), what="the injected loss")
+    await wait_for(lambda: _eq(ips(b, "heal"), {("10.40.0.1", 1)}), timeout=15, what="verify to repair B")
+    assert "missing or stale there" in cluster.nodes[0].log()
+
+
+async def test_a_200k_instance_snapshot_loads(cluster_of: Callable[[int], Cluster]) -> None:
+    cluster = cluster_of(2)
+    cluster.start(0, "-D", "nacos.remote.server.grpc.sdk.max-inbound-message-size=67108864")
+    loader = RawClient(cluster.nodes[0].grpc_port)
+    try:
+        await loader.connect()
+        for s in range(200):
+            instances = [{"ip": f"10.{s // 250}.{s % 250}.{i // 250}", "port": 1000 + i % 250, "weight": 1.0,
+                          "healthy": True, "enabled": True, "ephemeral": True, "clusterName": "DEFAULT",
+                          "metadata": {"app": "bulk"}} for i in range(1000)]
+            kind, reply = await loader.call("BatchInstanceRequest", {
+                "namespace": "public", "serviceName": f"bulk-{s}", "groupName": "DEFAULT_GROUP",
+                "type": "batchRegisterInstance", "instances": instances})
+            assert reply["resultCode"] == 200, reply
+        assert cluster.gauge(0, "instances") == 200_000
+        newcomer = await asyncio.to_thread(cluster.start, 1)
+        assert "loaded a snapshot" in newcomer.log()
+        assert cluster.gauge(1, "instances") == 200_000
+    finally:
+        await loader.close()
+
+
+class _Addr:
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+
+
+async def _eq(awaitable: Any, expected: set[tuple[str, int]]) -> bool:
+    return bool(await awaitable == expected)
