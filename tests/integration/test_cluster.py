@@ -156,7 +156,7 @@ async def test_a_200k_instance_snapshot_loads(cluster_of: Callable[[int], Cluste
             instances = [{"ip": f"10.{s // 250}.{s % 250}.{i // 250}", "port": 1000 + i % 250, "weight": 1.0,
                           "healthy": True, "enabled": True, "ephemeral": True, "clusterName": "DEFAULT",
                           "metadata": {"app": "bulk"}} for i in range(1000)]
-            kind, reply = await loader.call("BatchInstanceRequest", {
+            _, reply = await loader.call("BatchInstanceRequest", {
                 "namespace": "public", "serviceName": f"bulk-{s}", "groupName": "DEFAULT_GROUP",
                 "type": "batchRegisterInstance", "instances": instances})
             assert reply["resultCode"] == 200, reply
