@@ -76,18 +76,32 @@ class VerifyReceiver:
         return json.dumps({"mismatched": sorted(mismatched)}).encode()
 
     def on_detail(self, sender: str, body: bytes) -> bytes:
+        """The owner's (id, revision) pairs of the mismatched buckets against our copies."""
         request = json.loads(body)
+        n = int(request["buckets"])
+        buckets = {int(b) for b in request["clients"]}
+        theirs = {str(cid): int(rev) for pairs in request["clients"].values() for cid, rev in pairs}
+        ours: dict[str, int] = {}
+        for cid in theirs:
+            client = self.clients.get(cid)
+            if client is not None and not client.native:
+                ours[cid] = client.revision
+        attributed = self._copies_from(sender)
+        for client, b in zip(attributed, kernel.bucket_of([c.client_id for c in attributed], n), strict=True):
+            if b in buckets:
+                ours.setdefault(client.client_id, client.revision)
+        missing, stale, extra = kernel.diff_revisions(theirs, ours)
         now = self.clock.monotonic_ms()
-        resync: list[str] = []
-        for pairs in request["clients"].values():
-            for cid, rev in pairs:
+        failed = set(missing) | set(stale)
+        for cid in theirs:
+            if cid not in failed:
                 client = self.clients.get(cid)
-                if client is not None and not client.native and client.revision == rev:
+                if client is not None:
                     client.last_renew_ms = now
                     client.owner = sender  # ownership may have moved to the sender
-                else:
-                    resync.append(cid)
-        return json.dumps({"resync": resync}).encode()
+        if extra:  # copies the owner no longer has: left to expire, never deleted by verify
+            log.debug("%d copies from %s are unknown to it; they will expire", len(extra), sender)
+        return json.dumps({"resync": [*missing, *stale]}).encode()
 
 
 class VerifyStats:
