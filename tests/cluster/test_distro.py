@@ -247,3 +247,19 @@ async def test_non_member_sender_is_refused() -> None:
 
 def test_verify_ops_are_the_kernel_contract() -> None:
     assert OP_CHANGE == 0
+
+
+async def test_peer_back_up_is_verified_at_once() -> None:
+    cluster = SimCluster(2)
+    peer = cluster.addresses[1]
+    cluster.network.down.add(peer)
+    cluster[0].members.report_failed(peer, refused=True)
+    cluster[0].register("c1", 1)  # missed while DOWN: nothing queued, a full verify needed
+    assert cluster[0].distro.engine.queues[peer].needs_full_verify
+    cluster.network.down.discard(peer)
+    cluster[0].members.report_succeeded(peer)  # back UP: a verify round starts by itself
+    task = cluster[0].distro._verify_task
+    assert task is not None
+    await task
+    await cluster.flush()
+    assert cluster[1].ports() == [1]

@@ -61,6 +61,7 @@ class DistroProtocol:
         self._drop_sync = config.test_drop_sync_count
         self._conf_mtime: int | None = None
         self._load_task: asyncio.Task[None] | None = None
+        self._verify_task: asyncio.Task[None] | None = None
         members.listeners.append(self._on_members_changed)
         self.periodics = [
             Periodic("distro-verify", config.verify_interval_ms, self.verify_round),
@@ -80,9 +81,10 @@ class DistroProtocol:
             self._load_task = asyncio.get_running_loop().create_task(self.load_snapshot(), name="distro-load")
 
     async def stop(self) -> None:
-        if self._load_task is not None:
-            self._load_task.cancel()
-            await asyncio.gather(self._load_task, return_exceptions=True)
+        for task in (self._load_task, self._verify_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for periodic in self.periodics:
             await periodic.stop()
         await self.engine.stop()
@@ -279,6 +281,19 @@ class DistroProtocol:
     def _on_members_changed(self) -> None:
         log.info("healthy members now %s", self.members.healthy_addresses())
         self._refresh_native()
+        # A peer that is back may have missed changes while DOWN (its queue collapsed to
+        # "needs full verify"): verify now rather than at the next 5 s tick.
+        if self.loaded and any(q.needs_full_verify for q in self.engine.queues.values()):
+            self._verify_soon()
+
+    def _verify_soon(self) -> None:
+        if self._verify_task is not None and not self._verify_task.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not running (a unit test stepping by hand): the periodic round covers it
+        self._verify_task = loop.create_task(self.verify_round(), name="distro-verify-now")
 
     def _refresh_native(self) -> None:
         """ip:port clients follow the hash: the new owner takes over, the old one keeps a copy

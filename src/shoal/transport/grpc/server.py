@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -23,6 +23,7 @@ from shoal.config import Config
 from shoal.errors import (
     BadRequestBody,
     Code,
+    Forbidden,
     NacosError,
     NoHandler,
     ParamCheckFailed,
@@ -38,6 +39,15 @@ from shoal.transport.grpc.handlers import CLUSTER_ONLY_TYPES, Handler, RequestCo
 
 log = logging.getLogger(__name__)
 
+
+class AuthFilter(Protocol):
+    """Auth of SDK requests (Nacos RemoteRequestAuthFilter); both raise Forbidden."""
+
+    def check_request(self, ctx: RequestContext, type_name: str, body: dict[str, Any]) -> None: ...
+
+    def check_setup(self, headers: dict[str, str]) -> None: ...
+
+
 #: Abilities we advertise in SetupAckRequest: only what is implemented (spec §2.3).
 SERVER_ABILITIES = {"supportPersistentInstanceByGrpc": False}
 
@@ -47,8 +57,9 @@ class SdkServer:
 
     def __init__(self, config: Config, manager: ConnectionManager, handlers: dict[str, Handler],
                  is_serving: Callable[[], bool], metrics: Metrics, port: int,
-                 source: str = "sdk") -> None:
+                 source: str = "sdk", auth: AuthFilter | None = None) -> None:
         self.config = config
+        self.auth = auth  # Nacos RemoteRequestAuthFilter: raises Forbidden
         self.manager = manager
         self.handlers = dict(handlers)
         self.handlers["HealthCheckRequest"] = Handler("HealthCheckResponse", lambda ctx, body: codec.ok())
@@ -133,7 +144,11 @@ class SdkServer:
         self.manager.touch(conn)
         ctx = RequestContext(conn, _merge_headers(body.get("headers"), payload.metadata.headers))
         try:
+            if self.auth is not None:
+                self.auth.check_request(ctx, type_name, body)
             return handler.response_type, handler.handle(ctx, body), 200
+        except Forbidden as exc:  # the auth filter's refusal is typed as the handler's response too
+            return handler.response_type, codec.error(500, Code.NO_RIGHT, exc.message), Code.NO_RIGHT
         except ParamCheckFailed as exc:  # a filter failure is typed as the handler's response
             return handler.response_type, codec.error(500, Code.INVALID_PARAM, exc.message), Code.INVALID_PARAM
         except NacosError as exc:
@@ -189,6 +204,11 @@ class SdkServer:
         conn.client_ip = payload.metadata.clientIp or conn.remote_ip
         if conn.source == "sdk" and not self.is_serving():
             return "server is starting"
+        if self.auth is not None:
+            try:
+                self.auth.check_setup(_merge_headers(body.get("headers"), payload.metadata.headers))
+            except Forbidden as exc:
+                return f"refused: {exc.message}"
         limit = self.manager.check_limit(conn.client_ip, conn.app)
         if limit is not None:
             log.warning("refusing connection %s: %s", conn.describe(), limit)
