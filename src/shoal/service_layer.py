@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from shoal.clock import Clock
 from shoal.config import Config
-from shoal.errors import ClientDisconnected, InvalidParam, ParamCheckFailed
-from shoal.model.client import Client, Publication, Subscriber
+from shoal.errors import ClientDisconnected, InvalidParam, NotFound, ParamCheckFailed
+from shoal.model.client import Client, ClientKind, Publication, Subscriber
 from shoal.model.clients import ClientManager
 from shoal.model.events import (
     ClientChanged,
@@ -25,6 +25,7 @@ from shoal.model.events import (
     ClientSubscribedService,
     ClientUnsubscribedService,
     EventBus,
+    ServiceChanged,
 )
 from shoal.model.instance import (
     DEFAULT_HEART_BEAT_INTERVAL,
@@ -37,6 +38,7 @@ from shoal.model.instance import (
     generate_instance_id,
     metadata_millis,
 )
+from shoal.model.ip_port import BeatTable, ip_port_client_id
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 from shoal.model.services import (
     ServiceIndex,
@@ -58,6 +60,10 @@ _IP_RE = re.compile(r"[^\u4E00-\u9FA5\s]*")
 _CLUSTER_LEGAL_RE = re.compile(r"[0-9a-zA-Z-]+")
 MAX_NAMESPACE_LEN, MAX_SERVICE_LEN, MAX_GROUP_LEN, MAX_CLUSTER_LEN, MAX_IP_LEN = 64, 512, 128, 64, 128
 MAX_WEIGHT = 10000.0
+# Beat answer codes (NamingResponseCode) and the refusal of persistent instances.
+BEAT_OK, BEAT_RESOURCE_NOT_FOUND = 10200, 20404
+PERSISTENT_UNSUPPORTED = ("persistent instances (ephemeral=false) are not supported by this server; "
+                          "register ephemeral instances")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +85,7 @@ class NamingService:
         self.index = index
         self.storage = storage
         self._last_ref_ms = 0
+        self.beats = BeatTable(bus, clients.clients, clock.monotonic_ms, clock.now_ms)
 
     # --- validation ---------------------------------------------------------------------
     def check_params(self, service: ServiceKey | None = None, clusters: str | None = None,
@@ -241,6 +248,147 @@ class NamingService:
         names = self.services.names(namespace, group)
         start = max(page_no - 1, 0) * max(page_size, 0)
         return ServiceList(len(names), names[start:start + max(page_size, 0)])
+
+    # --- ip:port clients: HTTP Open API and 1.x SDKs (Nacos InstanceOperatorClientImpl) ---
+    def register_ip_port(self, service: ServiceKey, inst: InstanceInfo, ephemeral: bool = True) -> str:
+        """Register an instance owned by the ip:port client ``ip:port#true`` (created on first
+        use); a repeated registration also counts as a beat. Returns the client id."""
+        if not ephemeral:
+            raise InvalidParam(PERSISTENT_UNSUPPORTED)
+        self.check_values(inst)
+        self.check_params(service, instances=(inst,))
+        self.check_instance_legal(inst)
+        record = self.services.get(service)
+        if record is not None and not record.ephemeral:  # refuse before any client is created
+            raise InvalidParam(
+                f"Current service {service.grouped_name} is persistent service, can't register ephemeral instance."
+            )
+        client_id = ip_port_client_id(inst.ip, inst.port)
+        now = self.clock.monotonic_ms()
+        if self.clients.get(client_id) is None:
+            self.clients.add(Client(client_id, ClientKind.IP_PORT, native=True, created_ms=self.clock.now_ms(),
+                                    client_ip=inst.ip, last_updated_ms=now, last_renew_ms=now))
+        self._publish(client_id, service, Publication((self._with_id(service, inst),)))
+        self.beats.renew(client_id, service, now)
+        return client_id
+
+    def deregister_ip_port(self, service: ServiceKey, ip: str, port: int, ephemeral: bool = True) -> None:
+        """Remove the ip:port client's instance of the service; unknown ones are a no-op."""
+        if not ephemeral:
+            raise InvalidParam(PERSISTENT_UNSUPPORTED)
+        self.check_params(service)
+        client_id = ip_port_client_id(ip, port)
+        if self.clients.get(client_id) is not None:
+            self.deregister_instance(client_id, service)
+
+    def beat(self, service: ServiceKey, ip: str, port: int, beat: InstanceInfo | None) -> tuple[int, int]:
+        """A client beat (InstanceController.beat + ClientBeatProcessorV2): ``(code, interval)``.
+
+        Unknown client or service: auto-register from the ``beat`` body when there is one,
+        else code 20404 so the client registers again. Otherwise refresh the beat, turn an
+        unhealthy instance healthy (pushed), and tell the client its beat interval.
+        """
+        self.check_params(service)
+        client_id = ip_port_client_id(ip, port)
+        client = self.clients.get(client_id)
+        if client is None or service not in client.publications:
+            if beat is None:
+                return BEAT_RESOURCE_NOT_FOUND, self.config.client_beat_interval_ms
+            self.register_ip_port(service, beat)
+            client = self.clients.get(client_id)
+            if client is None or service not in client.publications:  # pragma: no cover - defensive
+                return BEAT_RESOURCE_NOT_FOUND, self.config.client_beat_interval_ms
+        now = self.clock.monotonic_ms()
+        self.beats.renew(client_id, service, now)
+        client.last_updated_ms = now
+        publication = client.publications[service]
+        if not all(i.healthy for i in publication.instances):
+            self.beats.set_health(client, service, True)
+        metadata = publication.instances[0].metadata if publication.instances else {}
+        return BEAT_OK, metadata_millis(metadata, HEART_BEAT_INTERVAL_KEY, self.config.client_beat_interval_ms)
+
+    def find_instance(self, service: ServiceKey, ip: str, port: int, cluster: str) -> InstanceInfo:
+        """The instance ``ip:port`` of ``cluster`` in the service, whoever published it."""
+        self.check_params(service, clusters=cluster)
+        if self.services.get(service) is None:
+            raise NotFound(f"no service {service.grouped_name} found!")
+        for _client, _publication, inst in self._matching(service, ip, port, cluster):
+            return inst
+        raise NotFound("no matched ip found!")
+
+    def update_instance(self, service: ServiceKey, ip: str, port: int, cluster: str, *,
+                        weight: float | None = None, enabled: bool | None = None,
+                        metadata: Mapping[str, str] | None = None) -> int:
+        """PUT/PATCH ``/instance``: change weight, enabled and metadata (merged) of the matching
+        instance of every client. Nacos keeps these as a CP overlay; we apply them to the
+        stored instance (a client that registers again replaces them). Returns how many."""
+        self.check_params(service, clusters=cluster)
+        if self.services.get(service) is None:
+            raise InvalidParam(f"service not found, namespace: {service.namespace}, service: {service.grouped_name}")
+        matches = list(self._matching(service, ip, port, cluster))
+        if not matches:
+            raise NotFound("no matched ip found!")
+        for client, publication, inst in matches:
+            new_md = {**inst.metadata, **metadata} if metadata else inst.metadata
+            updated = InstanceInfo(inst.ip, inst.port, inst.weight if weight is None else weight, inst.healthy,
+                                   inst.enabled if enabled is None else enabled, inst.cluster, inst.instance_id,
+                                   new_md)
+            self.check_values(updated)
+            self.check_params(instances=(updated,))
+            self.check_instance_legal(updated)
+            if updated == inst:
+                continue
+            instances = tuple(updated if i is inst else i for i in publication.instances)
+            client.publish(service, Publication(instances, publication.batch), self.clock.monotonic_ms())
+            self.bus.publish(ClientRegisteredService(service, client.client_id))
+            self.bus.publish(ClientChanged(client))
+        return len(matches)
+
+    def _matching(self, service: ServiceKey, ip: str, port: int,
+                  cluster: str) -> list[tuple[Client, Publication, InstanceInfo]]:
+        out: list[tuple[Client, Publication, InstanceInfo]] = []
+        for client_id in sorted(self.index.publishers_of(service)):
+            client = self.clients.get(client_id)
+            publication = client.publications.get(service) if client is not None else None
+            if client is None or publication is None:
+                continue
+            out.extend((client, publication, inst) for inst in publication.instances
+                       if inst.ip == ip and inst.port == port and inst.cluster == cluster)
+        return out
+
+    # --- service records (ServiceOperatorV2Impl) -------------------------------------------
+    def create_service(self, service: ServiceKey, protect_threshold: float, metadata: Mapping[str, str],
+                       ephemeral: bool) -> None:
+        """Create a service with metadata (the protection threshold then applies)."""
+        self.check_params(service)
+        if self.services.get(service) is not None:
+            raise InvalidParam(f"specified service already exists, serviceName : {service.grouped_name}")
+        record = self.services.get_or_create(service, self.clock.now_ms(), ephemeral=ephemeral)
+        record.protect_threshold = protect_threshold
+        record.metadata = dict(metadata)
+        record.has_metadata = True
+
+    def update_service(self, service: ServiceKey, protect_threshold: float | None,
+                       metadata: Mapping[str, str] | None) -> None:
+        self.check_params(service)
+        record = self.services.get(service)
+        if record is None:
+            raise InvalidParam(f"service not found, namespace: {service.namespace}, service: {service.grouped_name}")
+        if protect_threshold is not None:
+            record.protect_threshold = protect_threshold
+        if metadata is not None:
+            record.metadata = dict(metadata)
+        record.has_metadata = True
+        self.bus.publish(ServiceChanged(service, self.clock.now_ms()))  # selection may change: push
+
+    def delete_service(self, service: ServiceKey) -> None:
+        self.check_params(service)
+        if self.services.get(service) is None:
+            raise InvalidParam(f"service {service.grouped_name} is not exist!")
+        if self.index.publishers_of(service):
+            raise InvalidParam(f"Service {service.grouped_name} is not empty, can't be delete. "
+                               "Please unregister instance first")
+        self.services.remove(service)
 
     # --- housekeeping -------------------------------------------------------------------
     def clean_empty_services(self) -> int:
