@@ -48,9 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cluster members (main ports, this node included); omit for a standalone node")
     server.add_argument("--cluster-conf", metavar="FILE",
                         help="Nacos cluster.conf with the members, one ip[:port] per line; reloaded on change")
+    server.add_argument("--auth", action="store_true",
+                        help="require tokens on the naming APIs (nacos.core.auth.enabled=true)")
     server.add_argument("-D", dest="overrides", action="append", default=[], metavar="PROPERTY=VALUE",
                         help="set any setting listed below; repeatable")
     server.set_defaults(func=_cmd_server)
+
+    from shoal.auth import cli as users_cli
+
+    users_cli.register(sub)
 
     try:  # analytics needs the optional PySpark extra; the server must not require it
         from shoal.analytics import cli as analytics_cli
@@ -73,6 +79,8 @@ def _server_config(args: argparse.Namespace) -> Config:
         value = getattr(args, flag)
         if value is not None:
             overrides[field_name] = str(value)
+    if args.auth:
+        overrides["auth_enabled"] = "true"
     return Config.load(args.config, overrides=overrides)
 
 

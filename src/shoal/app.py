@@ -6,11 +6,13 @@ import asyncio
 import logging
 from pathlib import Path
 
+from shoal.auth.service import AuthService
 from shoal.clock import Clock, SystemClock
 from shoal.config import Config
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.transport import GrpcPeerTransport
+from shoal.health.heartbeat import HeartbeatChecker
 from shoal.health.keepalive import ConnectionKeepAlive
 from shoal.metrics import Metrics
 from shoal.model.clients import ClientManager
@@ -25,6 +27,7 @@ from shoal.transport.grpc.connections import Connection, ConnectionManager
 from shoal.transport.grpc.limits import LimitRuleFile
 from shoal.transport.grpc.naming_handlers import NamingConnectionListener, naming_handlers
 from shoal.transport.grpc.server import SdkServer
+from shoal.transport.http.forward import ForwardAllTo, MapperResponsibility, MemberList, Responsibility, Standalone
 from shoal.transport.http.server import HttpServer
 
 log = logging.getLogger(__name__)
@@ -44,17 +47,18 @@ class Node:
         self.naming = NamingService(config, self.clock, self.bus, self.clients, self.services, self.index,
                                     self.storage)
         self.metrics = Metrics()
+        self.auth = AuthService(config)
 
         self.limits = LimitRuleFile(config.limit_rule_path)
         self.sdk_connections = ConnectionManager(config, self.clock, self.limits, source="sdk")
         self.sdk_connections.listeners.append(NamingConnectionListener(self.clients, self.clock.now_ms))
         self.sdk_connections.on_unregister_hooks.append(self._count_closed)
         self.sdk_server = SdkServer(config, self.sdk_connections, naming_handlers(self.naming), self.is_serving,
-                                    self.metrics, config.grpc_port)
+                                    self.metrics, config.grpc_port, auth=self.auth if config.auth_enabled else None)
         self.push = PushService(config, self.clock, self.bus, self.sdk_server, self.index.subscribers_of,
                                 self._push_payload, self.metrics)
         self.keepalive = ConnectionKeepAlive(config, self.sdk_connections, self.sdk_server, self.limits)
-        self.http = HttpServer(config, self, self.metrics)
+        self.http = HttpServer(config, self, self.metrics, self.naming, self.auth)
         self.periodics = [
             Periodic("connection-keep-alive", config.connection_check_interval_ms, self.keepalive.scan,
                      initial_delay_ms=min(1000, config.connection_check_interval_ms)),
@@ -76,6 +80,15 @@ class Node:
             self.distro = DistroProtocol(config, self.clock, self.bus, self.clients, self.services, self.members,
                                          transport)
             self.cluster_server = ClusterServer(config, self.distro.dispatch, self.metrics)
+            self.http.members = MemberList(self.members.all_members)
+        # Who handles an ip:port (HTTP forwarding, beat checks): the Distro mapper, or this node.
+        self.responsibility: Responsibility = (
+            ForwardAllTo(config.test_forward_all_to) if config.test_forward_all_to
+            else MapperResponsibility(self.distro.mapper) if self.distro is not None else Standalone())
+        self.http.forwarder.responsibility = self.responsibility
+        self.heartbeats = HeartbeatChecker(config, self.clock, self.clients, self.services, self.naming.beats,
+                                           self.responsibility)
+        self.periodics.append(Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick))
         self._serving = False
         self._started = False
         self.metrics.add_sizes(self._sizes)
@@ -95,6 +108,7 @@ class Node:
     async def start(self) -> None:
         """Open the listeners (answering 300 until ready), start the loops, then serve."""
         await run_blocking(self.limits.reload_if_changed)  # limits hold from the first connection
+        await self.auth.start()  # users and the token key (generated on first start)
         await self.http.start()
         await self.sdk_server.start()
         self._started = True

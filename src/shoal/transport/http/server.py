@@ -1,8 +1,15 @@
-"""The main-port HTTP listener.
+"""The main-port HTTP listener (aiohttp on the node's one event loop).
 
-For now it answers the console health probes (``/nacos/v1/console/health/liveness`` and
-``/readiness``, 200 ``OK`` once the node serves) and ``/nacos/actuator/prometheus``. Unknown
-paths answer 404 and an unexpected error 500 with a logged traceback, never a dead listener.
+Routes: the console health probes (``/nacos/v1/console/health/liveness`` and ``/readiness``),
+``/nacos/actuator/prometheus``, the naming Open API v1 (``/nacos/v1/ns``) and v2
+(``/nacos/v2/ns``), the cluster member list (``/nacos/v1/core/cluster/nodes``,
+``/nacos/v2/core/cluster/node/list``) and the auth endpoints (``/nacos/v1/auth``).
+
+Every route goes through one wrapper, in Nacos's filter order: read the parameters (query or
+form), check the token when auth is on (read / write on the service's namespace, or admin),
+forward a write for an ``ip:port`` another node is responsible for (DistroFilter), run the
+handler; a NacosError becomes the API generation's error shape (400s name the parameter), an
+unexpected exception a logged 500. Unknown paths answer 404.
 """
 
 from __future__ import annotations
@@ -13,12 +20,25 @@ from typing import Protocol
 
 from aiohttp import web
 
+from shoal.auth.service import READ, WRITE, AuthService, Identity, naming_resource
 from shoal.config import Config
+from shoal.errors import Forbidden, NacosError
 from shoal.metrics import Metrics
+from shoal.model.keys import DEFAULT_GROUP, GROUP_SEPARATOR
+from shoal.service_layer import NamingService
+from shoal.transport.http.api import Api, core_ok, dumps, error_response, v2_ok
+from shoal.transport.http.auth_routes import IDENTITY_KEY, AuthRoutes
+from shoal.transport.http.forward import Forwarder, MemberView, Responsibility, Standalone, StandaloneMembers
+from shoal.transport.http.naming import NamingRoutes, distro_tag
+from shoal.transport.http.params import Params, read_params
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+RouteHandler = Callable[[web.Request, Params], Awaitable[web.StreamResponse]]
+
+#: Auth requirements of a route besides READ / WRITE on a naming resource.
+ADMIN = "admin"
+IDENTITY = "identity"
 
 
 class NodeStatus(Protocol):
@@ -28,16 +48,79 @@ class NodeStatus(Protocol):
 
 
 class HttpServer:
-    def __init__(self, config: Config, status: NodeStatus, metrics: Metrics) -> None:
+    def __init__(self, config: Config, status: NodeStatus, metrics: Metrics, naming: NamingService | None = None,
+                 auth: AuthService | None = None, responsibility: Responsibility | None = None,
+                 members: MemberView | None = None) -> None:
         self.config = config
         self.status = status
         self.metrics = metrics
-        self.app = web.Application(middlewares=[self._errors], client_max_size=config.max_inbound_message_size)
-        self.app.router.add_get("/nacos/v1/console/health/liveness", self.liveness)
-        self.app.router.add_get("/nacos/v1/console/health/readiness", self.readiness)
-        self.app.router.add_get("/nacos/actuator/prometheus", self.prometheus)
+        self.auth = auth
+        self.forwarder = Forwarder(responsibility or Standalone(), config.http_forward_timeout_ms)
+        self.members = members
+        self.app = web.Application(client_max_size=config.max_inbound_message_size)
         self._runner: web.AppRunner | None = None
+        route = self._route
+        route("GET", "/nacos/v1/console/health/liveness", self.liveness, Api.V1)
+        route("GET", "/nacos/v1/console/health/readiness", self.readiness, Api.V1)
+        route("GET", "/nacos/actuator/prometheus", self.prometheus, Api.V1)
+        route("GET", "/nacos/v1/core/cluster/nodes", self.cluster_nodes, Api.CORE, ADMIN)
+        route("GET", "/nacos/v2/core/cluster/node/list", self.cluster_nodes_v2, Api.V2, ADMIN)
+        if naming is not None:
+            self._naming_routes(NamingRoutes(config, naming, status.is_serving, self.forwarder.owner_of))
+        if auth is not None:
+            self._auth_routes(AuthRoutes(auth))
 
+    def _naming_routes(self, n: NamingRoutes) -> None:
+        route = self._route
+        for api, base, register, deregister, update, detail, listing in (
+            (Api.V1, "/nacos/v1/ns", n.v1_register, n.v1_deregister, n.v1_update, n.v1_detail, n.v1_list),
+            (Api.V2, "/nacos/v2/ns", n.v2_register, n.v2_deregister, n.v2_update, n.v2_detail, n.v2_list),
+        ):
+            route("POST", f"{base}/instance", register, api, WRITE, distro=True)
+            route("DELETE", f"{base}/instance", deregister, api, WRITE, distro=True)
+            route("PUT", f"{base}/instance", update, api, WRITE, distro=True)
+            route("GET", f"{base}/instance", detail, api, READ)
+            route("GET", f"{base}/instance/list", listing, api, READ)
+            route("PUT", f"{base}/instance/beat", n.beat, api, WRITE, distro=True)
+        route("PATCH", "/nacos/v1/ns/instance", n.v1_patch, Api.V1, WRITE, distro=True)
+        for api, base, create, delete, update, detail, listing in (
+            (Api.V1, "/nacos/v1/ns", n.v1_service_create, n.v1_service_delete, n.v1_service_update,
+             n.v1_service_detail, n.v1_service_list),
+            (Api.V2, "/nacos/v2/ns", n.v2_service_create, n.v2_service_delete, n.v2_service_update,
+             n.v2_service_detail, n.v2_service_list),
+        ):
+            route("POST", f"{base}/service", create, api, WRITE)
+            route("DELETE", f"{base}/service", delete, api, WRITE)
+            route("PUT", f"{base}/service", update, api, WRITE)
+            route("GET", f"{base}/service", detail, api, READ)
+            route("GET", f"{base}/service/list", listing, api, READ)
+        route("GET", "/nacos/v1/ns/operator/metrics", n.v1_metrics, Api.V1)
+        route("GET", "/nacos/v1/ns/ops/metrics", n.v1_metrics, Api.V1)
+        route("GET", "/nacos/v2/ns/operator/metrics", n.v2_metrics, Api.V2)
+        route("GET", "/nacos/v1/ns/operator/switches", n.v1_switches, Api.V1, ADMIN)
+        route("GET", "/nacos/v2/ns/operator/switches", n.v2_switches, Api.V2, ADMIN)
+        route("GET", "/nacos/v2/ns/client/list", n.v2_client_list, Api.V2, ADMIN)
+        route("GET", "/nacos/v2/ns/client", n.v2_client_detail, Api.V2, ADMIN)
+        route("GET", "/nacos/v2/ns/client/publish/list", n.v2_client_publications, Api.V2, ADMIN)
+        route("GET", "/nacos/v2/ns/client/subscribe/list", n.v2_client_subscriptions, Api.V2, ADMIN)
+
+    def _auth_routes(self, a: AuthRoutes) -> None:
+        route = self._route
+        route("POST", "/nacos/v1/auth/login", a.login, Api.V1)
+        route("POST", "/nacos/v1/auth/users/login", a.login, Api.V1)
+        route("POST", "/nacos/v1/auth/users/admin", a.create_admin, Api.CORE)
+        route("POST", "/nacos/v1/auth/users", a.create_user, Api.CORE, ADMIN)
+        route("DELETE", "/nacos/v1/auth/users", a.delete_user, Api.CORE, ADMIN)
+        route("PUT", "/nacos/v1/auth/users", a.update_user, Api.CORE, IDENTITY)
+        route("GET", "/nacos/v1/auth/users", a.list_users, Api.CORE, ADMIN)
+        route("POST", "/nacos/v1/auth/roles", a.add_role, Api.CORE, ADMIN)
+        route("DELETE", "/nacos/v1/auth/roles", a.delete_role, Api.CORE, ADMIN)
+        route("GET", "/nacos/v1/auth/roles", a.list_roles, Api.CORE, ADMIN)
+        route("POST", "/nacos/v1/auth/permissions", a.add_permission, Api.CORE, ADMIN)
+        route("DELETE", "/nacos/v1/auth/permissions", a.delete_permission, Api.CORE, ADMIN)
+        route("GET", "/nacos/v1/auth/permissions", a.list_permissions, Api.CORE, ADMIN)
+
+    # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -46,33 +129,99 @@ class HttpServer:
         log.info("HTTP listening on %s:%d", self.config.host, self.config.port)
 
     async def stop(self) -> None:
+        await self.forwarder.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
 
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        try:
-            response = await handler(request)
-        except web.HTTPException as exc:
-            self.metrics.request("http", request.path if exc.status != 404 else "unknown", exc.status)
-            raise
-        except Exception:
-            log.exception("unexpected failure answering %s %s", request.method, request.path)
-            self.metrics.request("http", request.path, 500)
-            return web.Response(status=500, text="server error")
-        self.metrics.request("http", request.path, response.status)
-        return response
+    # --- the wrapper (Nacos's filter chain) ---------------------------------------------------
+    def _route(self, method: str, path: str, handler: RouteHandler, api: Api, auth: str | None = None,
+               distro: bool = False) -> None:
+        metrics, forwarder = self.metrics, self.forwarder
 
-    async def liveness(self, request: web.Request) -> web.Response:
+        async def serve(request: web.Request) -> web.StreamResponse:
+            try:
+                params = await read_params(request)
+                if auth is not None and self.auth is not None and self.auth.enabled:
+                    await self._authorize(request, params, auth)
+                if distro:
+                    owner = forwarder.owner_of(distro_tag(params))
+                    if owner is not None:
+                        response: web.StreamResponse = await forwarder.forward(request, owner)
+                        metrics.request("http", path, response.status)
+                        return response
+                response = await handler(request, params)
+            except NacosError as exc:
+                response = error_response(api, exc)
+            except web.HTTPException:
+                raise
+            except Exception:
+                log.exception("unexpected failure answering %s %s", request.method, request.path)
+                response = web.Response(status=500, text="server error")
+            metrics.request("http", path, response.status)
+            return response
+
+        self.app.router.add_route(method, path, serve)
+
+    async def _authorize(self, request: web.Request, params: Params, requirement: str) -> None:
+        assert self.auth is not None
+        identity = await self._identity(request, params)
+        request[IDENTITY_KEY] = identity
+        if requirement == IDENTITY:
+            return
+        if requirement == ADMIN:
+            self.auth.authorize(identity, None, READ)
+            return
+        raw = params.text("serviceName")
+        group = params.text("groupName") or DEFAULT_GROUP
+        if GROUP_SEPARATOR in raw:
+            group, _, raw = raw.partition(GROUP_SEPARATOR)
+        self.auth.authorize(identity, naming_resource(params.text("namespaceId"), group, raw), requirement)
+
+    async def _identity(self, request: web.Request, params: Params) -> Identity:
+        """Token from ``accessToken`` (param or header) or ``Authorization: Bearer``; else
+        ``username``/``password`` sent with the request (spec §9.20)."""
+        assert self.auth is not None
+        token = params.text("accessToken") or request.headers.get("accessToken", "")
+        if not token:
+            bearer = request.headers.get("Authorization", "")
+            if bearer[:7].lower() == "bearer ":
+                token = bearer[7:].strip()
+        if token:
+            return self.auth.identity(token)
+        username, password = params.text("username"), params.get("password")
+        if username and password:
+            return await self.auth.identity_from_credentials(username, password, request.remote or "unknown")
+        raise Forbidden("user not found!")
+
+    # --- small endpoints -----------------------------------------------------------------------
+    async def liveness(self, request: web.Request, params: Params) -> web.Response:
         return web.Response(text="OK")
 
-    async def readiness(self, request: web.Request) -> web.Response:
+    async def readiness(self, request: web.Request, params: Params) -> web.Response:
         problem = self.status.readiness_problem()
         if problem is None:
             return web.Response(text="OK")
         return web.Response(status=500, text=problem)
 
-    async def prometheus(self, request: web.Request) -> web.Response:
+    async def prometheus(self, request: web.Request, params: Params) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8",
                             headers={"X-Prometheus-Format": "0.0.4"})
+
+    def _member_list(self, params: Params, address_key: str) -> list[dict[str, object]]:
+        members = self.members.members() if self.members is not None else [_self_member(self.config)]
+        keyword = params.text(address_key)
+        state = params.text("state").upper()
+        return [m for m in members if (not keyword or keyword in str(m.get("address", "")))
+                and (not state or str(m.get("state", "")) == state)]
+
+    async def cluster_nodes(self, request: web.Request, params: Params) -> web.Response:
+        return core_ok(self._member_list(params, "keyword"))
+
+    async def cluster_nodes_v2(self, request: web.Request, params: Params) -> web.Response:
+        return v2_ok(dumps(self._member_list(params, "address")))
+
+
+def _self_member(config: Config) -> dict[str, object]:
+    host = config.host if config.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+    return StandaloneMembers(host, config.port).members()[0]

@@ -1,0 +1,1 @@
+"""Auth of the Nacos default plugin: users (bcrypt), roles, permissions, HS256 tokens."""

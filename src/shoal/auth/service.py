@@ -1,0 +1,310 @@
+"""The auth use cases: login, identities from tokens, permission checks, user administration.
+
+Transport-neutral: the HTTP routes and the gRPC request filter call these; failures are
+``Forbidden`` (403, Nacos's messages ``user not found!`` / ``token invalid!`` / ``token
+expired!`` / ``authorization failed!``), ``InvalidParam`` (400) or ``TooManyLogins`` (429).
+bcrypt work runs in the executor (at most two at a time, so a login storm cannot starve the
+loop's executor), and failed logins are rate-limited per source ip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import secrets
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from shoal.auth.store import (
+    DEFAULT_ADMIN,
+    DUMMY_HASH,
+    GLOBAL_ADMIN_ROLE,
+    UserStore,
+    check_password,
+    hash_password,
+    validate_password,
+    validate_role,
+    validate_username,
+)
+from shoal.auth.tokens import TokenManager, load_or_create_secret
+from shoal.config import Config
+from shoal.errors import Forbidden, InvalidParam, NacosError
+from shoal.model.keys import DEFAULT_GROUP, normalise_namespace
+from shoal.tasks import run_blocking
+
+log = logging.getLogger(__name__)
+
+READ, WRITE = "r", "w"
+_MAX_SOURCES = 10_000
+_CREDENTIAL_CACHE_MAX = 1024
+
+
+class TooManyLogins(NacosError):
+    """Too many failed logins from one source: refused for a while (429)."""
+
+    code = 429
+
+
+class AdminExists(NacosError):
+    """``POST /v1/auth/users/admin`` when an admin already exists (409)."""
+
+    code = 409
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    username: str
+    global_admin: bool
+
+
+def naming_resource(namespace: str, group: str, service: str) -> str:
+    """The resource a naming call touches, as permissions match it: ``ns:group:naming/svc``."""
+    return f"{normalise_namespace(namespace)}:{group or DEFAULT_GROUP}:naming/{service}"
+
+
+class LoginLimiter:
+    """Sliding window of failed logins per source ip; a source at the limit is refused until
+    its oldest failure leaves the window. Memory is bounded (oldest sources are forgotten)."""
+
+    def __init__(self, max_failures: int, window_ms: int, now_ms: Callable[[], int]) -> None:
+        self.max_failures = max_failures
+        self.window_ms = window_ms
+        self._now_ms = now_ms
+        self._failures: OrderedDict[str, deque[int]] = OrderedDict()
+
+    def check(self, source: str) -> None:
+        failures = self._failures.get(source)
+        if failures is None:
+            return
+        now = self._now_ms()
+        while failures and now - failures[0] >= self.window_ms:
+            failures.popleft()
+        if not failures:
+            del self._failures[source]
+        elif len(failures) >= self.max_failures:
+            retry_s = max(1, (failures[0] + self.window_ms - now + 999) // 1000)
+            raise TooManyLogins(f"too many failed logins from {source}; retry in {retry_s} s")
+
+    def failed(self, source: str) -> None:
+        failures = self._failures.get(source)
+        if failures is None:
+            if len(self._failures) >= _MAX_SOURCES:
+                self._failures.popitem(last=False)
+            failures = self._failures[source] = deque(maxlen=self.max_failures)
+        failures.append(self._now_ms())
+
+    def succeeded(self, source: str) -> None:
+        self._failures.pop(source, None)
+
+
+class HasHeaders(Protocol):
+    def header(self, name: str, default: str = "") -> str: ...
+
+
+# gRPC request types and the action Nacos's @Secured gives their handlers.
+GRPC_ACTIONS = {
+    "InstanceRequest": WRITE, "BatchInstanceRequest": WRITE, "PersistentInstanceRequest": WRITE,
+    "ServiceQueryRequest": READ, "SubscribeServiceRequest": READ, "ServiceListRequest": READ,
+}
+
+
+class AuthService:
+    """Auth for one node. ``enabled`` decides whether anything is checked; the login and
+    user endpoints work either way (as in Nacos)."""
+
+    def __init__(self, config: Config, now_s: Callable[[], float] = time.time,
+                 monotonic_ms: Callable[[], int] | None = None) -> None:
+        self.config = config
+        self.enabled = config.auth_enabled
+        self.auth_dir = Path(config.data_dir) / "auth"
+        self.store = UserStore.in_dir(self.auth_dir)
+        self._now_s = now_s
+        self._monotonic_ms = monotonic_ms or (lambda: time.monotonic_ns() // 1_000_000)
+        self.limiter = LoginLimiter(config.auth_login_max_failures, config.auth_login_failure_window_ms,
+                                    self._monotonic_ms)
+        self._tokens: TokenManager | None = None
+        self._bcrypt_slots: asyncio.Semaphore | None = None
+        self._write_lock: asyncio.Lock | None = None
+        self._credential_key = secrets.token_bytes(32)
+        self._credentials: OrderedDict[bytes, tuple[str, int]] = OrderedDict()
+
+    async def start(self) -> None:
+        """Load the user store and the signing key (generated on first start)."""
+        await run_blocking(self.store.load)
+        key = await run_blocking(load_or_create_secret, self.auth_dir, self.config.auth_token_secret_key)
+        self._tokens = TokenManager(key, self.config.auth_token_expire_s, self._now_s)
+
+    @property
+    def tokens(self) -> TokenManager:
+        if self._tokens is None:
+            raise RuntimeError("AuthService.start() was not awaited")
+        return self._tokens
+
+    # --- login ----------------------------------------------------------------------------
+    async def login(self, username: str, password: str, source: str) -> dict[str, Any]:
+        """Nacos UserController.login: the token answer, or Forbidden / TooManyLogins."""
+        identity = await self._authenticate(username, password, source)
+        token = self.tokens.create(identity.username)
+        return {"accessToken": token, "tokenTtl": self.tokens.ttl_s, "globalAdmin": identity.global_admin,
+                "username": identity.username}
+
+    async def _authenticate(self, username: str, password: str, source: str) -> Identity:
+        self.limiter.check(source)
+        if not username:
+            raise InvalidParam("Param 'username' is required.")
+        if not password:
+            raise InvalidParam("Param 'password' is required.")
+        await run_blocking(self.store.reload_if_changed)
+        hashed = self.store.users.get(username)
+        ok = await self._bcrypt(check_password, password, hashed or DUMMY_HASH)
+        if not ok or hashed is None:
+            self.limiter.failed(source)
+            log.info("failed login for %r from %s", username, source)
+            raise Forbidden("unknown user!")
+        self.limiter.succeeded(source)
+        return Identity(username, self.store.is_global_admin(username))
+
+    async def _bcrypt(self, fn: Callable[[str, str], Any], a: str, b: str) -> Any:
+        if self._bcrypt_slots is None:
+            self._bcrypt_slots = asyncio.Semaphore(2)
+        async with self._bcrypt_slots:
+            return await run_blocking(fn, a, b)
+
+    async def _hash(self, password: str) -> str:
+        if self._bcrypt_slots is None:
+            self._bcrypt_slots = asyncio.Semaphore(2)
+        async with self._bcrypt_slots:
+            return await run_blocking(hash_password, password)
+
+    # --- identities -------------------------------------------------------------------------
+    def identity(self, token: str) -> Identity:
+        if not token:
+            raise Forbidden("user not found!")
+        username = self.tokens.username_of(token)
+        return Identity(username, self.store.is_global_admin(username))
+
+    async def identity_from_credentials(self, username: str, password: str, source: str) -> Identity:
+        """Clients that send ``username``/``password`` on every call instead of a token
+        (spec §9.20): checked once with bcrypt, then remembered for the token lifetime."""
+        digest = hmac.digest(self._credential_key, f"{username}\0{password}".encode(), hashlib.sha256)
+        cached = self._credentials.get(digest)
+        now = self._monotonic_ms()
+        if cached is not None and cached[1] > now and cached[0] in self.store.users:
+            return Identity(cached[0], self.store.is_global_admin(cached[0]))
+        identity = await self._authenticate(username, password, source)
+        if len(self._credentials) >= _CREDENTIAL_CACHE_MAX:
+            self._credentials.popitem(last=False)
+        self._credentials[digest] = (username, now + self.tokens.ttl_s * 1000)
+        return identity
+
+    def authorize(self, identity: Identity, resource: str | None, action: str) -> None:
+        """``resource=None`` means an admin-only operation (console, users, cluster)."""
+        if identity.global_admin:
+            return
+        if resource is not None and self.store.allowed(identity.username, resource, action):
+            return
+        raise Forbidden("authorization failed!")
+
+    def check_request(self, ctx: HasHeaders, type_name: str, body: Mapping[str, Any]) -> None:
+        """The gRPC request filter (Nacos RemoteRequestAuthFilter): raises Forbidden."""
+        if not self.enabled:
+            return
+        action = GRPC_ACTIONS.get(type_name)
+        if action is None:
+            return
+        identity = self.identity(ctx.header("accessToken"))
+        service = body.get("serviceName")
+        resource = naming_resource(str(body.get("namespace") or ""), str(body.get("groupName") or ""),
+                                   service if isinstance(service, str) else "")
+        self.authorize(identity, resource, action)
+
+    def check_setup(self, headers: Mapping[str, str]) -> None:
+        """ConnectionSetupRequest: a token, if one is presented, must be valid (SDKs send none
+        on setup — every naming request is checked on its own)."""
+        if self.enabled:
+            token = headers.get("accesstoken", "")
+            if token:
+                self.identity(token)
+
+    # --- user administration (UserController / RoleController / PermissionController) ------
+    async def create_user(self, username: str, password: str) -> None:
+        validate_username(username)
+        validate_password(password)
+        hashed = await self._hash(password)
+        async with self._lock():
+            await run_blocking(self.store.reload_if_changed)
+            self.store.add_user(username, hashed)
+            await run_blocking(self.store.save)
+
+    async def create_admin(self, password: str) -> dict[str, str]:
+        """The first admin (``nacos``), only while there is none; random password if absent."""
+        if password:
+            validate_password(password)
+        if self.store.has_admin():
+            raise AdminExists("have admin user cannot use it")
+        password = password or secrets.token_urlsafe(12)
+        hashed = await self._hash(password)
+        async with self._lock():
+            await run_blocking(self.store.reload_if_changed)
+            if self.store.has_admin():
+                raise AdminExists("have admin user cannot use it")
+            self.store.users[DEFAULT_ADMIN] = hashed
+            self.store.grant_admin(DEFAULT_ADMIN)
+            await run_blocking(self.store.save)
+        log.info("created the first admin user %r", DEFAULT_ADMIN)
+        return {"username": DEFAULT_ADMIN, "password": password}
+
+    async def update_password(self, username: str, password: str) -> None:
+        validate_username(username)
+        validate_password(password, "newPassword")
+        if username not in self.store.users:
+            raise InvalidParam(f"user {username} not exist!")
+        hashed = await self._hash(password)
+        async with self._lock():
+            await run_blocking(self.store.reload_if_changed)
+            self.store.set_password(username, hashed)
+            await run_blocking(self.store.save)
+        self._credentials.clear()
+
+    async def delete_user(self, username: str) -> None:
+        validate_username(username)
+        await self._mutate(lambda: self.store.delete_user(username))
+        self._credentials.clear()
+
+    async def add_role(self, role: str, username: str) -> None:
+        validate_role(role)
+        validate_username(username)
+        if role == GLOBAL_ADMIN_ROLE:
+            raise InvalidParam(f"role '{GLOBAL_ADMIN_ROLE}' is not permitted to create!")
+        await self._mutate(lambda: self.store.add_role(role, username))
+
+    async def delete_role(self, role: str, username: str) -> None:
+        validate_role(role)
+        if role == GLOBAL_ADMIN_ROLE:
+            raise InvalidParam(f"role '{GLOBAL_ADMIN_ROLE}' is not permitted to delete!")
+        await self._mutate(lambda: self.store.delete_role(role, username))
+
+    async def add_permission(self, role: str, resource: str, action: str) -> None:
+        validate_role(role)
+        await self._mutate(lambda: self.store.add_permission(role, resource, action))
+
+    async def delete_permission(self, role: str, resource: str, action: str) -> None:
+        validate_role(role)
+        await self._mutate(lambda: self.store.delete_permission(role, resource, action))
+
+    async def _mutate(self, change: Callable[[], None]) -> None:
+        async with self._lock():
+            await run_blocking(self.store.reload_if_changed)
+            change()
+            await run_blocking(self.store.save)
+
+    def _lock(self) -> asyncio.Lock:
+        if self._write_lock is None:
+            self._write_lock = asyncio.Lock()
+        return self._write_lock

@@ -1,0 +1,87 @@
+"""Auth endpoints of the Nacos default plugin (UserController, RoleController,
+PermissionController) under ``/nacos/v1/auth`` (spec §7.5)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from aiohttp import web
+
+from shoal.auth.service import AuthService, Identity
+from shoal.errors import Forbidden
+from shoal.transport.http.api import core_ok, dumps, json_text
+from shoal.transport.http.params import Params
+
+IDENTITY_KEY = "shoal.identity"
+
+
+def _page(items: list[dict[str, Any]], p: Params) -> dict[str, Any]:
+    page_no = p.integer("pageNo", 1, 1)
+    page_size = p.integer("pageSize", 100, 1, 10_000)
+    start = (page_no - 1) * page_size
+    return {"totalCount": len(items), "pageNumber": page_no,
+            "pagesAvailable": math.ceil(len(items) / page_size), "pageItems": items[start:start + page_size]}
+
+
+class AuthRoutes:
+    def __init__(self, auth: AuthService) -> None:
+        self.auth = auth
+
+    async def login(self, request: web.Request, p: Params) -> web.Response:
+        answer = await self.auth.login(p.text("username"), p.get("password") or "", request.remote or "unknown")
+        return json_text(dumps(answer), headers={"Authorization": f"Bearer {answer['accessToken']}"})
+
+    async def create_admin(self, request: web.Request, p: Params) -> web.Response:
+        return json_text(dumps(await self.auth.create_admin(p.get("password") or "")))
+
+    async def create_user(self, request: web.Request, p: Params) -> web.Response:
+        await self.auth.create_user(p.text("username"), p.get("password") or "")
+        return core_ok(message="create user ok!")
+
+    async def delete_user(self, request: web.Request, p: Params) -> web.Response:
+        await self.auth.delete_user(p.text("username"))
+        return core_ok(message="delete user ok!")
+
+    async def update_user(self, request: web.Request, p: Params) -> web.Response:
+        username = p.required("username")
+        identity: Identity | None = request.get(IDENTITY_KEY)
+        if identity is not None and not identity.global_admin and identity.username != username:
+            raise Forbidden("authorization failed!")
+        await self.auth.update_password(username, p.get("newPassword") or "")
+        return core_ok(message="update user ok!")
+
+    async def list_users(self, request: web.Request, p: Params) -> web.Response:
+        name = p.text("username")
+        blur = p.text("search", "accurate").lower() == "blur"
+        users = [{"username": u} for u in sorted(self.auth.store.users)
+                 if not name or (name in u if blur else u == name)]
+        return json_text(dumps(_page(users, p)))
+
+    async def add_role(self, request: web.Request, p: Params) -> web.Response:
+        await self.auth.add_role(p.text("role"), p.text("username"))
+        return core_ok(message="add role ok!")
+
+    async def delete_role(self, request: web.Request, p: Params) -> web.Response:
+        await self.auth.delete_role(p.text("role"), p.text("username"))
+        return core_ok(message="delete role of user " + (p.text("username") or "*") + " ok!")
+
+    async def list_roles(self, request: web.Request, p: Params) -> web.Response:
+        username, role = p.text("username"), p.text("role")
+        roles = [{"role": r, "username": u} for r, u in self.auth.store.roles
+                 if (not username or u == username) and (not role or r == role)]
+        return json_text(dumps(_page(roles, p)))
+
+    async def add_permission(self, request: web.Request, p: Params) -> web.Response:
+        await self.auth.add_permission(p.text("role"), p.text("resource"), p.text("action"))
+        return core_ok(message="add permission ok!")
+
+    async def delete_permission(self, request: web.Request, p: Params) -> web.Response:
+        await self.auth.delete_permission(p.text("role"), p.text("resource"), p.text("action"))
+        return core_ok(message="delete permission ok!")
+
+    async def list_permissions(self, request: web.Request, p: Params) -> web.Response:
+        role = p.text("role")
+        perms = [{"role": x.role, "resource": x.resource, "action": x.action} for x in self.auth.store.permissions
+                 if not role or x.role == role]
+        return json_text(dumps(_page(perms, p)))

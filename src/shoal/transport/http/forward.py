@@ -1,0 +1,153 @@
+"""Seams to the cluster: who is responsible for an ``ip:port`` (Nacos DistroFilter) and who the
+members are (``/core/cluster/nodes``).
+
+* :class:`Responsibility` (defined in :mod:`shoal.model.ip_port`, re-exported here) answers
+  ``owner_of("ip:port")``: None when this node handles it, else the owner's HTTP ``ip:port``.
+  Standalone: always None. The Distro mapper plugs in here.
+* :class:`Forwarder` proxies an HTTP write or beat for an ``ip:port`` this node is not
+  responsible for to its owner (same method, path, query and body, ``User-Agent:
+  Nacos-Server``) and relays the answer. A request that arrives already forwarded by a peer
+  and is still not ours is refused with 400, which stops forwarding loops (spec §6.4).
+* :class:`MemberView` lists the members in Nacos's Member JSON shape; standalone: this node.
+* :class:`ForwardAllTo` is the test hook behind ``shoal.test.forward-all-to``: it names one
+  fixed owner for every ``ip:port``, so forwarding can be shown with two real processes
+  before the Distro mapper exists.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import aiohttp
+from aiohttp import web
+
+from shoal import __version__
+from shoal.errors import InvalidParam, NacosError
+from shoal.model.ip_port import Responsibility, Standalone
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ForwardAllTo", "ForwardFailed", "Forwarder", "MapperResponsibility", "MemberList", "MemberView",
+           "Responsibility", "Standalone", "StandaloneMembers", "member_json"]
+
+#: Nacos peers mark forwarded requests with a User-Agent that contains ``Nacos-Server``.
+SERVER_USER_AGENT = f"Nacos-Server:shoal-{__version__}"
+_PASSED_HEADERS = ("Content-Type", "accessToken", "Authorization", "Client-Version", "RequestId")
+
+
+class ForwardFailed(NacosError):
+    """The responsible node could not be reached (502)."""
+
+    code = 502
+
+
+class ForwardAllTo:
+    """TEST HOOK (``shoal.test.forward-all-to``): one node owns every ``ip:port``."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def owner_of(self, tag: str) -> str | None:
+        return self.address
+
+
+class Mapper(Protocol):
+    """What a Distro mapper offers (``responsible`` + ``owner_of`` returning an address)."""
+
+    def responsible(self, tag: str) -> bool: ...
+
+    def owner_of(self, tag: str) -> str: ...
+
+
+class MapperResponsibility:
+    """Responsibility over a Distro mapper: None when this node is responsible."""
+
+    def __init__(self, mapper: Mapper) -> None:
+        self.mapper = mapper
+
+    def owner_of(self, tag: str) -> str | None:
+        return None if self.mapper.responsible(tag) else self.mapper.owner_of(tag)
+
+
+class MemberView(Protocol):
+    """The cluster members, each as Nacos's Member JSON object (spec §5.4)."""
+
+    def members(self) -> list[dict[str, Any]]: ...
+
+
+def member_json(ip: str, port: int, state: str = "UP") -> dict[str, Any]:
+    return {
+        "ip": ip,
+        "port": port,
+        "state": state,
+        "extendInfo": {"raftPort": str(port - 1000), "version": __version__, "site": "unknow",
+                       "adWeight": "0", "weight": "1"},
+        "address": f"{ip}:{port}",
+        "failAccessCnt": 0,
+        "abilities": {"remoteAbility": {"supportRemoteConnection": True, "grpcReportEnabled": True},
+                      "configAbility": {"supportRemoteMetrics": False},
+                      "namingAbility": {"supportJraft": False}},
+        "grpcReportEnabled": True,
+    }
+
+
+class MemberList:
+    """A MemberView over anything that lists members with a ``to_nacos()`` form."""
+
+    def __init__(self, source: Callable[[], Iterable[Any]]) -> None:
+        self.source = source
+
+    def members(self) -> list[dict[str, Any]]:
+        return [m.to_nacos() for m in self.source()]
+
+
+class StandaloneMembers:
+    """A standalone node's member list: itself, UP."""
+
+    def __init__(self, ip: str, port: int) -> None:
+        self.ip = ip
+        self.port = port
+
+    def members(self) -> list[dict[str, Any]]:
+        return [member_json(self.ip, self.port)]
+
+
+class Forwarder:
+    """Proxies requests to the responsible node with one pooled aiohttp client session."""
+
+    def __init__(self, responsibility: Responsibility, timeout_ms: int) -> None:
+        self.responsibility = responsibility
+        self.timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
+        self._session: aiohttp.ClientSession | None = None
+
+    def owner_of(self, tag: str) -> str | None:
+        return self.responsibility.owner_of(tag)
+
+    async def stop(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def forward(self, request: web.Request, owner: str) -> web.Response:
+        if "Nacos-Server" in request.headers.get("User-Agent", ""):
+            raise InvalidParam(f"receive invalid redirect request from peer {request.remote}")
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self.timeout, auto_decompress=False)
+        body = await request.read() if request.body_exists else None
+        headers = {"User-Agent": SERVER_USER_AGENT}
+        for name in _PASSED_HEADERS:
+            value = request.headers.get(name)
+            if value is not None:
+                headers[name] = value
+        url = f"http://{owner}{request.path_qs}"
+        try:
+            async with self._session.request(request.method, url, data=body, headers=headers,
+                                             allow_redirects=False) as resp:
+                payload = await resp.read()
+                relayed = {"Content-Type": resp.headers.get("Content-Type", "text/plain; charset=utf-8")}
+                return web.Response(status=resp.status, body=payload, headers=relayed)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("forwarding %s %s to %s failed: %r", request.method, request.path, owner, exc)
+            raise ForwardFailed(f"forwarding to the responsible node {owner} failed: {exc!r}") from None

@@ -1,0 +1,188 @@
+"""Request parameters as Nacos reads them: query string or form body alike, lenient in form
+(``True``/``true``, blank = absent, metadata as JSON or ``k=v,k=v``), strict in content: every
+bad value is a 400 whose message names the parameter."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+from multidict import MultiDictProxy
+
+from shoal.errors import InvalidParam
+from shoal.model.keys import DEFAULT_CLUSTER, DEFAULT_GROUP, GROUP_SEPARATOR, ServiceKey, normalise_namespace
+from shoal.service_layer import MAX_WEIGHT, parse_metadata
+
+FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
+
+
+class MissingParam(InvalidParam):
+    """A required parameter is absent or blank (v2: ErrorCode 10000 PARAMETER_MISSING)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Param '{name}' is required.")
+        self.param = name
+
+
+class DetailedInvalid(InvalidParam):
+    """A bad parameter with a specific v2 ErrorCode (e.g. 21001 weight error)."""
+
+    def __init__(self, message: str, detail: int) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+WEIGHT_ERROR = 21001
+
+
+class Params:
+    """Query parameters first, then the form body (Spring's getParameter order)."""
+
+    __slots__ = ("form", "query")
+
+    def __init__(self, query: Mapping[str, str], form: Mapping[str, Any] | None = None) -> None:
+        self.query = query
+        self.form = form
+
+    def get(self, name: str) -> str | None:
+        value = self.query.get(name)
+        if value is None and self.form is not None:
+            raw = self.form.get(name)
+            if raw is not None:
+                if not isinstance(raw, str):
+                    raise InvalidParam(f"Param '{name}' must be a plain form field, not a file.")
+                value = raw
+        return value
+
+    def text(self, name: str, default: str = "") -> str:
+        value = self.get(name)
+        if value is None:
+            return default
+        value = value.strip()
+        return value or default
+
+    def required(self, name: str) -> str:
+        value = self.text(name)
+        if not value:
+            raise MissingParam(name)
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.text(name)
+        if not value:
+            return default
+        lowered = value.lower()
+        if lowered == "true":
+            return True
+        if lowered == "false":
+            return False
+        raise InvalidParam(f"Param '{name}' must be true or false, got {value!r}.")
+
+    def integer(self, name: str, default: int | None = None, low: int | None = None,
+                high: int | None = None) -> int:
+        value = self.text(name)
+        if not value:
+            if default is None:
+                raise MissingParam(name)
+            return default
+        try:
+            number = int(value)
+        except ValueError:
+            raise InvalidParam(f"Param '{name}' must be an integer, got {value!r}.") from None
+        if (low is not None and number < low) or (high is not None and number > high):
+            raise InvalidParam(f"Param '{name}' must be between {low} and {high}, got {number}.")
+        return number
+
+    def port(self, name: str = "port", default: int | None = None) -> int:
+        return self.integer(name, default, 0, 65535)
+
+    def number(self, name: str, default: float | None = None) -> float:
+        value = self.text(name)
+        if not value:
+            if default is None:
+                raise MissingParam(name)
+            return default
+        try:
+            number = float(value)
+        except ValueError:
+            raise InvalidParam(f"Param '{name}' must be a number, got {value!r}.") from None
+        if not math.isfinite(number):
+            raise InvalidParam(f"Param '{name}' must be a finite number, got {value!r}.")
+        return number
+
+    def weight(self, default: float | None = 1.0) -> float | None:
+        if default is None and not self.text("weight"):
+            return None
+        weight = self.number("weight", default)
+        if not 0.0 <= weight <= MAX_WEIGHT:
+            raise DetailedInvalid("instance format invalid: The weights range from 0.0 to 10000.0", WEIGHT_ERROR)
+        return weight
+
+    def metadata(self, name: str = "metadata") -> dict[str, str] | None:
+        """Nacos UtilsAndCommons.parseMetadata: a JSON object, else ``k1=v1,k2=v2``; None if absent."""
+        value = self.text(name)
+        if not value:
+            return None
+        return parse_metadata_text(value, name)
+
+    def cluster(self) -> str:
+        """``clusterName`` or ``cluster`` (HttpRequestInstanceBuilder), default ``DEFAULT``."""
+        return self.text("clusterName") or self.text("cluster") or DEFAULT_CLUSTER
+
+    def enabled(self, default: bool | None = True) -> bool | None:
+        """``enabled``, else the 1.x spelling ``enable``."""
+        if self.text("enabled"):
+            return self.boolean("enabled", True)
+        if self.text("enable"):
+            return self.boolean("enable", True)
+        return default
+
+    # --- services ---------------------------------------------------------------------
+    def v1_service(self) -> ServiceKey:
+        """v1 ServiceNameFilter: ``serviceName`` may carry ``group@@``; else ``groupName`` (or
+        DEFAULT_GROUP) is prefixed. The result must be ``group@@name`` with both parts."""
+        raw = self.required("serviceName")
+        grouped = raw if GROUP_SEPARATOR in raw else f"{self.text('groupName') or DEFAULT_GROUP}{GROUP_SEPARATOR}{raw}"
+        parts = grouped.split(GROUP_SEPARATOR)
+        if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+            raise InvalidParam("Param 'serviceName' is illegal, it should be format as 'groupName@@serviceName'.")
+        return ServiceKey(self.namespace(), parts[0], parts[1])
+
+    def v2_service(self) -> ServiceKey:
+        return ServiceKey(self.namespace(), self.text("groupName") or DEFAULT_GROUP, self.required("serviceName"))
+
+    def namespace(self) -> str:
+        return normalise_namespace(self.text("namespaceId"))
+
+
+def parse_metadata_text(value: str, name: str = "metadata") -> dict[str, str]:
+    try:
+        raw = json.loads(value)
+    except ValueError:
+        raw = None
+    if isinstance(raw, dict):
+        return dict(parse_metadata(raw, name))
+    if raw is not None and not isinstance(raw, dict):
+        raise InvalidParam(f"Param '{name}' must be a JSON object or k1=v1,k2=v2, got {value!r}.")
+    out: dict[str, str] = {}
+    for item in value.split(","):
+        key, sep, val = item.partition("=")
+        if not sep or "=" in val or not key:
+            raise InvalidParam(f"Param '{name}' format incorrect: {value!r} (expected JSON or k1=v1,k2=v2).")
+        out[key] = val
+    return out
+
+
+async def read_params(request: web.Request) -> Params:
+    """The parameters of a request; the form body is read only when there is one."""
+    query = request.query
+    if not request.body_exists or request.content_type not in FORM_TYPES:
+        return Params(query)
+    try:
+        form: MultiDictProxy[Any] = await request.post()
+    except (ValueError, UnicodeDecodeError, AssertionError) as exc:
+        raise InvalidParam(f"request body is not a valid form: {exc}") from None
+    return Params(query, form)
