@@ -7,4 +7,9 @@ PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel
 .venv/bin/python -m pip install --quiet -e '.[dev,analytics]'
+# nacos-sdk-python 2.0.11 ships the 1.x HTTP client (nacos.NacosClient) that 3.x dropped; it is the
+# same distribution as the 3.x dev dependency, so it lives in its own directory, which the HTTP
+# integration tests put on sys.path. Its dependencies are those of 3.x, already installed.
+[ -f .venv/nacos-v1/nacos/client.py ] || \
+  .venv/bin/python -m pip install --quiet --no-deps --target .venv/nacos-v1 'nacos-sdk-python==2.0.11'
 .venv/bin/python -c 'import shoal.kernels as k; print("shoal installed; kernels:", k.implementation())'

@@ -1,0 +1,210 @@
+"""Auth pieces without sockets: tokens, the signing key file, the user store, the login limiter,
+the service's checks (HTTP and gRPC filter) and the ``shoal users`` command."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shoal.__main__ import main
+from shoal.auth.service import AuthService, Identity, LoginLimiter, TooManyLogins, naming_resource
+from shoal.auth.store import UserStore, check_password, hash_password
+from shoal.auth.tokens import TokenManager, load_or_create_secret
+from shoal.config import Config
+from shoal.errors import ConfigError, Forbidden, InvalidParam
+
+KEY = b"k" * 32
+
+
+class Now:
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.t = start
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_token_round_trip_is_a_compact_hs256_jwt() -> None:
+    tokens = TokenManager(KEY, 18000, Now())
+    token = tokens.create("nacos")
+    header, payload, _sig = token.split(".")
+    assert json.loads(base64.urlsafe_b64decode(header + "==")) == {"alg": "HS256"}
+    assert json.loads(base64.urlsafe_b64decode(payload + "==")) == {"sub": "nacos", "exp": 1_700_018_000}
+    assert tokens.username_of(token) == "nacos"
+
+
+def test_token_past_its_ttl_is_refused() -> None:
+    now = Now()
+    tokens = TokenManager(KEY, 60, now)
+    token = tokens.create("u")
+    now.t += 59
+    assert tokens.username_of(token) == "u"
+    now.t += 1
+    with pytest.raises(Forbidden, match="token expired!"):
+        tokens.username_of(token)
+
+
+@pytest.mark.parametrize("mangle", [
+    lambda t: t + "x",
+    lambda t: t.replace(".", "", 1),
+    lambda t: "a.b.c",
+    lambda t: "",
+    lambda t: TokenManager(b"z" * 32, 60, Now()).create("u"),  # signed with another key
+    lambda t: t.split(".")[0] + "." + base64.urlsafe_b64encode(b'{"sub":"admin","exp":9999999999}').decode()
+    .rstrip("=") + "." + t.split(".")[2],  # forged claims
+])
+def test_tampered_tokens_are_invalid(mangle: Any) -> None:
+    tokens = TokenManager(KEY, 60, Now())
+    with pytest.raises(Forbidden, match="token invalid!"):
+        tokens.username_of(mangle(tokens.create("u")))
+
+
+def test_signing_key_is_generated_once_with_mode_0600(tmp_path: Path) -> None:
+    auth_dir = tmp_path / "auth"
+    key = load_or_create_secret(auth_dir, "")
+    path = auth_dir / "token.secret.key"
+    assert len(key) == 32
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_or_create_secret(auth_dir, "") == key  # kept across restarts
+    assert [p.name for p in auth_dir.iterdir()] == ["token.secret.key"]  # no temp file left
+
+
+def test_configured_key_is_used_and_checked(tmp_path: Path) -> None:
+    good = base64.b64encode(b"s" * 40).decode()
+    assert load_or_create_secret(tmp_path, good) == b"s" * 40
+    assert not (tmp_path / "token.secret.key").exists()
+    with pytest.raises(ConfigError, match="at least 32 bytes"):
+        load_or_create_secret(tmp_path, base64.b64encode(b"short").decode())
+    with pytest.raises(ConfigError, match="not valid Base64"):
+        load_or_create_secret(tmp_path, "***")
+
+
+def test_store_permissions_match_namespace_patterns(tmp_path: Path) -> None:
+    store = UserStore.in_dir(tmp_path)
+    store.add_user("dev", "x")
+    store.add_role("developer", "dev")
+    store.add_permission("developer", "dev-ns:*:*", "rw")
+    store.add_permission("developer", "public:*:*", "r")
+    assert store.allowed("dev", naming_resource("dev-ns", "G", "svc"), "w")
+    assert store.allowed("dev", naming_resource("public", "", "svc"), "r")
+    assert not store.allowed("dev", naming_resource("public", "", "svc"), "w")
+    assert not store.allowed("dev", naming_resource("dev-ns2", "G", "svc"), "r")
+    assert not store.allowed("nobody", naming_resource("dev-ns", "G", "svc"), "r")
+    with pytest.raises(InvalidParam, match="action"):
+        store.add_permission("developer", "x", "x")
+
+
+def test_store_file_is_private_and_round_trips(tmp_path: Path) -> None:
+    store = UserStore.in_dir(tmp_path / "auth")
+    store.add_user("nacos", hash_password("pw"))
+    store.grant_admin("nacos")
+    store.save()
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+    again = UserStore.in_dir(tmp_path / "auth")
+    again.load()
+    assert again.is_global_admin("nacos") and check_password("pw", again.users["nacos"])
+    assert not check_password("other", again.users["nacos"])
+    with pytest.raises(InvalidParam, match="cannot delete admin"):
+        again.delete_user("nacos")
+
+
+def test_limiter_refuses_a_source_after_repeated_failures_until_the_window_passes() -> None:
+    now = [0]
+    limiter = LoginLimiter(3, 60_000, lambda: now[0])
+    for _ in range(3):
+        limiter.check("1.2.3.4")
+        limiter.failed("1.2.3.4")
+    with pytest.raises(TooManyLogins, match="retry in 60 s"):
+        limiter.check("1.2.3.4")
+    limiter.check("5.6.7.8")  # other sources are not affected
+    now[0] = 60_000
+    limiter.check("1.2.3.4")
+
+
+def auth_service(tmp_path: Path, **overrides: Any) -> AuthService:
+    config = dataclasses.replace(Config(), data_dir=str(tmp_path), auth_enabled=True, **overrides).validate()
+    return AuthService(config)
+
+
+async def test_login_issues_a_token_and_failures_are_rate_limited(tmp_path: Path) -> None:
+    auth = auth_service(tmp_path, auth_login_max_failures=2)
+    await auth.start()
+    await auth.create_user("alice", "secret")
+    answer = await auth.login("alice", "secret", "10.0.0.1")
+    assert answer["tokenTtl"] == 18000 and answer["globalAdmin"] is False and answer["username"] == "alice"
+    assert auth.identity(answer["accessToken"]) == Identity("alice", False)
+    for _ in range(2):
+        with pytest.raises(Forbidden, match="unknown user!"):
+            await auth.login("alice", "wrong", "10.0.0.2")
+    with pytest.raises(TooManyLogins):
+        await auth.login("alice", "secret", "10.0.0.2")
+    assert (await auth.login("alice", "secret", "10.0.0.3"))["username"] == "alice"
+
+
+async def test_first_admin_only_once(tmp_path: Path) -> None:
+    auth = auth_service(tmp_path)
+    await auth.start()
+    created = await auth.create_admin("")
+    assert created["username"] == "nacos" and len(created["password"]) >= 12
+    assert (await auth.login("nacos", created["password"], "x"))["globalAdmin"] is True
+    with pytest.raises(Exception, match="have admin user cannot use it") as info:
+        await auth.create_admin("another")
+    assert getattr(info.value, "code", None) == 409
+
+
+class Ctx:
+    def __init__(self, token: str) -> None:
+        self.headers = {"accesstoken": token}
+
+    def header(self, name: str, default: str = "") -> str:
+        return self.headers.get(name.lower(), default)
+
+
+async def test_grpc_filter_checks_token_and_namespace_permission(tmp_path: Path) -> None:
+    auth = auth_service(tmp_path)
+    await auth.start()
+    await auth.create_user("bob", "pw")
+    await auth.add_role("readers", "bob")
+    await auth.add_permission("readers", "public:*:*", "r")
+    token = (await auth.login("bob", "pw", "x"))["accessToken"]
+    body = {"namespace": "public", "groupName": "DEFAULT_GROUP", "serviceName": "svc"}
+    auth.check_request(Ctx(token), "SubscribeServiceRequest", body)
+    with pytest.raises(Forbidden, match="authorization failed!"):
+        auth.check_request(Ctx(token), "InstanceRequest", body)
+    with pytest.raises(Forbidden, match="user not found!"):
+        auth.check_request(Ctx(""), "ServiceQueryRequest", body)
+    auth.check_request(Ctx(""), "HealthCheckRequest", {})  # not a naming request: unchecked
+    auth.check_setup({})  # SDKs send no token on ConnectionSetupRequest
+    with pytest.raises(Forbidden):
+        auth.check_setup({"accesstoken": "bad"})
+
+
+async def test_clients_sending_username_and_password_on_each_call(tmp_path: Path) -> None:
+    auth = auth_service(tmp_path)
+    await auth.start()
+    await auth.create_user("carol", "pw")
+    assert (await auth.identity_from_credentials("carol", "pw", "x")).username == "carol"
+    assert (await auth.identity_from_credentials("carol", "pw", "x")).username == "carol"  # cached
+    with pytest.raises(Forbidden):
+        await auth.identity_from_credentials("carol", "nope", "x")
+
+
+def test_users_create_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pw = tmp_path / "pw"
+    pw.write_text("s3cret\n")
+    assert main(["users", "create", "ops", "--password-file", str(pw), "--data-dir", str(tmp_path), "--admin"]) == 0
+    assert "ROLE_ADMIN" in capsys.readouterr().out
+    store = UserStore.in_dir(tmp_path / "auth")
+    store.load()
+    assert store.is_global_admin("ops") and check_password("s3cret", store.users["ops"])
+    assert main(["users", "create", "ops", "--password-file", str(pw), "--data-dir", str(tmp_path)]) == 2
+    assert "already exist" in capsys.readouterr().err
+    pw.write_text("")
+    assert main(["users", "create", "x", "--password-file", str(pw), "--data-dir", str(tmp_path)]) == 2
+    assert "password" in capsys.readouterr().err
