@@ -13,7 +13,9 @@ from shoal.errors import Forbidden
 from shoal.transport.http.api import core_ok, dumps, json_text
 from shoal.transport.http.params import Params
 
-IDENTITY_KEY = "shoal.identity"
+# A typed request key where aiohttp has them (3.12+), else the plain string it used to take.
+IDENTITY_KEY: Any = (web.RequestKey("shoal.identity", Identity) if hasattr(web, "RequestKey")
+                     else "shoal.identity")
 
 
 def _page(items: list[dict[str, Any]], p: Params) -> dict[str, Any]:
