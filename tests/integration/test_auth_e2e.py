@@ -1,0 +1,130 @@
+"""Auth on a real `shoal server --auth`: users made with `shoal users create`, the HTTP (1.x SDK)
+and gRPC (3.x SDK) clients with username/password, refusals without credentials, token expiry,
+and the signing key file."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from v2.nacos import ClientConfigBuilder, GRPCConfig, ListInstanceParam, NacosNamingService, RegisterInstanceParam
+from v2.nacos.common.nacos_exception import NacosException as GrpcNacosException
+
+from .procs import ServerProcess, free_port_block, kill, start_server, wait_until
+from .test_http_sdk import nacos_v1  # noqa: F401  (the 1.x SDK fixture)
+
+PASSWORD = "correct horse battery"
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:nacos.*")
+
+
+@pytest.fixture
+def auth_server(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+    """Starts `shoal server --auth` on a data dir where `shoal users create` made an admin."""
+    started: list[ServerProcess] = []
+
+    def factory(*args: str) -> ServerProcess:
+        port = free_port_block()
+        data_dir = tmp_path / f"node-{port}"
+        data_dir.mkdir(parents=True)
+        pw = tmp_path / "pw"
+        pw.write_text(PASSWORD + "\n")
+        done = subprocess.run([sys.executable, "-m", "shoal", "users", "create", "nacos", "--password-file", str(pw),
+                               "--data-dir", str(data_dir), "--admin"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        server = start_server(tmp_path, ["--auth", *args], port=port)
+        started.append(server)
+        return server
+
+    yield factory
+    for server in started:
+        kill(server)
+
+
+def http(method: str, url: str, params: dict[str, str] | None = None) -> tuple[int, str]:
+    query = f"?{urllib.parse.urlencode(params)}" if params else ""
+    request = urllib.request.Request(url + query, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+async def grpc_client(server: ServerProcess, tmp_path: Path, **credentials: str) -> Any:
+    builder = (ClientConfigBuilder().server_address(server.addr).log_level("WARNING")
+               .log_dir(str(tmp_path / "sdk-logs")).cache_dir(str(tmp_path / "sdk-cache"))
+               .grpc_config(GRPCConfig(grpc_timeout=5000)))
+    if credentials:
+        builder = builder.username(credentials["username"]).password(credentials["password"])
+    return await NacosNamingService.create_naming_service(builder.build())
+
+
+def test_signing_key_file_is_created_0600(auth_server: Callable[..., ServerProcess]) -> None:
+    server = auth_server()
+    key = server.data_dir / "auth" / "token.secret.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE((server.data_dir / "auth" / "users.json").stat().st_mode) == 0o600
+    assert PASSWORD not in (server.data_dir / "auth" / "users.json").read_text()  # only the bcrypt hash
+
+
+def test_http_client_with_credentials_works_and_without_is_refused(
+        auth_server: Callable[..., ServerProcess], nacos_v1: ModuleType, tmp_path: Path) -> None:  # noqa: F811
+    server = auth_server()
+    logs = str(tmp_path / "v1-logs")
+    good = nacos_v1.NacosClient(server.addr, namespace="public", username="nacos", password=PASSWORD, logDir=logs)
+    assert good.add_naming_instance("secured", "10.5.0.1", 80)
+    assert [h["ip"] for h in good.list_naming_instance("secured")["hosts"]] == ["10.5.0.1"]
+    anonymous = nacos_v1.NacosClient(server.addr, namespace="public", logDir=logs)
+    with pytest.raises(nacos_v1.NacosException, match="Insufficient privilege"):
+        anonymous.add_naming_instance("secured", "10.5.0.2", 80)
+    with pytest.raises(nacos_v1.NacosException, match="Insufficient privilege"):
+        anonymous.list_naming_instance("secured")
+    status, text = http("POST", server.url("/nacos/v1/auth/login"), {"username": "nacos", "password": "nope"})
+    assert (status, text) == (403, "unknown user!")
+
+
+async def test_grpc_client_with_credentials_works_and_without_is_refused(
+        auth_server: Callable[..., ServerProcess], tmp_path: Path) -> None:
+    server = auth_server()
+    good = await grpc_client(server, tmp_path, username="nacos", password=PASSWORD)
+    anonymous = await grpc_client(server, tmp_path)
+    try:
+        assert await good.register_instance(RegisterInstanceParam(service_name="g-secured", ip="10.6.0.1", port=1))
+        seen = await good.list_instances(ListInstanceParam(service_name="g-secured", subscribe=False,
+                                                           healthy_only=None))
+        assert [i.ip for i in seen] == ["10.6.0.1"]
+        with pytest.raises(GrpcNacosException) as refused:
+            await anonymous.register_instance(RegisterInstanceParam(service_name="g-secured", ip="10.6.0.2", port=1))
+        assert "user not found!" in str(refused.value)
+    finally:
+        await good.shutdown()
+        await anonymous.shutdown()
+
+
+def test_token_past_its_ttl_is_refused(auth_server: Callable[..., ServerProcess]) -> None:
+    server = auth_server("-D", "nacos.core.auth.plugin.nacos.token.expire.seconds=2")
+    status, text = http("POST", server.url("/nacos/v1/auth/users/login"), {"username": "nacos", "password": PASSWORD})
+    answer = json.loads(text)
+    assert status == 200 and answer["tokenTtl"] == 2 and answer["globalAdmin"] is True
+    listing = {"serviceName": "any", "accessToken": answer["accessToken"]}
+    assert http("GET", server.url("/nacos/v1/ns/instance/list"), listing)[0] == 200
+    wait_until(lambda: http("GET", server.url("/nacos/v1/ns/instance/list"), listing) == (403, "token expired!"),
+               10, 0.1, "the token to expire")
+
+
+def test_failed_logins_are_rate_limited(auth_server: Callable[..., ServerProcess]) -> None:
+    server = auth_server("-D", "shoal.auth.login.max-failures=3")
+    for _ in range(3):
+        assert http("POST", server.url("/nacos/v1/auth/login"), {"username": "nacos", "password": "x"})[0] == 403
+    status, text = http("POST", server.url("/nacos/v1/auth/login"), {"username": "nacos", "password": PASSWORD})
+    assert status == 429 and "too many failed logins" in text
