@@ -4,12 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
+# Some machines list package mirrors that do not exist; pip warns once per package about them.
+pip_quiet() { "$@" 2>&1 | { grep -v "^WARNING: Location '.*' is ignored" || true; }; }
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel
-.venv/bin/python -m pip install --quiet -e '.[dev,analytics]'
+pip_quiet .venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel
+pip_quiet .venv/bin/python -m pip install --quiet -e '.[dev,analytics]'
 # nacos-sdk-python 2.0.11 ships the 1.x HTTP client (nacos.NacosClient) that 3.x dropped; it is the
 # same distribution as the 3.x dev dependency, so it lives in its own directory, which the HTTP
 # integration tests put on sys.path. Its dependencies are those of 3.x, already installed.
 [ -f .venv/nacos-v1/nacos/client.py ] || \
-  .venv/bin/python -m pip install --quiet --no-deps --target .venv/nacos-v1 'nacos-sdk-python==2.0.11'
+  pip_quiet .venv/bin/python -m pip install --quiet --no-deps --target .venv/nacos-v1 'nacos-sdk-python==2.0.11'
 .venv/bin/python -c 'import shoal.kernels as k; print("shoal installed; kernels:", k.implementation())'
