@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import socket
 from pathlib import Path
 
 from shoal.auth.service import AuthService
@@ -12,9 +14,12 @@ from shoal.config import Config
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.transport import GrpcPeerTransport
+from shoal.export.eventlog import ChangeLog
+from shoal.export.node_export import NodeExporter, export_and_rotate
 from shoal.health.heartbeat import HeartbeatChecker
 from shoal.health.keepalive import ConnectionKeepAlive
 from shoal.metrics import Metrics
+from shoal.model.client import Client
 from shoal.model.clients import ClientManager
 from shoal.model.events import EventBus
 from shoal.model.keys import ServiceKey
@@ -89,6 +94,12 @@ class Node:
         self.heartbeats = HeartbeatChecker(config, self.clock, self.clients, self.services, self.naming.beats,
                                            self.responsibility)
         self.periodics.append(Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick))
+        # Arrow snapshots: the change-event log is always kept; periodic export when configured.
+        self.changelog = ChangeLog(self.bus, self.clock, self.clients, config.event_log_capacity)
+        self.exporter = NodeExporter(self.address, self.clock, self.clients, self.services, self.index,
+                                     self.storage, self.changelog, self._owner_of, self.naming.beats.last_beat_ms)
+        if config.export_dir:
+            self.periodics.append(Periodic("arrow-export", config.export_interval_ms, self._export_periodically))
         self._serving = False
         self._started = False
         self.metrics.add_sizes(self._sizes)
@@ -141,6 +152,27 @@ class Node:
         log.info("node stopped")
 
     # --- glue ---------------------------------------------------------------------------
+    @functools.cached_property
+    def address(self) -> str:
+        """This node's ip:port as peers and snapshots name it (resolved once, at construction)."""
+        if self.members is not None:
+            return self.members.self_address
+        host = self.config.self_address or self.config.host
+        if host in ("", "0.0.0.0", "::"):
+            try:
+                host = socket.gethostbyname(socket.gethostname())
+            except OSError:
+                host = "127.0.0.1"
+        return f"{host}:{self.config.port}"
+
+    def _owner_of(self, client: Client) -> str | None:
+        if client.native:
+            return self.address
+        return client.owner or None
+
+    async def _export_periodically(self) -> None:
+        await export_and_rotate(self.exporter, Path(self.config.export_dir), self.config.export_keep)
+
     def _push_payload(self, client_id: str, service: ServiceKey) -> str | None:
         client = self.clients.get(client_id)
         subscriber = client.subscriptions.get(service) if client is not None else None

@@ -232,6 +232,18 @@ class Config:
         0, "shoal.test.drop-incoming-sync", "TEST HOOK: silently drop this many incoming sync batches."
     )
 
+    # --- Arrow snapshots ----------------------------------------------------------------
+    export_dir: str = _setting(
+        "", "shoal.export.dir", "Write periodic Arrow snapshots here (empty = no periodic export)."
+    )
+    export_interval_ms: int = _setting(
+        60_000, "shoal.export.interval-ms", "Period of the Arrow snapshot export to the export dir."
+    )
+    export_keep: int = _setting(10, "shoal.export.keep", "Snapshots kept in the export dir (oldest removed).")
+    event_log_capacity: int = _setting(
+        100_000, "shoal.export.event-log-capacity", "Change events kept in memory for the events table."
+    )
+
     # ------------------------------------------------------------------------------------
     @property
     def grpc_port(self) -> int:
@@ -262,6 +274,7 @@ class Config:
             "client_expired_time_ms", "grpc_permit_keepalive_ms", "sync_timeout_ms", "sync_retry_delay_ms",
             "sync_batch_max", "sync_queue_max", "verify_interval_ms", "verify_timeout_ms", "load_retry_delay_ms",
             "load_timeout_ms", "snapshot_chunk_bytes", "member_report_interval_ms", "member_fail_access_cnt",
+            "export_interval_ms", "export_keep", "event_log_capacity",
         )
         for name in positive:
             if getattr(self, name) <= 0:

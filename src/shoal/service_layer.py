@@ -166,8 +166,9 @@ class NamingService:
         client = self.clients.get(client_id)
         if client is None:
             return
-        if client.unpublish(service, self.clock.monotonic_ms()) is not None:
-            self.bus.publish(ClientDeregisteredService(service, client_id))
+        removed = client.unpublish(service, self.clock.monotonic_ms())
+        if removed is not None:
+            self.bus.publish(ClientDeregisteredService(service, client_id, removed.instances))
             self.bus.publish(ClientChanged(client))
 
     def _publish(self, client_id: str, service: ServiceKey, publication: Publication) -> None:

@@ -24,6 +24,7 @@ from shoal.model.events import (
     ClientDeregisteredService,
     ClientDisconnected,
     ClientRegisteredService,
+    DistroSyncApplied,
     EventBus,
 )
 from shoal.model.services import ServiceManager
@@ -99,12 +100,13 @@ class DistroProcessor:
                 self.bus.publish(ClientRegisteredService(service, client_id))
                 touched = True
         for service in [s for s in client.publications if s not in wanted]:
-            del client.publications[service]
-            self.bus.publish(ClientDeregisteredService(service, client_id))
+            removed = client.publications.pop(service)
+            self.bus.publish(ClientDeregisteredService(service, client_id, removed.instances))
             touched = True
         if touched or client.revision != revision:
             client.revision = revision
             client.last_updated_ms = now_mono
+            self.bus.publish(DistroSyncApplied(sender, client_id, "change"))
             return 1
         return 0
 
@@ -113,6 +115,7 @@ class DistroProcessor:
         if client is None or client.native:
             return 0
         self.clients.remove(client_id, "deleted by owner")
+        self.bus.publish(DistroSyncApplied(client.owner, client_id, "delete"))
         return 1
 
     def expire(self, expired_after_ms: int) -> int:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from shoal.model.client import Client, Subscriber
+from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class ClientRegisteredService:
 class ClientDeregisteredService:
     service: ServiceKey
     client_id: str
+    instances: tuple[InstanceInfo, ...] = ()  # what was removed, when the publisher knows it
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,15 @@ class InstanceHealthChanged:
     service: ServiceKey
     client_id: str
     healthy: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DistroSyncApplied:
+    """A peer's sync record changed this node's copy of one of its clients."""
+
+    sender: str
+    client_id: str
+    op: str
 
 
 E = TypeVar("E")
