@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from shoal.export.eventlog import ChangeLog
@@ -56,8 +57,8 @@ async def test_rotation_keeps_the_newest(tmp_path: Path) -> None:
     for _ in range(4):
         paths.append((await export_and_rotate(exporter, tmp_path, keep=2)).path)
         r.clock.advance(1000)
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == sorted(
-        p.name for p in paths[-2:])
+    left = await asyncio.to_thread(lambda: sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")))
+    assert left == sorted(p.name for p in paths[-2:])
 
 
 def test_event_log_is_bounded() -> None:
