@@ -60,9 +60,10 @@ async def bi_stream(request_iterator: Any, context: Any) -> None:
             await context.write(Payload(metadata=Metadata(type="SetupAckRequest"), body={"value": ack}))
 
 
-async def serve(port: int) -> None:
+async def serve(port: int, extra: list[tuple[str, Any]]) -> None:
     server = grpc.aio.server(
         options=[
+            *extra,
             ("grpc.max_receive_message_length", 10 * 1024 * 1024),
             ("grpc.max_send_message_length", -1),
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
@@ -101,10 +102,18 @@ async def serve(port: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=19900, help="port to listen on at 127.0.0.1 (default 19900)")
+    parser.add_argument(
+        "--option", action="append", default=[], metavar="KEY=INT", help="extra grpc server channel option (repeatable)"
+    )
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop", help="event loop (default uvloop)")
     args = parser.parse_args()
+    extra = [(k, int(v)) for k, _, v in (o.partition("=") for o in args.option)]
+    if args.loop == "asyncio":
+        asyncio.run(serve(args.port, extra))
+        return
     import uvloop
 
-    uvloop.run(serve(args.port))
+    uvloop.run(serve(args.port, extra))
 
 
 if __name__ == "__main__":

@@ -925,6 +925,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "python": platform.python_version(),
             "machine": platform.machine(),
             "kernel": platform.release(),
+            "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
         },
         "config": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "phases": {},
@@ -992,6 +993,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report["servers"] = bench.servers_started
     report["targets"] = targets(report)
     report["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    report["host"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(report, indent=2, default=_json_default)
     print(text)
     if args.out:
