@@ -56,6 +56,8 @@ IDENTITY: tuple[str, ...] = ("namespace", "group", "service", "cluster", "ip", "
 VALUE_COLUMNS: tuple[str, ...] = ("weight", "healthy", "enabled", "metadata")
 SERVICE: tuple[str, ...] = ("namespace", "group", "service")
 STATUSES: tuple[str, ...] = ("missing", "extra", "different")
+#: Up to this many differences, their keys are broadcast to fetch the values back.
+_BROADCAST_DIFFS = 200_000
 
 
 @dataclass(slots=True)
@@ -84,6 +86,8 @@ def run(
     show_progress: bool = True,
 ) -> ConsistencyResult:
     """Compare the newest snapshot of every node found under ``inputs``; write results to ``out``."""
+    from pyspark.sql import functions as F
+
     started = time.monotonic()
     out_dir = report.ensure_dir(out)
     staged = stage_snapshots(inputs, out_dir, ["instances"], one_per_node=True, show_progress=show_progress)
@@ -93,18 +97,27 @@ def run(
             raise ValueError(f"consistency needs snapshots of at least 2 nodes, found {nodes}")
         taken = [m.taken_at_ms for m in staged.manifests]
         spread_s = (max(taken) - min(taken)) / 1000
-        diffs, per_service_node, services, agree = _compute(spark, staged.read(spark, "instances"), nodes)
-
         with spark_progress(spark, "consistency") if show_progress else nullcontext():
+            raw = staged.read(spark, "instances")
+            table = _identity_table(raw, nodes).cache()
+            # one pass over the snapshots fills the cache; every output below reads the cached rows
+            agreeing = (F.col("holders") == len(nodes)) & (F.col("n_values") == 1)
+            n_diffs = F.aggregate("per_node", F.lit(0), lambda acc, e: acc + e["status"].isNotNull().cast("int"))
+            totals = table.agg(
+                F.count(F.lit(1)).alias("identities"), F.sum(agreeing.cast("long")).alias("agreeing"),
+                F.sum(n_diffs).alias("diffs"),
+            ).collect()[0]
+            diffs, per_service_node, services = _outputs(
+                raw, table, len(nodes), broadcast_keys=(totals["diffs"] or 0) <= _BROADCAST_DIFFS)
             diffs_path = report.write_df(diffs.orderBy("namespace", "group", "service", "ip", "port",
                                                        "cluster", "node"), out_dir / "diffs.parquet")
             diffs_saved = spark.read.parquet(str(diffs_path))
             psn = per_service_node.orderBy(*SERVICE, "node").toArrow()
             svc = services.orderBy(*SERVICE).toArrow()
-            totals = agree.collect()[0]
             by_node_status = diffs_saved.groupBy("node", "status").count().collect()
             firsts = [r.asDict(recursive=True) for r in diffs_saved.orderBy(
                 "namespace", "group", "service", "ip", "port", "cluster", "node").limit(first).collect()]
+            table.unpersist()
     finally:
         if not keep_staging:
             staged.cleanup()
@@ -134,84 +147,125 @@ def run(
     return result
 
 
-def _compute(spark: SparkSession, raw: DataFrame, nodes: list[str]) -> tuple[DataFrame, ...]:
-    """(diffs, per_service_node, services, agreement totals) as lazy DataFrames."""
+def _value(df: DataFrame) -> Any:
+    """The compared part of a copy; metadata as sorted entries (maps cannot be compared)."""
+    from pyspark.sql import functions as F
+
+    return F.struct(
+        df["weight"].alias("weight"), df["healthy"].alias("healthy"), df["enabled"].alias("enabled"),
+        F.array_sort(F.map_entries(df["metadata"])).alias("md"),
+    )
+
+
+def _identity_table(raw: DataFrame, nodes: list[str]) -> DataFrame:
+    """One row per identity: owner, reference, and per node the copy held (if any) and its status.
+
+    One shuffle of small rows: all copies of an identity are collected into one row (a few per
+    node) carrying a 64-bit hash of the compared values instead of the values, and everything else
+    is array arithmetic on that row (Spark higher-order functions). Values are fetched back only for
+    the differences (:func:`_outputs`). Two different values with equal xxhash64 would be taken as
+    equal: with 2**-64 odds per compared pair, accepted."""
+    from pyspark.sql import Column
     from pyspark.sql import functions as F
 
     ident = list(IDENTITY)
     n = len(nodes)
-    # one copy per (identity, node); metadata as sorted entries so copies can be compared/grouped
-    copies = (
-        raw.select(
-            *ident, "node", "owner_node",
-            F.struct(
-                F.col("client_revision").alias("rev"), F.col("client_id").alias("cid"),
-                F.col("weight"), F.col("healthy"), F.col("enabled"),
-                F.array_sort(F.map_entries("metadata")).alias("md"),
-                F.col("owner_node"),
-            ).alias("c"),
-        )
-        .groupBy(*ident, "node")
-        .agg(F.max("c").alias("c"))
-        .select(
-            *ident, "node",
-            F.col("c.owner_node").alias("owner_node"),
-            F.struct(F.col("c.weight").alias("weight"), F.col("c.healthy").alias("healthy"),
-                     F.col("c.enabled").alias("enabled"), F.col("c.md").alias("md")).alias("v"),
-        )
-        .cache()
-    )
-    # owner per identity: most common owner_node among the copies, ties to the smallest address
-    owners = (
-        copies.where(F.col("owner_node").isNotNull())
-        .groupBy(*ident, "owner_node").count()
-        .groupBy(*ident)
-        .agg(F.min(F.struct((-F.col("count")).alias("nc"), F.col("owner_node").alias("o"))).alias("m"))
-        .select(*ident, F.col("m.o").alias("owner"))
-    )
-    # per identity: holders, distinct values, the majority value (ties: value of the smallest node)
-    values = (
-        copies.groupBy(*ident, "v").agg(F.count(F.lit(1)).alias("c"), F.min("node").alias("first_node"))
-        .groupBy(*ident)
-        .agg(
-            F.sum("c").alias("holders"),
-            F.count(F.lit(1)).alias("n_values"),
-            F.min(F.struct((-F.col("c")).alias("nc"), F.col("first_node"), F.col("v"))).alias("m"),
-        )
-        .select(*ident, "holders", "n_values", F.col("m.v").alias("majority_v"))
-    )
-    owner_copies = copies.select(*ident, F.col("node").alias("owner"), F.col("v").alias("owner_v"))
     node_list = F.array(*[F.lit(x) for x in nodes])
-    ref = (
-        values.join(owners, ident, "left")
-        .join(owner_copies, [*ident, "owner"], "left")
-        .withColumn("owner_in", F.coalesce(F.array_contains(node_list, F.col("owner")), F.lit(False)))
-        .select(
-            *ident, "holders", "n_values", "owner",
-            F.when(F.col("owner_in"), F.col("owner_v").isNotNull())
-            .otherwise(F.col("holders") * 2 >= n).alias("expected"),
-            F.when(F.col("owner_in"), F.col("owner_v")).otherwise(F.col("majority_v")).alias("ref_v"),
-            F.when(F.col("owner_in"), F.concat(F.lit("owner "), F.col("owner")))
-            .otherwise(F.lit("majority")).alias("reference"),
+    rows = raw.select(*ident, F.struct(
+        F.col("client_revision").alias("rev"), F.col("client_id").alias("cid"),
+        F.xxhash64(_value(raw)).alias("vh"), F.col("owner_node").alias("owner"), F.col("node").alias("node"),
+    ).alias("r"))
+    per_id = rows.groupBy(*ident).agg(F.collect_list("r").alias("rows"))
+
+    def on(arr: str | Column, pred: Any) -> Column:
+        return F.filter(arr, pred)
+
+    # one copy per node: the row with the highest (client revision, client id)
+    copies = F.transform(
+        F.array_distinct(F.transform("rows", lambda r: r["node"])),
+        lambda nd: F.array_max(on("rows", lambda r: r["node"] == nd)),
+    )
+    step = per_id.select(*ident, copies.alias("copies"))
+    owners = F.array_distinct(on(F.transform("copies", lambda c: c["owner"]), lambda o: o.isNotNull()))
+    owner = F.array_min(F.transform(owners, lambda o: F.struct(
+        (-F.size(on("copies", lambda c: c["owner"] == o))).alias("nc"), o.alias("o"),
+    )))["o"]
+    values = F.array_distinct(F.transform("copies", lambda c: c["vh"]))
+    # majority value, ties to the value held by the smallest node; that node's copy is the reference
+    majority = F.array_min(F.transform(values, lambda x: F.struct(
+        (-F.size(on("copies", lambda c: c["vh"] == x))).alias("nc"),
+        F.array_min(F.transform(on("copies", lambda c: c["vh"] == x), lambda c: c["node"])).alias("node"),
+    )))["node"]
+    ref = step.select(
+        *ident, "copies", owner.alias("owner"), F.size("copies").alias("holders"),
+        F.size(values).alias("n_values"), majority.alias("majority_node"),
+    )
+
+    def copy_at(node: Column) -> Column:
+        return F.try_element_at(on("copies", lambda c: c["node"] == node), F.lit(1))
+
+    owner_in = F.coalesce(F.array_contains(node_list, F.col("owner")), F.lit(False))
+    owner_copy = copy_at(F.col("owner"))
+    ref = ref.select(
+        *ident, "copies", "owner", "holders", "n_values",
+        F.when(owner_in, owner_copy.isNotNull()).otherwise(F.col("holders") * 2 >= n).alias("expected"),
+        F.when(owner_in, owner_copy).otherwise(copy_at(F.col("majority_node"))).alias("ref"),
+        F.when(owner_in, F.concat(F.lit("owner "), F.col("owner"))).otherwise(F.lit("majority")).alias("reference"),
+    )
+
+    def node_entry(nd: Column) -> Column:
+        c = copy_at(nd)
+        expected = F.col("expected")
+        status = (
+            F.when(expected & c.isNull(), F.lit("missing"))
+            .when(~expected & c.isNotNull(), F.lit("extra"))
+            .when(expected & (c["vh"] != F.col("ref.vh")), F.lit("different"))
         )
+        return F.struct(nd.alias("node"), c["rev"].alias("rev"), c["cid"].alias("cid"), status.alias("status"))
+
+    return ref.select(
+        *ident, "owner", "holders", "n_values", "expected", "reference",
+        F.col("ref.node").alias("ref_node"), F.col("ref.rev").alias("ref_rev"), F.col("ref.cid").alias("ref_cid"),
+        F.transform(node_list, node_entry).alias("per_node"),
     )
-    nodes_df = spark.createDataFrame([(x,) for x in nodes], "node string")
-    grid = (
-        ref.crossJoin(nodes_df)
-        .join(copies.select(*ident, "node", "v"), [*ident, "node"], "left")
-        .withColumn(
-            "status",
-            F.when(F.col("expected") & F.col("v").isNull(), F.lit("missing"))
-            .when(~F.col("expected") & F.col("v").isNotNull(), F.lit("extra"))
-            .when(F.col("expected") & (F.col("v") != F.col("ref_v")), F.lit("different")),
-        )
+
+
+def _outputs(raw: DataFrame, table: DataFrame, n: int, *, broadcast_keys: bool) -> tuple[DataFrame, ...]:
+    """(diffs, per_service_node, services) from the identity table; the values
+    of the differing copies and of their references are joined back from the snapshots."""
+    from pyspark.sql import functions as F
+
+    ident = list(IDENTITY)
+    keys = table.select(
+        *ident, "owner", "reference", "ref_node", "ref_rev", "ref_cid",
+        F.explode(F.filter("per_node", lambda e: e["status"].isNotNull())).alias("e"),
+    ).select(
+        *ident, "owner", "reference", "ref_node", "ref_rev", "ref_cid",
+        F.col("e.node").alias("node"), F.col("e.rev").alias("rev"), F.col("e.cid").alias("cid"),
+        F.col("e.status").alias("status"),
     )
-    differs = F.concat_ws(
-        ",",
-        *[F.when(~F.col(f"v.{c}").eqNullSafe(F.col(f"ref_v.{c}")), F.lit(c if c != "md" else "metadata"))
-          for c in ("weight", "healthy", "enabled", "md")],
+    # only the rows of differing identities are needed: a semi join against the (usually few) keys,
+    # broadcast when small so the snapshots are scanned but never shuffled
+    wanted = keys.select(*ident).distinct()
+    if broadcast_keys:
+        wanted = F.broadcast(wanted)
+    subset = raw.join(wanted, ident, "left_semi")
+    copies = subset.select(*ident, "node", F.col("client_revision").alias("rev"), F.col("client_id").alias("cid"),
+                           _value(subset).alias("v"))
+    # several rows may share (identity, node, revision, client id) only if a node exported duplicates
+    copies = copies.dropDuplicates([*ident, "node", "rev", "cid"])
+    mine = copies.select(*ident, "node", "rev", "cid", "v")
+    theirs = copies.select(*ident, F.col("node").alias("ref_node"), F.col("rev").alias("ref_rev"),
+                           F.col("cid").alias("ref_cid"), F.col("v").alias("ref_v"))
+    joined = (
+        keys.join(mine, [*ident, "node", "rev", "cid"], "left")
+        .join(theirs, [*ident, "ref_node", "ref_rev", "ref_cid"], "left")
     )
-    diffs = grid.where(F.col("status").isNotNull()).select(
+    differs = F.concat_ws(",", *[
+        F.when(~F.col(f"v.{c}").eqNullSafe(F.col(f"ref_v.{c}")), F.lit("metadata" if c == "md" else c))
+        for c in ("weight", "healthy", "enabled", "md")
+    ])
+    diffs = joined.select(
         *ident, "node", "status",
         F.when(F.col("status") == "different", differs).otherwise(F.lit("")).alias("differs"),
         F.col("v.weight").alias("weight"), F.col("ref_v.weight").alias("ref_weight"),
@@ -221,18 +275,22 @@ def _compute(spark: SparkSession, raw: DataFrame, nodes: list[str]) -> tuple[Dat
         F.map_from_entries(F.col("ref_v.md")).alias("ref_metadata"),
         "reference", F.col("owner").alias("owner_node"),
     )
-    per_service_node = grid.groupBy(*SERVICE, "node").agg(
-        F.count(F.col("v")).alias("instances"),
-        F.sum(F.col("expected").cast("long")).alias("expected"),
-        *[F.sum((F.col("status") == s).cast("long")).alias(s) for s in STATUSES],
-    ).fillna(0, subset=list(STATUSES))
+    per_service_node = (
+        table.select(*SERVICE, "expected", F.explode("per_node").alias("e"))
+        .groupBy(*SERVICE, F.col("e.node").alias("node"))
+        .agg(
+            F.count(F.col("e.rev")).alias("instances"),
+            F.sum(F.col("expected").cast("long")).alias("expected"),
+            *[F.sum((F.col("e.status") == s).cast("long")).alias(s) for s in STATUSES],
+        )
+        .fillna(0, subset=list(STATUSES))
+    )
     agreeing = (F.col("holders") == n) & (F.col("n_values") == 1)
-    services = ref.groupBy(*SERVICE).agg(
+    services = table.groupBy(*SERVICE).agg(
         F.count(F.lit(1)).alias("identities"),
         F.sum(agreeing.cast("long")).alias("agreeing"),
     ).withColumn("agreement_ratio", F.col("agreeing") / F.col("identities"))
-    agree = ref.agg(F.count(F.lit(1)).alias("identities"), F.sum(agreeing.cast("long")).alias("agreeing"))
-    return diffs, per_service_node, services, agree
+    return diffs, per_service_node, services
 
 
 def describe(d: dict[str, Any]) -> str:
