@@ -1,0 +1,114 @@
+"""The ``analytics`` / ``simulate`` subcommands: help texts, argument errors, and end-to-end runs."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow.parquet as pq
+import pytest
+from analytics_data import instance_row
+
+from shoal.analytics import cli
+from shoal.export.reader import read_snapshot
+from shoal.export.writer import write_snapshot
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+A, B = "10.0.0.1:8848", "10.0.0.2:8848"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["analytics", "consistency", "--help"], "Agreement ratio"),
+        (["analytics", "churn", "--help"], "--bucket-seconds"),
+        (["analytics", "balance", "--help"], "--join-member"),
+        (["simulate", "--help"], "--clients M"),
+    ],
+)
+def test_help_texts(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert expected in out and "--out DIR" in out and "--master URL" in out
+
+
+def test_module_entry_point_and_register_into_a_foreign_parser() -> None:
+    proc = subprocess.run([sys.executable, "-m", "shoal.analytics.cli", "analytics", "--help"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and "consistency" in proc.stdout and "balance" in proc.stdout
+    parser = argparse.ArgumentParser(prog="shoal")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("server")
+    cli.register(sub)
+    args = parser.parse_args(["simulate", "--nodes", "3", "--clients", "10", "--out", "x"])
+    assert args.func is not None and args.nodes == 3 and args.churn == 0.01 and args.master is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["analytics", "consistency", "--out", "x"])  # --input is required
+
+
+def test_bad_simulation_parameters_fail_before_spark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["simulate", "--nodes", "1", "--clients", "10", "--out", str(tmp_path)])
+    assert code == cli.EXIT_BAD_INPUT
+    assert "--nodes must be >= 2" in capsys.readouterr().err
+
+
+def test_missing_snapshots_are_a_clear_error(spark: SparkSession, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    code = cli.main(["analytics", "churn", "-q", "--input", str(tmp_path / "empty"), "--out", str(tmp_path / "o")])
+    assert code == cli.EXIT_BAD_INPUT
+    assert "no snapshot directories" in capsys.readouterr().err
+
+
+def test_consistency_end_to_end_names_the_injected_difference(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = []
+    for i in range(40):
+        ident = ("public", "DEFAULT_GROUP", f"orders-{i % 4}", "DEFAULT", f"10.4.0.{i}", 8080)
+        rows.append(instance_row(ident, (1.0, True, True, (("v", "1"),)), A if i % 2 else B, 1, f"c{i}"))
+    changed = list(rows)
+    # the one injected difference: node B's copy of 10.4.0.13:8080 (owned by A) has another weight
+    changed[13] = instance_row(rows[13][:6], (3.0, True, True, (("v", "1"),)), A, 1, "c13")
+    write_snapshot(tmp_path / "exports", A, 1_700_000_000_000, instances=rows)
+    write_snapshot(tmp_path / "exports", B, 1_700_000_000_400, instances=changed)
+    assert read_snapshot(next((tmp_path / "exports").iterdir()))["instances"].num_rows == 40
+
+    out = tmp_path / "report"
+    code = cli.main(["analytics", "consistency", "--input", str(tmp_path / "exports"), "--out", str(out),
+                     "--fail-on-diff"])
+    assert code == cli.EXIT_DIFFERENCES
+    printed = capsys.readouterr()
+    summary = (out / "summary.txt").read_text()
+    assert printed.out == summary
+    assert ("public/DEFAULT_GROUP/orders-1 cluster DEFAULT 10.4.0.13:8080 on node 10.0.0.2:8848: "
+            "different weight 3.0 vs 1.0 (reference: owner 10.0.0.1:8848)") in summary
+    assert "differences: 1 (missing 0, extra 0, different 1)" in summary
+    assert "agreement ratio 0.975000" in summary
+    assert "[shoal] staging snapshots" in printed.err  # progress went to stderr, not stdout
+    diffs = pq.read_table(out / "diffs.parquet").to_pylist()
+    assert [(d["ip"], d["port"], d["node"], d["differs"]) for d in diffs] == [("10.4.0.13", 8080, B, "weight")]
+    assert pq.read_table(out / "per_service_node.parquet").num_rows == 8  # 4 services x 2 nodes
+    assert (out / "consistency.png").stat().st_size > 1000
+    assert spark.sparkContext._jsc is not None  # the shared session was not stopped by the command
+
+
+def test_simulate_end_to_end(spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sim"
+    code = cli.main(["simulate", "--nodes", "5", "--clients", "2000", "--churn", "0.05", "--rounds", "2",
+                     "--partitions", "2", "--out", str(out), "-q"])
+    assert code == cli.EXIT_OK
+    assert "clients/s" in capsys.readouterr().out
+    for name in ("ownership", "rounds", "node_rounds", "movement", "run"):
+        assert pq.read_table(out / f"{name}.parquet").num_rows > 0
+    run = pq.read_table(out / "run.parquet").to_pylist()[0]
+    assert run["clients"] == 2000 and run["partitions"] == 2 and run["rows_per_s"] > 0
+    assert sum(pq.read_table(out / "ownership.parquet")["owned"].to_pylist()) == 2000
+    assert (out / "simulate.png").read_bytes()[:4] == b"\x89PNG"
