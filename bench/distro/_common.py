@@ -9,12 +9,11 @@ SIGINT to the benchmark are turned into an exception so the ``finally`` blocks r
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import math
 import os
 import re
-import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -99,12 +98,28 @@ def metric_values(text: str, name: str) -> list[tuple[dict[str, str], float]]:
 
 
 # --- the server process -------------------------------------------------------------------------
-def _server_preexec() -> None:  # in the child between fork and exec
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    with contextlib.suppress(Exception):  # die with the benchmark even if it is SIGKILLed
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+#: Runs first in the new process, then execs the real command in place (same pid): raise the fd
+#: limit and ask for SIGKILL when the benchmark dies (PR_SET_PDEATHSIG survives exec). Doing this
+#: here rather than in a preexec_fn keeps Python code out of the window between fork and exec,
+#: which is unsafe once gRPC threads run in the benchmark (children died with SIGSEGV).
+LAUNCHER = """
+import ctypes, os, resource, signal, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if hard != resource.RLIM_INFINITY and soft < hard:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+except Exception:
+    pass
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(70)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def launched(cmd: list[str]) -> list[str]:
+    """``cmd`` wrapped in :data:`LAUNCHER` (cmd[0] must be an absolute executable path)."""
+    return [sys.executable, "-c", LAUNCHER, str(os.getpid()), *cmd]
 
 
 class Server:
@@ -140,8 +155,8 @@ class Server:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log_file:
             self.started_at = time.time()
-            self.proc = subprocess.Popen(self.cmd, stdout=log_file, stderr=subprocess.STDOUT, env=self.env,
-                                         start_new_session=True, preexec_fn=_server_preexec)
+            self.proc = subprocess.Popen(launched(self.cmd), stdout=log_file, stderr=subprocess.STDOUT,
+                                         env=self.env, start_new_session=True)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -249,6 +264,7 @@ class ServerSet:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.servers: list[Server] = []
 
     def start(self, port: int, args: list[str], env: dict[str, str] | None = None) -> Server:
@@ -346,16 +362,16 @@ class PySpy:
 
     def __init__(self, pid: int, out: Path, rate: int = 100) -> None:
         self.out = out
-        exe = Path(sys.executable).with_name("py-spy")
-        self.cmd = [str(exe) if exe.exists() else "py-spy", "record", "--pid", str(pid), "--format", "raw",
+        local = Path(sys.executable).with_name("py-spy")
+        exe = str(local) if local.exists() else shutil.which("py-spy") or "/usr/bin/py-spy"
+        self.cmd = [exe, "record", "--pid", str(pid), "--format", "raw",
                     "--rate", str(rate), "--nonblocking", "--threads", "--output", str(out)]
         self.proc: subprocess.Popen[bytes] | None = None
         self.error = ""
 
     def start(self) -> None:
         try:
-            self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                         preexec_fn=_server_preexec)
+            self.proc = subprocess.Popen(launched(self.cmd), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         except OSError as exc:
             self.error = str(exc)
 
