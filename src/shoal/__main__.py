@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     users_cli.register(sub)
 
+    from shoal.export import client as export_client
+
+    export_client.register(sub)
+
     try:  # analytics needs the optional PySpark extra; the server must not require it
         from shoal.analytics import cli as analytics_cli
     except ImportError:

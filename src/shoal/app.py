@@ -32,8 +32,10 @@ from shoal.transport.grpc.connections import Connection, ConnectionManager
 from shoal.transport.grpc.limits import LimitRuleFile
 from shoal.transport.grpc.naming_handlers import NamingConnectionListener, naming_handlers
 from shoal.transport.grpc.server import SdkServer
+from shoal.transport.http.api import Api
+from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import ForwardAllTo, MapperResponsibility, MemberList, Responsibility, Standalone
-from shoal.transport.http.server import HttpServer
+from shoal.transport.http.server import ADMIN, HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +102,8 @@ class Node:
                                      self.storage, self.changelog, self._owner_of, self.naming.beats.last_beat_ms)
         if config.export_dir:
             self.periodics.append(Periodic("arrow-export", config.export_interval_ms, self._export_periodically))
+        export_routes = ExportRoutes(self.exporter, Path(config.data_dir) / "export-scratch")
+        self.http.add_route("GET", "/nacos/v1/shoal/export", export_routes.export, Api.CORE, ADMIN)
         self._serving = False
         self._started = False
         self.metrics.add_sizes(self._sizes)
