@@ -45,7 +45,7 @@ async def test_export_cli_writes_arrow_files_of_the_live_registry(server: Server
 
 def test_export_needs_an_admin_when_auth_is_on(servers: Callable[..., ServerProcess], tmp_path: Path) -> None:
     server = servers("--auth")
-    status, body = http_get(server.url("/nacos/v1/shoal/export"))
+    status, _ = http_get(server.url("/nacos/v1/shoal/export"))
     assert status == 403
     request = urllib.request.Request(server.url("/nacos/v1/auth/users/admin"),
                                      data=urllib.parse.urlencode({"password": "s3cret-pass"}).encode())
