@@ -156,9 +156,14 @@ def test_instances_another_node_is_responsible_for_are_skipped(registry: Registr
     register(registry)
     register(registry, ip="10.0.0.6")
     registry.clock.advance(40_000)
-    stats = checker(registry, OwnedElsewhere("10.0.0.5:8080")).scan()
+    elsewhere = checker(registry, OwnedElsewhere("10.0.0.5:8080"))
+    stats = elsewhere.scan()
     assert stats == {"unhealthy": 0, "removed": 1, "clients_released": 0, "skipped": 1}
     assert [h["ip"] for h in hosts(registry)] == ["10.0.0.5"]
+    registry.clock.advance(15_000)  # a skipped instance gets a fresh window: not rescanned every round
+    assert elsewhere.scan()["skipped"] == 0
+    registry.clock.advance(1)
+    assert elsewhere.scan()["skipped"] == 1
 
 
 def test_expire_instance_off_only_marks_unhealthy() -> None:

@@ -69,6 +69,9 @@ class HeartbeatChecker:
             record = self.services.get(service)
             if owner_of(responsible_tag(client_id)) is not None or (
                     record is not None and client_beat_disabled(record.metadata)):
+                # Not ours to judge now: restart its window so the next rounds do not rescan it,
+                # and a node that becomes responsible gives it a full timeout (as Distro verify does).
+                self.beats.renew(client_id, service, self.clock.monotonic_ms())
                 stats["skipped"] += 1
                 continue
             if remove:
