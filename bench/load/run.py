@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from array import array
@@ -185,7 +186,9 @@ class Server:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                preexec_fn=_server_preexec,
+                # preexec_fn is only safe while this process has no other threads (it has none:
+                # the workers are separate processes); otherwise skip it and lose the extras.
+                preexec_fn=_server_preexec if threading.active_count() == 1 else None,
                 start_new_session=True,
             )
         server = cls(
@@ -327,12 +330,13 @@ class Pool:
     ) -> list[dict[str, Any]]:
         return self.recv(self.send(indexes, command, params), timeout_s, server)
 
-    def close(self) -> None:
+    def close(self, grace_s: float = 15.0) -> None:
+        """Ask every worker to close its connections and exit; terminate those still busy."""
         for i, pipe in enumerate(self.pipes):
             if self.procs[i].is_alive():
                 with contextlib.suppress(Exception):
                     pipe.send(("exit", {}))
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + grace_s
         for proc in self.procs:
             proc.join(max(0.1, deadline - time.monotonic()))
             if proc.is_alive():
@@ -475,10 +479,10 @@ class Bench:
         self.pool = Pool(self.args.workers + 1, self.server.target)  # +1: publisher / verifier / pinger
         return self.pool
 
-    def close_pool(self) -> None:
+    def close_pool(self, grace_s: float = 15.0) -> None:
         if self.pool is not None:
-            self.pool.close()
-            self.pool = None
+            pool, self.pool = self.pool, None
+            pool.close(grace_s)
 
     @property
     def aux(self) -> int:
@@ -498,11 +502,6 @@ class Bench:
         out: dict[str, Any] = {}
         n_conns = a.workers * a.connections
         per_conn = max(1, math.ceil(a.ops / n_conns))
-        if per_conn > a.services:
-            raise SystemExit(
-                f"--ops {a.ops} needs {per_conn} services per connection but --services is {a.services}: "
-                "a connection holds one instance per service"
-            )
         common = {
             "prefix": "load-svc",
             "services": a.services,
@@ -911,6 +910,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.idle_hold = _keep_alive_s(args.server_arg) + 15.0
     if args.addr and args.compare_pure:
         build_parser().error("--compare-pure starts its own servers; drop --addr")
+    if math.ceil(args.ops / (args.workers * args.connections)) > args.services:
+        build_parser().error(
+            f"--ops {args.ops} over {args.workers * args.connections} connections needs more than --services "
+            f"{args.services} services per connection (a connection holds one instance per service)"
+        )
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
@@ -927,6 +931,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "kernel": platform.release(),
             "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
         },
+        "source": _source_revision(),
         "config": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "phases": {},
     }
@@ -987,7 +992,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = 1
     finally:
         with contextlib.suppress(BaseException):
-            bench.close_pool()
+            bench.close_pool(15.0 if status == 0 else 2.0)  # interrupted workers may be mid-phase
         with contextlib.suppress(BaseException):
             bench.close_server()
     report["servers"] = bench.servers_started
@@ -999,6 +1004,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         Path(args.out).write_text(text + "\n")
     return status
+
+
+def _source_revision() -> dict[str, Any]:
+    """Which Shoal was measured: its version and, in a git checkout, HEAD and whether src/ is dirty."""
+    out: dict[str, Any] = {}
+    with contextlib.suppress(Exception):
+        import shoal
+
+        out["shoal_version"] = shoal.__version__
+    with contextlib.suppress(Exception):
+        root = HERE.parent.parent
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "src"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        out.update(git_head=head, src_dirty=bool(dirty))
+    return out
 
 
 def _median_or_single(phase: dict[str, Any], key: str) -> Any:
