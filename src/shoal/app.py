@@ -19,7 +19,7 @@ from shoal.export.node_export import NodeExporter, export_and_rotate
 from shoal.health.heartbeat import HeartbeatChecker
 from shoal.health.keepalive import ConnectionKeepAlive
 from shoal.metrics import Metrics
-from shoal.model.client import Client
+from shoal.model.client import Client, ClientKind
 from shoal.model.clients import ClientManager
 from shoal.model.events import EventBus
 from shoal.model.keys import ServiceKey
@@ -58,7 +58,8 @@ class Node:
 
         self.limits = LimitRuleFile(config.limit_rule_path)
         self.sdk_connections = ConnectionManager(config, self.clock, self.limits, source="sdk")
-        self.sdk_connections.listeners.append(NamingConnectionListener(self.clients, self.clock.now_ms))
+        self.sdk_connections.listeners.append(NamingConnectionListener(self.clients, self.clock.now_ms,
+                                                                       self.clock.monotonic_ms))
         self.sdk_connections.on_unregister_hooks.append(self._count_closed)
         self.sdk_server = SdkServer(config, self.sdk_connections, naming_handlers(self.naming), self.is_serving,
                                     self.metrics, config.grpc_port, auth=self.auth if config.auth_enabled else None)
@@ -85,7 +86,7 @@ class Node:
                         if config.cluster_identity_key else None)
             transport = GrpcPeerTransport(self.members.self_address, config.cluster_port_offset, identity)
             self.distro = DistroProtocol(config, self.clock, self.bus, self.clients, self.services, self.members,
-                                         transport)
+                                         transport, self._renew_beats)
             self.cluster_server = ClusterServer(config, self.distro.dispatch, self.metrics)
             self.http.members = MemberList(self.members.all_members)
         # Who handles an ip:port (HTTP forwarding, beat checks): the Distro mapper, or this node.
@@ -168,6 +169,11 @@ class Node:
             except OSError:
                 host = "127.0.0.1"
         return f"{host}:{self.config.port}"
+
+    def _renew_beats(self, client: Client, now_mono_ms: int) -> None:
+        """A verified ip:port copy is as fresh as its owner says (Nacos resets its beat time)."""
+        if client.kind is ClientKind.IP_PORT:
+            self.naming.beats.renew_client(client.client_id, now_mono_ms)
 
     def _owner_of(self, client: Client) -> str | None:
         if client.native:

@@ -263,3 +263,18 @@ async def test_peer_back_up_is_verified_at_once() -> None:
     await task
     await cluster.flush()
     assert cluster[1].ports() == [1]
+
+
+async def test_verify_renewal_reaches_the_renew_hook() -> None:
+    """Nacos resets a verified ip:port copy's beat time; the node wires this hook to its beat table."""
+    from shoal.distro.verify import VerifyReceiver
+
+    cluster = SimCluster(2)
+    cluster[0].register("c1", 1)
+    await cluster.flush()
+    renewed: list[tuple[str, int]] = []
+    b = cluster[1]
+    b.distro.receiver = VerifyReceiver(cluster.clock, b.clients, lambda c, now: renewed.append((c.client_id, now)))
+    cluster.clock.advance(1234)
+    await cluster[0].distro.verify_round()
+    assert renewed == [("c1", cluster.clock.monotonic_ms())]

@@ -38,7 +38,7 @@ class RawClient:
         self.stream: Any = None
 
     async def call(self, type_name: str, body: Any = None, **kw: Any) -> tuple[str, dict[str, Any]]:
-        return parse(await self._unary(payload(type_name, body, **kw), timeout=5))
+        return parse(await self._unary(payload(type_name, body, **kw), timeout=30))
 
     async def open_stream(self) -> None:
         self.stream = self._stream_factory()

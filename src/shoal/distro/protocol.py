@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from shoal.distro.verify import (
     responsible_revisions,
 )
 from shoal.errors import Forbidden, NoHandler
-from shoal.model.client import ClientKind
+from shoal.model.client import Client, ClientKind
 from shoal.model.clients import ClientManager
 from shoal.model.events import EventBus
 from shoal.model.services import ServiceManager
@@ -45,7 +46,8 @@ EXPIRY_CHECK_MS = 5000
 
 class DistroProtocol:
     def __init__(self, config: Config, clock: Clock, bus: EventBus, clients: ClientManager,
-                 services: ServiceManager, members: MemberManager, transport: PeerTransport) -> None:
+                 services: ServiceManager, members: MemberManager, transport: PeerTransport,
+                 on_renew: Callable[[Client, int], object] | None = None) -> None:
         self.config = config
         self.clock = clock
         self.clients = clients
@@ -54,7 +56,7 @@ class DistroProtocol:
         self.mapper = DistroMapper(members)
         self.engine = SyncEngine(config, clock, members, transport, self._record_of)
         self.processor = DistroProcessor(clock, bus, clients, services, self.mapper, self.engine)
-        self.receiver = VerifyReceiver(clock, clients)
+        self.receiver = VerifyReceiver(clock, clients, on_renew)
         self.snapshots = SnapshotServer(clock, clients, members.self_address, config.snapshot_chunk_bytes)
         self.verify_stats = VerifyStats()
         self.loaded = not members.is_clustered()

@@ -52,9 +52,11 @@ def detail_request(ids: list[str], revisions: list[int], n: int, buckets: set[in
 class VerifyReceiver:
     """The peer side: compare, renew, name what must be re-sent."""
 
-    def __init__(self, clock: Clock, clients: ClientManager) -> None:
+    def __init__(self, clock: Clock, clients: ClientManager,
+                 on_renew: Callable[[Client, int], object] | None = None) -> None:
         self.clock = clock
         self.clients = clients
+        self.on_renew = on_renew  # e.g. refresh an ip:port client's beat stamps, as Nacos does
 
     def _copies_from(self, sender: str) -> list[Client]:
         return [c for c in self.clients if not c.native and c.owner == sender]
@@ -72,7 +74,7 @@ class VerifyReceiver:
         now = self.clock.monotonic_ms()
         for client, b in zip(copies, kernel.bucket_of(ids, n), strict=True):
             if b not in mismatched:
-                client.last_renew_ms = now
+                self._renew(client, now)
         return json.dumps({"mismatched": sorted(mismatched)}).encode()
 
     def on_detail(self, sender: str, body: bytes) -> bytes:
@@ -97,11 +99,17 @@ class VerifyReceiver:
             if cid not in failed:
                 client = self.clients.get(cid)
                 if client is not None:
-                    client.last_renew_ms = now
+                    self._renew(client, now)
                     client.owner = sender  # ownership may have moved to the sender
         if extra:  # copies the owner no longer has: left to expire, never deleted by verify
             log.debug("%d copies from %s are unknown to it; they will expire", len(extra), sender)
         return json.dumps({"resync": [*missing, *stale]}).encode()
+
+
+    def _renew(self, client: Client, now: int) -> None:
+        client.last_renew_ms = now
+        if self.on_renew is not None:
+            self.on_renew(client, now)
 
 
 class VerifyStats:

@@ -169,18 +169,20 @@ class NamingConnectionListener:
     """Creates the naming client of a connection whose labels say ``module=naming`` and
     releases it when the connection goes (Nacos ConnectionBasedClientManager)."""
 
-    def __init__(self, clients: ClientManager, now_ms: Callable[[], int]) -> None:
+    def __init__(self, clients: ClientManager, now_ms: Callable[[], int],
+                 monotonic_ms: Callable[[], int] | None = None) -> None:
         self.clients = clients
         self.now_ms = now_ms
+        self.monotonic_ms = monotonic_ms or now_ms
 
     def connected(self, conn: Connection) -> None:
         if conn.module != "naming":
             return
-        now = self.now_ms()
+        now, mono = self.now_ms(), self.monotonic_ms()
         self.clients.add(Client(
             conn.connection_id, ClientKind.CONNECTION, native=True, created_ms=now,
             client_ip=conn.client_ip, app=conn.app, agent=conn.client_version,
-            last_updated_ms=now, last_renew_ms=now,
+            last_updated_ms=mono, last_renew_ms=mono,
         ))
 
     def disconnected(self, conn: Connection, reason: str) -> None:
