@@ -117,6 +117,32 @@ os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
+#: Runs `shoal` as ``python -m shoal`` would, but first hooks gc.callbacks to write one line per
+#: collection of 5 ms or more to stderr (the server log): ``GCPAUSE <epoch s> gen=<g> ms=<ms>``.
+#: A diagnostic only (the node's own code is unchanged).
+GC_LOGGER = """
+import gc, runpy, sys, time
+_t = [0.0]
+def _cb(phase, info):
+    if phase == "start":
+        _t[0] = time.perf_counter()
+        return
+    ms = (time.perf_counter() - _t[0]) * 1000
+    if ms >= 5:
+        sys.stderr.write(f"GCPAUSE {time.time():.3f} gen={info['generation']} ms={ms:.1f}\\n")
+gc.callbacks.append(_cb)
+sys.argv[0] = "shoal"
+runpy.run_module("shoal", run_name="__main__", alter_sys=True)
+"""
+
+GC_PAUSE_RE = re.compile(r"^GCPAUSE (\S+) gen=(\d) ms=(\S+)$", re.MULTILINE)
+
+
+def gc_pauses(server: Server, since: float = 0.0) -> list[tuple[float, int, float]]:
+    """(epoch s, generation, ms) of the collections a GC-logging server reported."""
+    return [(float(t), int(g), float(ms)) for t, g, ms in GC_PAUSE_RE.findall(server.log()) if float(t) >= since]
+
+
 def launched(cmd: list[str]) -> list[str]:
     """``cmd`` wrapped in :data:`LAUNCHER` (cmd[0] must be an absolute executable path)."""
     return [sys.executable, "-c", LAUNCHER, str(os.getpid()), *cmd]
@@ -125,11 +151,13 @@ def launched(cmd: list[str]) -> list[str]:
 class Server:
     """One `shoal server` process on 127.0.0.1 (HTTP port, SDK gRPC = +1000, cluster = +1001)."""
 
-    def __init__(self, port: int, data_dir: Path, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, port: int, data_dir: Path, args: list[str], env: dict[str, str] | None = None,
+                 gc_log: bool = False) -> None:
         self.port = port
         self.data_dir = data_dir
         self.log_path = data_dir / "server.log"
-        self.cmd = [sys.executable, "-m", "shoal", "server", "--host", HOST, "--port", str(port),
+        entry = ["-c", GC_LOGGER] if gc_log else ["-m", "shoal"]
+        self.cmd = [sys.executable, *entry, "server", "--host", HOST, "--port", str(port),
                     "--data-dir", str(data_dir), *args]
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
@@ -267,8 +295,8 @@ class ServerSet:
         root.mkdir(parents=True, exist_ok=True)
         self.servers: list[Server] = []
 
-    def start(self, port: int, args: list[str], env: dict[str, str] | None = None) -> Server:
-        server = Server(port, self.root / f"node-{port}", args, env)
+    def start(self, port: int, args: list[str], env: dict[str, str] | None = None, gc_log: bool = False) -> Server:
+        server = Server(port, self.root / f"node-{port}", args, env, gc_log)
         self.servers.append(server)
         server.start()
         return server

@@ -38,6 +38,7 @@ from _common import (
     ServerSet,
     emit,
     free_port_block,
+    gc_pauses,
     host_info,
     import_load_client,
     install_signal_handlers,
@@ -207,9 +208,17 @@ async def measure(args: argparse.Namespace, grpc_a: int, grpc_b: int) -> dict[st
         return [seen[k] - bench.sent[k] for k in keys if k in seen and k in bench.sent]
 
     push = lat(bench.push_seen, measured)
+    first = min((bench.sent[k] for k in measured if k in bench.sent), default=0.0)
+
+    def ms(seen: dict[tuple[str, str, int], float], k: tuple[str, str, int]) -> float | None:
+        return round((seen[k] - bench.sent[k]) * 1000, 1) if k in seen else None
+
+    slowest = sorted((k for k in measured if k in bench.push_seen and k in bench.sent),
+                     key=lambda k: bench.push_seen[k] - bench.sent[k], reverse=True)[:args.slowest]
     poll = lat(bench.poll_seen, measured)
     sent_measured = sum(1 for k in measured if k in bench.sent)
     return {
+        "first_send_epoch": first,
         "registered": sent_measured,
         "elapsed_s": round(elapsed, 2),
         "push": {**summary_ms(push), "missed": sent_measured - len(push)},
@@ -219,6 +228,11 @@ async def measure(args: argparse.Namespace, grpc_a: int, grpc_b: int) -> dict[st
         "register_rtt_on_a": summary_ms(bench.register_rtts),
         "poll_rtt": summary_ms(bench.poll_rtts),
         "pushes_received_on_b": bench.pushes,
+        # when the slowest happened (s after the first measured send) and what A's own subscriber saw:
+        # a slow push on B with a slow local push on A is the host, not replication
+        "slowest_push": [{"at_s": round(bench.sent[k] - first, 2), "push_ms": ms(bench.push_seen, k),
+                          "local_push_on_a_ms": ms(bench.local_seen, k), "poll_ms": ms(bench.poll_seen, k)}
+                         for k in slowest],
         "errors": bench.errors,
     }
 
@@ -233,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll-interval-ms", type=float, default=5.0,
                    help="pause between polling sweeps of B (default 5)")
     p.add_argument("--settle-s", type=float, default=10.0, help="wait at most this long for the last ones (default 10)")
+    p.add_argument("--gc-log", action="store_true",
+                   help="diagnostic: run the servers through a wrapper that logs every GC pause >= 5 ms, and "
+                        "report them on the same time axis as the slowest samples")
+    p.add_argument("--slowest", type=int, default=10, help="list this many slowest samples (default 10)")
     p.add_argument("--max-seconds", type=float, default=300.0, help="time budget of the registration loop")
     p.add_argument("--startup-timeout", type=float, default=90.0, help="seconds for the cluster to form")
     p.add_argument("--keep-logs", metavar="DIR", help="keep the servers' data dirs and logs here")
@@ -253,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(3):
             ports.append(free_port_block(avoid=ports))
         members = ",".join(f"127.0.0.1:{p}" for p in ports)
-        nodes = [servers.start(p, ["--members", members]) for p in ports]
+        nodes = [servers.start(p, ["--members", members], gc_log=args.gc_log) for p in ports]
         for node in nodes:
             node.wait_ready(args.startup_timeout)
 
@@ -272,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
         for node in nodes:
             node.check_alive()
         report["server_cpu_s"] = {name: n.cpu_s() for name, n in zip("abc", nodes, strict=True)}
+        if args.gc_log:
+            first = report["result"]["first_send_epoch"]
+            report["gc_pauses_ms_during_measurement"] = {
+                name: [{"at_s": round(t - first, 2), "gen": g, "ms": ms} for t, g, ms in gc_pauses(n, first)]
+                for name, n in zip("abc", nodes, strict=True)}
         report["extensions_loaded"] = {name: n.extensions_loaded() for name, n in zip("abc", nodes, strict=True)}
     result = report["result"]
     report["targets"] = {
