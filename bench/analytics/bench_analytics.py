@@ -43,6 +43,7 @@ def _record(name: str, figures: dict[str, Any]) -> None:
         "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),  # the box may be shared: judge the figures by it
         **figures,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -233,6 +234,9 @@ def bench_simulate(args: argparse.Namespace) -> None:
     spark = build_session(args.master)
     runs = []
     with tempfile.TemporaryDirectory(prefix="shoal-bench-simulate-") as tmp:
+        # untimed warm-up: JVM JIT and Python worker start-up would otherwise land on the first run
+        simulate.run(spark, simulate.SimParams(nodes=args.nodes, clients=200_000), Path(tmp) / "warm",
+                     show_progress=False)
         for parts in args.partitions:
             params = simulate.SimParams(nodes=args.nodes, clients=args.clients, partitions=parts)
             t = time.perf_counter()

@@ -180,12 +180,14 @@ def _identity_table(raw: DataFrame, nodes: list[str]) -> DataFrame:
     def on(arr: str | Column, pred: Any) -> Column:
         return F.filter(arr, pred)
 
-    # one copy per node: the row with the highest (client revision, client id)
-    copies = F.transform(
+    # Each step is its own projection so every array expression is evaluated once per identity
+    # (Spark does not collapse projections that would duplicate non-trivial expressions).
+    # 1. one copy per node: the row with the highest (client revision, client id)
+    step = per_id.select(*ident, F.transform(
         F.array_distinct(F.transform("rows", lambda r: r["node"])),
         lambda nd: F.array_max(on("rows", lambda r: r["node"] == nd)),
-    )
-    step = per_id.select(*ident, copies.alias("copies"))
+    ).alias("copies"))
+    # 2. the copies aligned with the node list (null where a node holds none), owner, majority
     owners = F.array_distinct(on(F.transform("copies", lambda c: c["owner"]), lambda o: o.isNotNull()))
     owner = F.array_min(F.transform(owners, lambda o: F.struct(
         (-F.size(on("copies", lambda c: c["owner"] == o))).alias("nc"), o.alias("o"),
@@ -196,25 +198,33 @@ def _identity_table(raw: DataFrame, nodes: list[str]) -> DataFrame:
         (-F.size(on("copies", lambda c: c["vh"] == x))).alias("nc"),
         F.array_min(F.transform(on("copies", lambda c: c["vh"] == x), lambda c: c["node"])).alias("node"),
     )))["node"]
-    ref = step.select(
-        *ident, "copies", owner.alias("owner"), F.size("copies").alias("holders"),
-        F.size(values).alias("n_values"), majority.alias("majority_node"),
+    step = step.select(
+        *ident,
+        F.transform(node_list, lambda nd: F.try_element_at(on("copies", lambda c: c["node"] == nd), F.lit(1)))
+        .alias("aligned"),
+        owner.alias("owner"), F.size("copies").alias("holders"), F.size(values).alias("n_values"),
+        majority.alias("majority_node"),
+    )
+    # 3. the reference copy
+    owner_pos = F.coalesce(F.array_position(node_list, F.col("owner")), F.lit(0)).cast("int")
+    majority_pos = F.array_position(node_list, F.col("majority_node")).cast("int")
+    owner_in = owner_pos > 0
+    owner_copy = F.when(owner_in, F.element_at("aligned", owner_pos))
+    step = step.select(
+        *ident, "aligned", "owner", "holders", "n_values", owner_in.alias("owner_in"),
+        owner_copy.alias("owner_copy"), F.element_at("aligned", majority_pos).alias("majority_copy"),
+    )
+    step = step.select(
+        *ident, "aligned", "owner", "holders", "n_values",
+        F.when(F.col("owner_in"), F.col("owner_copy").isNotNull())
+        .otherwise(F.col("holders") * 2 >= n).alias("expected"),
+        F.when(F.col("owner_in"), F.col("owner_copy")).otherwise(F.col("majority_copy")).alias("ref"),
+        F.when(F.col("owner_in"), F.concat(F.lit("owner "), F.col("owner"))).otherwise(F.lit("majority"))
+        .alias("reference"),
     )
 
-    def copy_at(node: Column) -> Column:
-        return F.try_element_at(on("copies", lambda c: c["node"] == node), F.lit(1))
-
-    owner_in = F.coalesce(F.array_contains(node_list, F.col("owner")), F.lit(False))
-    owner_copy = copy_at(F.col("owner"))
-    ref = ref.select(
-        *ident, "copies", "owner", "holders", "n_values",
-        F.when(owner_in, owner_copy.isNotNull()).otherwise(F.col("holders") * 2 >= n).alias("expected"),
-        F.when(owner_in, owner_copy).otherwise(copy_at(F.col("majority_node"))).alias("ref"),
-        F.when(owner_in, F.concat(F.lit("owner "), F.col("owner"))).otherwise(F.lit("majority")).alias("reference"),
-    )
-
-    def node_entry(nd: Column) -> Column:
-        c = copy_at(nd)
+    # 4. per node: the copy held and its status against the reference
+    def node_entry(nd: Column, c: Column) -> Column:
         expected = F.col("expected")
         status = (
             F.when(expected & c.isNull(), F.lit("missing"))
@@ -223,10 +233,10 @@ def _identity_table(raw: DataFrame, nodes: list[str]) -> DataFrame:
         )
         return F.struct(nd.alias("node"), c["rev"].alias("rev"), c["cid"].alias("cid"), status.alias("status"))
 
-    return ref.select(
+    return step.select(
         *ident, "owner", "holders", "n_values", "expected", "reference",
         F.col("ref.node").alias("ref_node"), F.col("ref.rev").alias("ref_rev"), F.col("ref.cid").alias("ref_cid"),
-        F.transform(node_list, node_entry).alias("per_node"),
+        F.zip_with(node_list, "aligned", node_entry).alias("per_node"),
     )
 
 

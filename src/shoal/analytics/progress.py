@@ -169,23 +169,26 @@ def spark_progress(
 ) -> Iterator[Progress]:
     """Show the tasks of the Spark stages that run inside the ``with`` block.
 
-    A daemon thread polls ``SparkContext.statusTracker()`` (cheap, driver-side) every ``poll_s``;
-    progress counts completed tasks over the tasks of the stages seen so far."""
-    progress = Progress(label, None, unit="tasks", stream=stream)
+    A daemon thread polls ``SparkContext.statusTracker()`` (cheap, driver-side) every ``poll_s``.
+    Spark plans stages as a job goes (adaptive execution adds some), so the total is not known in
+    advance: the line shows tasks completed of the tasks of the stages seen so far, not a percentage.
+    """
+    progress = Progress(label, None, stream=stream)
     tracker = spark.sparkContext.statusTracker()
     stop = threading.Event()
-    stages: dict[int, tuple[int, int]] = {}
+    seen: set[int] = set()
 
     def poll() -> None:
         while not stop.wait(poll_s):
-            for sid in tracker.getActiveStageIds():
+            seen.update(tracker.getActiveStageIds())
+            done = total = 0
+            for sid in seen:  # finished stages too: their final counts replace the last snapshot
                 info = tracker.getStageInfo(sid)
                 if info is not None:
-                    stages[sid] = (info.numCompletedTasks, info.numTasks)
-            if stages:
-                done = sum(d for d, _ in stages.values())
-                total = sum(t for _, t in stages.values())
-                progress.set(done, total, detail=f"({len(stages)} stages)")
+                    done += info.numCompletedTasks
+                    total += info.numTasks
+            if seen:
+                progress.set(done, None, detail=f"of {total} tasks done, {len(seen)} stages")
 
     thread = threading.Thread(target=poll, name="shoal-spark-progress", daemon=True)
     with progress:
