@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from pathlib import Path
@@ -150,3 +151,28 @@ async def test_bad_rule_file_keeps_the_previous_rule(tmp_path: Path) -> None:
     os.utime(limits.path, ns=(1, 1))
     await keepalive.scan()
     assert limits.rule.count_limit == 5
+
+
+async def test_probes_go_out_in_bounded_waves(tmp_path: Path) -> None:
+    from shoal.health import keepalive as module
+
+    clock, manager, _, prober, keepalive, _ = setup(tmp_path)
+    conns = [connect(manager, port) for port in range(1, 2 * module.PROBE_WAVE + 11)]
+    prober.alive = {c.connection_id for c in conns[::2]}
+    in_flight = 0
+    peak = 0
+    original = prober.probe
+
+    async def counting(conn: Connection, timeout_ms: int) -> bool:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0)
+        in_flight -= 1
+        return await original(conn, timeout_ms)
+
+    prober.probe = counting  # type: ignore[method-assign]
+    clock.advance(20_000)
+    stats = await keepalive.scan()
+    assert stats["probed"] == len(conns) and peak <= module.PROBE_WAVE
+    assert stats["probe_failed"] == len(conns) // 2 and len(manager) == len(conns) - len(conns) // 2

@@ -192,3 +192,11 @@ async def test_runner_fires_by_itself_on_the_real_clock() -> None:
     finally:
         await push.stop()
     assert sender.sent[0][0] == "sub"
+
+
+async def test_changes_of_services_nobody_subscribes_to_schedule_nothing() -> None:
+    registry = make_registry()
+    push = make_push(registry, FakeSender())
+    registry.connect("pub")
+    registry.naming.register_instance("pub", SVC, InstanceInfo("10.0.0.1", 1))
+    assert push.pending == {}

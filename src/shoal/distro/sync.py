@@ -17,7 +17,6 @@ current state (a client gone meanwhile is skipped) and DELETE sends a delete. Un
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -167,6 +166,9 @@ class SyncEngine:
                 await queue.wake.wait()
                 continue
             delay = (next_due - self.clock.monotonic_ms()) / 1000
-            if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(queue.wake.wait(), delay)
+            if delay > 0:  # a timer, not wait_for: no task per wake-up
+                timer = asyncio.get_running_loop().call_later(delay, queue.wake.set)
+                try:
+                    await queue.wake.wait()
+                finally:
+                    timer.cancel()

@@ -12,8 +12,6 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from shoal.export.reader import read_manifest
-
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(
@@ -68,6 +66,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     except (OSError, tarfile.TarError, ValueError, KeyError) as exc:
         print(f"shoal export: {exc}", file=sys.stderr)
         return 1
+    from shoal.export.reader import read_manifest
+
     for name in sorted(names):
         manifest = read_manifest(out / name)
         print(f"{out / name}: {json.dumps(manifest.rows)}")

@@ -22,6 +22,9 @@ from shoal.transport.grpc.limits import LimitRuleFile
 
 log = logging.getLogger(__name__)
 
+#: Probes in flight at once during a scan.
+PROBE_WAVE = 256
+
 
 class Prober(Protocol):
     async def probe(self, conn: Connection, timeout_ms: int) -> bool: ...
@@ -65,15 +68,19 @@ class ConnectionKeepAlive:
 
         idle = [c for c in manager.idle_connections(self.config.connection_keep_alive_ms)
                 if c.registered and c.expelled_at_ms is None]
-        if idle:
+        # Probes go out in bounded waves: 10,000 probes created at once stall the loop for
+        # seconds, and a probe's 1 s timeout must measure the client, not our own backlog.
+        for start in range(0, len(idle), PROBE_WAVE):
+            wave = [c for c in idle[start:start + PROBE_WAVE] if not c.closed]
             results = await asyncio.gather(
-                *(self.prober.probe(c, self.config.client_detection_timeout_ms) for c in idle))
-            stats["probed"] = len(idle)
-            for conn, alive in zip(idle, results, strict=True):
+                *(self.prober.probe(c, self.config.client_detection_timeout_ms) for c in wave))
+            stats["probed"] += len(wave)
+            for conn, alive in zip(wave, results, strict=True):
                 if alive:
                     manager.touch(conn)
                 elif not conn.closed:
                     manager.unregister(conn.connection_id, "keep-alive probe failed")
                     stats["probe_failed"] += 1
+        if idle:
             log.info("keep-alive: probed %d idle connections, %d did not answer", len(idle), stats["probe_failed"])
         return stats

@@ -13,7 +13,6 @@ stale data after fresh data.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,7 +105,9 @@ class PushService:
         self._wake.set()
 
     def _on_service_changed(self, event: ServiceChanged) -> None:
-        self.schedule(event.service)
+        # Nobody to tell: a later first subscription schedules its own push.
+        if self.subscribers_of(event.service):
+            self.schedule(event.service)
 
     def _on_subscribed(self, event: ClientSubscribedService) -> None:
         if event.first:  # Nacos pushes once more after a first subscription
@@ -218,9 +219,12 @@ class PushService:
                 await self._wake.wait()
                 continue
             delay = max(next_due - self.clock.monotonic_ms(), 0) / 1000
-            if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
+            if delay > 0:  # a timer, not wait_for: no task per wake-up
+                timer = asyncio.get_running_loop().call_later(delay, self._wake.set)
+                try:
+                    await self._wake.wait()
+                finally:
+                    timer.cancel()
 
     def backlog(self) -> dict[str, Any]:
         return {

@@ -12,13 +12,15 @@ import shutil
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
-from shoal.export.writer import SnapshotInfo
 from shoal.tasks import run_blocking
 from shoal.transport.http.params import Params
+
+if TYPE_CHECKING:
+    from shoal.export.writer import SnapshotInfo
 
 log = logging.getLogger(__name__)
 
