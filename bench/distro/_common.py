@@ -48,6 +48,16 @@ class Interrupted(BaseException):
     pass
 
 
+def run_main(main: Any) -> None:
+    """``sys.exit(main())``, reporting an interruption (after the cleanup has run) as exit code 130."""
+    try:
+        code = main()
+    except Interrupted as exc:
+        print(f"interrupted ({exc}); every server this run started has been stopped", file=sys.stderr)
+        code = 130
+    sys.exit(code)
+
+
 def install_signal_handlers() -> None:
     def on_signal(signum: int, frame: FrameType | None) -> None:
         raise Interrupted(f"signal {signum}")

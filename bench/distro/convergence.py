@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,6 +42,7 @@ from _common import (
     import_load_client,
     install_signal_handlers,
     log,
+    run_main,
     summary_ms,
     wait_until,
 )
@@ -310,4 +310,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -30,7 +30,6 @@ import datetime as dt
 import json
 import os
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -48,6 +47,7 @@ from _common import (
     install_signal_handlers,
     log,
     metric_values,
+    run_main,
     summary_ms,
     wait_until,
 )
@@ -364,4 +364,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

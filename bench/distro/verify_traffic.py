@@ -36,7 +36,7 @@ import sys
 import time
 from typing import Any
 
-from _common import REPO, emit, host_info, install_signal_handlers, log
+from _common import REPO, emit, host_info, install_signal_handlers, log, run_main
 
 TARGET_IN_SYNC_REQUESTS = 1
 TARGET_IN_SYNC_BYTES = 64 * 1024
@@ -452,4 +452,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)
