@@ -32,6 +32,7 @@ from shoal.distro.verify import (
     responsible_revisions,
 )
 from shoal.errors import Forbidden, NoHandler
+from shoal.kernels import ownership
 from shoal.model.client import Client, ClientKind
 from shoal.model.clients import ClientManager
 from shoal.model.events import EventBus
@@ -64,6 +65,7 @@ class DistroProtocol:
         self._conf_mtime: int | None = None
         self._load_task: asyncio.Task[None] | None = None
         self._verify_task: asyncio.Task[None] | None = None
+        self._last_healthy: list[str] | None = list(members.healthy_addresses())
         members.listeners.append(self._on_members_changed)
         self.periodics = [
             Periodic("distro-verify", config.verify_interval_ms, self.verify_round),
@@ -202,6 +204,7 @@ class DistroProtocol:
                     continue
                 log.info("loaded a snapshot of %d clients from %s", count, member.address)
                 self.loaded = True
+                self._last_healthy = None  # every loaded ip:port client is evaluated
                 self._refresh_native()
                 return
             await asyncio.sleep(self.config.load_retry_delay_ms / 1000)
@@ -299,11 +302,21 @@ class DistroProtocol:
 
     def _refresh_native(self) -> None:
         """ip:port clients follow the hash: the new owner takes over, the old one keeps a copy
-        (nothing is deleted because ownership moved; expiry or the owner's DELETE does that)."""
+        (nothing is deleted because ownership moved; expiry or the owner's DELETE does that).
+
+        Between two healthy lists only the clients the ownership kernel reports as moved are
+        looked at; after a snapshot load (no previous list) every ip:port client is."""
+        healthy = list(self.members.healthy_addresses())
+        previous, self._last_healthy = self._last_healthy, healthy
         ip_port = [c for c in self.clients if c.kind is ClientKind.IP_PORT]
         if not ip_port:
             return
-        owners = self.mapper.owners_of([responsible_id(c.client_id) for c in ip_port])
+        tags = [responsible_id(c.client_id) for c in ip_port]
+        if previous is not None and previous and healthy:
+            moved = ownership.moved_keys(tags, previous, healthy)
+            ip_port = [ip_port[i] for i in moved]
+            tags = [tags[i] for i in moved]
+        owners = self.mapper.owners_of(tags)
         me = self.members.self_address
         for client, owner in zip(ip_port, owners, strict=True):
             mine = owner == me
