@@ -112,3 +112,11 @@ def test_simulate_end_to_end(spark: SparkSession, tmp_path: Path, capsys: pytest
     assert run["clients"] == 2000 and run["partitions"] == 2 and run["rows_per_s"] > 0
     assert sum(pq.read_table(out / "ownership.parquet")["owned"].to_pylist()) == 2000
     assert (out / "simulate.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_missing_analytics_extra_is_explained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "pyspark.sql", None)  # as if pyspark were not installed
+    code = cli.main(["simulate", "--nodes", "3", "--clients", "10", "--out", str(tmp_path)])
+    assert code == cli.EXIT_MISSING_EXTRA
+    assert "pip install 'shoal[analytics]'" in capsys.readouterr().err

@@ -5,7 +5,7 @@ lazily, so the server never imports analytics). Until then, and for scripts, ``p
 shoal.analytics.cli ...`` runs the same subcommands. Handlers import pyspark only when they run, so
 ``--help`` is instant and works without the analytics extra installed. Each handler takes the parsed
 namespace and returns an exit code: 0 success, 1 bad input (missing or invalid snapshots, invalid
-parameters), 3 ``--fail-on-diff`` and the nodes disagree.
+parameters), 3 ``--fail-on-diff`` and the nodes disagree, 4 the analytics extra is not installed.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_BAD_INPUT = 1
 EXIT_DIFFERENCES = 3
+EXIT_MISSING_EXTRA = 4
+
+_EXTRA_MODULES = frozenset({"pyspark", "pandas", "matplotlib", "numpy", "py4j"})
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 
@@ -172,6 +175,12 @@ def _guarded(args: argparse.Namespace, body: Callable[[], int]) -> int:
     except (SnapshotError, ValueError, FileExistsError) as exc:
         print(f"shoal {_name(args)}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in _EXTRA_MODULES:
+            raise
+        print(f"shoal {_name(args)}: {exc.name} is not installed; install the analytics extra: "
+              "pip install 'shoal[analytics]' (PySpark also needs a Java 17+ runtime)", file=sys.stderr)
+        return EXIT_MISSING_EXTRA
 
 
 def _name(args: argparse.Namespace) -> str:
