@@ -335,10 +335,12 @@ def _chart(path: Path, res: BalanceResult) -> Path:
             mod.append(float(np.mean([r["fraction"] for r in group if r["scheme"] == "modulo"])))
             ring.append(float(np.mean([r["fraction"] for r in group if r["scheme"] == "ring"])))
     xm = np.arange(len(labels))
-    ax2.bar(xm - 0.2, mod, 0.4, label="Nacos modulo", color="tab:red")
-    ax2.bar(xm + 0.2, ring, 0.4, label="consistent-hash ring", color="tab:green")
+    for offset, fracs, label, color in ((-0.2, mod, "Nacos modulo", "tab:red"),
+                                        (0.2, ring, "consistent-hash ring", "tab:green")):
+        bars = ax2.bar(xm + offset, fracs, 0.4, label=label, color=color)
+        ax2.bar_label(bars, labels=[f"{f:.1%}" for f in fracs])
     ax2.set_xticks(xm, labels)
-    ax2.set_ylim(0, 1.05)
+    ax2.set_ylim(0, 1.12)
     ax2.set_ylabel("fraction of ip:port clients moving")
     ax2.set_title("membership change")
     ax2.legend()

@@ -372,6 +372,8 @@ def _summary(
 
 
 def _chart(path: Path, per_node: dict[str, dict[str, int]], services: Any) -> Path:
+    from matplotlib.ticker import MaxNLocator
+
     fig, (ax1, ax2) = report.new_figure(1, 2)
     names = list(per_node)
     bottom = [0] * len(names)
@@ -379,6 +381,7 @@ def _chart(path: Path, per_node: dict[str, dict[str, int]], services: Any) -> Pa
         vals = [per_node[n][status_name] for n in names]
         ax1.bar(names, vals, bottom=bottom, label=status_name, color=color)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    ax1.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax1.set_title("differences per node (vs reference)")
     ax1.set_ylabel("instances")
     ax1.legend()

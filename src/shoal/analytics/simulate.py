@@ -541,11 +541,12 @@ def _chart(path: Path, res: SimResult) -> Path:
     ax2.legend()
     mv = res.movement.to_pylist()
     labels = [f"{r['scenario']}\n{r['scheme']}" for r in mv]
-    ax3.bar(labels, [r["fraction"] for r in mv], color=["tab:red", "tab:green"] * 2)
+    bars = ax3.bar(labels, [r["fraction"] for r in mv], color=["tab:red", "tab:green"] * 2)
+    ax3.bar_label(bars, labels=[f"{r['fraction']:.2%}" for r in mv])  # ring bars are too small to see
     ax3.scatter(labels, [r["must_move"] / res.params.clients for r in mv], color="black",
                 marker="_", s=400, label="must move")
-    ax3.set_ylim(0, 1.05)
+    ax3.set_ylim(0, 1.12)
     ax3.set_ylabel("fraction of clients moving")
     ax3.set_title("membership change")
-    ax3.legend()
+    ax3.legend(loc="center right")
     return report.save_figure(fig, path)
