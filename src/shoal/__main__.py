@@ -124,14 +124,14 @@ async def _serve(config: Config) -> int:
         loop.add_signal_handler(sig, stop.set)
     log.info("shoal %s starting: HTTP %s:%d, gRPC SDK %d, data dir %s", __version__, config.host, config.port,
              config.grpc_port, config.data_dir)
+    gc.collect()
+    gc.freeze()  # startup objects (modules, config, handler tables) never need scanning again
     try:
         await node.start()
     except OSError as exc:
         log.error("cannot start: %s", exc)
         await node.stop()
         return 1
-    gc.collect()
-    gc.freeze()  # startup objects (modules, config, handler tables) never need scanning again
     await stop.wait()
     log.info("stop requested; shutting down")
     try:

@@ -278,3 +278,73 @@ async def test_verify_renewal_reaches_the_renew_hook() -> None:
     cluster.clock.advance(1234)
     await cluster[0].distro.verify_round()
     assert renewed == [("c1", cluster.clock.monotonic_ms())]
+
+
+async def test_a_late_load_never_deletes_this_nodes_live_clients() -> None:
+    """A node served before its load finished (its peers were down); when a peer that holds
+    copies of its live clients comes back, loading that peer's snapshot must keep them."""
+    cluster = SimCluster(2)
+    a, b = cluster[0], cluster[1]
+    a.register("live", 1)
+    await cluster.flush()
+    assert b.clients.get("live") is not None
+    a.distro.loaded = False
+    await a.distro.load_snapshot()
+    await cluster.flush()
+    assert a.clients.get("live").native and a.ports() == [1]  # type: ignore[union-attr]
+    assert b.ports() == [1]  # no DELETE went out for it
+
+
+async def test_loader_prefers_a_peer_that_finished_loading() -> None:
+    cluster = SimCluster(3)
+    cluster[1].register("c1", 1)
+    await cluster.flush()
+    loading, loaded = cluster.addresses[1], cluster.addresses[2]
+    cluster.nodes[loading].distro.loaded = False
+    newcomer = cluster.add_node("10.9.0.9:8848", [*cluster.addresses, "10.9.0.9:8848"], loaded=False)
+    for node in cluster.nodes.values():
+        node.members.set_members([(a.split(":")[0], 8848) for a in [*cluster.addresses, "10.9.0.9:8848"]])
+    cluster.network.down.add(cluster.addresses[0])
+    await newcomer.distro.load_snapshot()
+    pages = [c for c in cluster.calls("DistroSnapshotRequest") if c[0] == "10.9.0.9:8848"]
+    assert pages[-1][1] == loaded and newcomer.ports() == [1]
+
+
+async def test_a_cold_cluster_loads_from_loading_peers() -> None:
+    cluster = SimCluster(2)
+    for node in cluster.nodes.values():
+        node.distro.loaded = False
+    await cluster[0].distro.load_snapshot()  # every peer is loading: take one anyway
+    assert cluster[0].distro.loaded
+
+
+async def test_verify_skips_a_peer_that_is_still_loading() -> None:
+    cluster = SimCluster(2)
+    cluster[0].register("c1", 1)  # not synced yet: B lacks it
+    cluster[1].distro.loaded = False
+    before = dict(cluster[0].distro.engine.queues[cluster.addresses[1]].pending)
+    cluster.network.calls.clear()
+    await cluster[0].distro.verify_round()
+    assert not cluster.calls("DistroVerifyDetailRequest")
+    assert cluster[0].distro.engine.queues[cluster.addresses[1]].pending == before  # no re-send queued
+
+
+async def test_sync_batches_are_bounded_in_bytes() -> None:
+    cluster = SimCluster(2, snapshot_chunk_bytes=20_000)
+    for i in range(6):  # six clients of 100 instances: about 8 KB each
+        cluster[0].connect(f"big{i}")
+        cluster[0].naming.batch_register_instances(
+            f"big{i}", ServiceKey("public", "G", f"s{i}"), [InstanceInfo("10.2.0.1", p) for p in range(100)])
+    await cluster.flush()
+    syncs = cluster.calls("DistroSyncRequest")
+    assert len(syncs) >= 2 and all(size <= 20_000 for *_, size in syncs)
+    assert sum(len(cluster[1].storage.view(ServiceKey("public", "G", f"s{i}")).instances) for i in range(6)) == 600
+
+
+def test_digest_requests_stay_small_at_any_client_count() -> None:
+    from shoal.distro.verify import MAX_BUCKETS, digest_request, parse_digest_request
+
+    body = digest_request([f"c{i}" for i in range(1000)], list(range(1000)))
+    n, digests = parse_digest_request(body)
+    assert n == 4 and len(digests) == 4
+    assert len(body) < 100 + 8 * 4 and 8 * MAX_BUCKETS + 100 < 64 * 1024

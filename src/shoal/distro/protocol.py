@@ -27,6 +27,7 @@ from shoal.distro.verify import (
     DIGEST_REQUEST,
     VerifyReceiver,
     VerifyStats,
+    bucket_count,
     detail_request,
     digest_request,
     responsible_revisions,
@@ -42,6 +43,10 @@ from shoal.tasks import Periodic, run_blocking
 log = logging.getLogger(__name__)
 
 REPORT_REQUEST = "MemberReportRequest"
+
+
+class _PeerLoading(Exception):
+    """The peer is itself still loading its snapshot."""
 EXPIRY_CHECK_MS = 5000
 
 
@@ -57,8 +62,9 @@ class DistroProtocol:
         self.mapper = DistroMapper(members)
         self.engine = SyncEngine(config, clock, members, transport, self._record_of)
         self.processor = DistroProcessor(clock, bus, clients, services, self.mapper, self.engine)
-        self.receiver = VerifyReceiver(clock, clients, on_renew)
-        self.snapshots = SnapshotServer(clock, clients, members.self_address, config.snapshot_chunk_bytes)
+        self.receiver = VerifyReceiver(clock, clients, on_renew, lambda: self.loaded)
+        self.snapshots = SnapshotServer(clock, clients, members.self_address, config.snapshot_chunk_bytes,
+                                        lambda: self.loaded)
         self.verify_stats = VerifyStats()
         self.loaded = not members.is_clustered()
         self._drop_sync = config.test_drop_sync_count
@@ -151,9 +157,14 @@ class DistroProtocol:
             kind, answer = await self.transport.call(target, DIGEST_REQUEST, body, self.config.verify_timeout_ms)
             if kind != "DistroVerifyResponse":
                 raise PeerError(f"{target} answered {kind}")
-            mismatched = set(json.loads(answer)["mismatched"])
+            reply = json.loads(answer)
+            if reply.get("loading"):
+                log.info("verify with %s skipped: it is still loading its snapshot", target)
+                self._record_verify(target, stats)
+                return
+            mismatched = set(reply["mismatched"])
             if mismatched:
-                n = json.loads(body)["buckets"]
+                n = bucket_count(len(ids))
                 detail = detail_request(ids, revisions, n, mismatched)
                 stats["requests"] += 1
                 stats["bytes"] += len(detail)
@@ -194,22 +205,33 @@ class DistroProtocol:
 
     # --- snapshot load ----------------------------------------------------------------------
     async def load_snapshot(self) -> None:
-        """Load every client from the first peer that answers; retry until one does."""
+        """Load every client from the first peer that answers, preferring peers that finished
+        their own load; when every reachable peer is itself loading (a cluster starting cold)
+        take one of those. Retry until a load succeeds."""
         while not self.loaded:
-            for member in self.members.peer_list():
-                try:
-                    count = await self._load_from(member.address)
-                except (PeerUnavailable, PeerError, TimeoutError, ValueError) as exc:
-                    log.warning("snapshot load from %s failed: %s", member.address, exc)
-                    continue
-                log.info("loaded a snapshot of %d clients from %s", count, member.address)
-                self.loaded = True
-                self._last_healthy = None  # every loaded ip:port client is evaluated
-                self._refresh_native()
-                return
+            loading_peers: list[str] = []
+            for accept_loading in (False, True):
+                candidates = loading_peers if accept_loading else [m.address for m in self.members.peer_list()]
+                for address in candidates:
+                    try:
+                        count = await self._load_from(address, accept_loading)
+                    except _PeerLoading:
+                        loading_peers.append(address)
+                        continue
+                    except (PeerUnavailable, PeerError, TimeoutError, ValueError) as exc:
+                        log.warning("snapshot load from %s failed: %s", address, exc)
+                        continue
+                    self._loaded_from(address, count)
+                    return
             await asyncio.sleep(self.config.load_retry_delay_ms / 1000)
 
-    async def _load_from(self, target: str) -> int:
+    def _loaded_from(self, address: str, count: int) -> None:
+        log.info("loaded a snapshot of %d clients from %s", count, address)
+        self.loaded = True
+        self._last_healthy = None  # every loaded ip:port client is evaluated
+        self._refresh_native()
+
+    async def _load_from(self, target: str, accept_loading: bool = True) -> int:
         session: object = ""
         offset: object = 0
         total = 0
@@ -219,6 +241,8 @@ class DistroProtocol:
             if kind != "DistroSnapshotResponse":
                 raise PeerError(f"{target} answered {kind}: {body[:200]!r}")
             header, groups = split_page(body)
+            if header.get("loading") and not accept_loading:
+                raise _PeerLoading(target)
             for owner, batch in groups:
                 decoded = await run_blocking(records.decode, batch)
                 if owner == self.members.self_address:
@@ -235,6 +259,9 @@ class DistroProtocol:
         with the old process, so, as their owner, send the DELETE; ip:port clients are kept."""
         kept = []
         for record in batch:
+            live = self.clients.get(record[1])
+            if live is not None and live.native:
+                continue  # ours and alive (this node served before its load finished): keep it
             if records.kind_of(record[1]) is ClientKind.CONNECTION:
                 self.engine.enqueue(record[1], records.OP_DELETE)
             else:

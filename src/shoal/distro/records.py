@@ -32,6 +32,13 @@ def client_record(client: Client, op: int = OP_CHANGE) -> ClientRecord:
     return (OP_CHANGE, client.client_id, client.revision, services)
 
 
+def estimated_size(record: ClientRecord) -> int:
+    """A cheap upper-ish estimate of a record's encoded bytes (to bound messages without
+    encoding twice)."""
+    return 64 + len(record[1]) + sum(
+        48 + sum(80 + 32 * len(inst[7]) for inst in service[4]) for service in record[3])
+
+
 def delete_record(client_id: str) -> ClientRecord:
     return (OP_DELETE, client_id, 0, [])
 

@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from shoal.clock import Clock
@@ -37,8 +38,10 @@ class _Session:
 
 
 class SnapshotServer:
-    def __init__(self, clock: Clock, clients: ClientManager, self_address: str, chunk_bytes: int) -> None:
+    def __init__(self, clock: Clock, clients: ClientManager, self_address: str, chunk_bytes: int,
+                 is_loaded: Callable[[], bool] = lambda: True) -> None:
         self.clock = clock
+        self.is_loaded = is_loaded
         self.clients = clients
         self.self_address = self_address
         self.chunk_bytes = chunk_bytes
@@ -68,14 +71,14 @@ class SnapshotServer:
             record = records.client_record(client)
             owner = self.self_address if client.native else client.owner
             grouped[owner].append(record)
-            # a cheap size estimate keeps pages near the target without encoding twice
-            size += 64 + sum(48 + sum(80 + 32 * len(i[7]) for i in s[4]) for s in record[3])
+            size += records.estimated_size(record)
         groups = list(grouped.items())
         page = await run_blocking(_encode_groups, groups)
         done = position >= len(session.ids)
         if done:
             self._sessions.pop(session_id, None)
-        header = json.dumps({"session": session_id, "next": position, "done": done, "total": len(session.ids)})
+        header = json.dumps({"session": session_id, "next": position, "done": done, "total": len(session.ids),
+                             "loading": not self.is_loaded()})
         return header.encode() + b"\n" + page
 
 

@@ -103,12 +103,19 @@ class SyncEngine:
         due = [cid for cid, (_, at) in queue.pending.items() if at <= now][: self.config.sync_batch_max]
         if not due:
             return 0
-        taken = {cid: queue.pending.pop(cid) for cid in due}
+        taken: dict[str, tuple[int, int]] = {}
         batch: list[ClientRecord] = []
-        for cid, (op, _) in taken.items():
+        size = 0
+        for cid in due:  # bounded by count and by bytes; one huge client still goes alone
+            op, at = queue.pending.pop(cid)
             record = records.delete_record(cid) if op == OP_DELETE else self.build(cid, op)
-            if record is not None:
-                batch.append(record)
+            taken[cid] = (op, at)
+            if record is None:
+                continue
+            batch.append(record)
+            size += records.estimated_size(record)
+            if size >= self.config.snapshot_chunk_bytes:
+                break
         if not batch:
             return 0
         try:

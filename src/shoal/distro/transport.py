@@ -84,7 +84,9 @@ class GrpcPeerTransport:
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise TimeoutError(f"{type_name} to {target} timed out") from None
             details = exc.details() or ""
-            refused = code == grpc.StatusCode.UNAVAILABLE and "refused" in details.lower()
+            if code != grpc.StatusCode.UNAVAILABLE:  # the peer is there; the call itself failed
+                raise PeerError(f"{type_name} to {target}: {code.name} {details}") from None
+            refused = "refused" in details.lower()
             raise PeerUnavailable(f"{type_name} to {target}: {code.name} {details}", refused) from None
         return reply.metadata.type, bytes(reply.body.value)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
 from collections.abc import Callable
 
 from shoal.clock import Clock
@@ -35,10 +36,22 @@ def bucket_count(n_clients: int) -> int:
 
 
 def digest_request(ids: list[str], revisions: list[int]) -> bytes:
+    """JSON header line, then the bucket digests as little-endian uint64 (8 bytes each: at most
+    32 KiB whatever the client count)."""
     n = bucket_count(len(ids))
     digests = kernel.bucket_digests(ids, revisions, n)
-    return json.dumps({"buckets": n, "count": len(ids), "digests": [f"{d:016x}" for d in digests]},
-                      separators=(",", ":")).encode()
+    head = json.dumps({"buckets": n, "count": len(ids)}, separators=(",", ":")).encode()
+    return head + b"\n" + struct.pack(f"<{n}Q", *digests)
+
+
+def parse_digest_request(body: bytes) -> tuple[int, list[int]]:
+    head, sep, packed = body.partition(b"\n")
+    if not sep:
+        raise ValueError("digest request has no header line")
+    n = int(json.loads(head)["buckets"])
+    if n < 1 or len(packed) != 8 * n:
+        raise ValueError("digest count does not match the bucket count")
+    return n, list(struct.unpack(f"<{n}Q", packed))
 
 
 def detail_request(ids: list[str], revisions: list[int], n: int, buckets: set[int]) -> bytes:
@@ -53,20 +66,20 @@ class VerifyReceiver:
     """The peer side: compare, renew, name what must be re-sent."""
 
     def __init__(self, clock: Clock, clients: ClientManager,
-                 on_renew: Callable[[Client, int], object] | None = None) -> None:
+                 on_renew: Callable[[Client, int], object] | None = None,
+                 is_loaded: Callable[[], bool] = lambda: True) -> None:
         self.clock = clock
         self.clients = clients
+        self.is_loaded = is_loaded
         self.on_renew = on_renew  # e.g. refresh an ip:port client's beat stamps, as Nacos does
 
     def _copies_from(self, sender: str) -> list[Client]:
         return [c for c in self.clients if not c.native and c.owner == sender]
 
     def on_digest(self, sender: str, body: bytes) -> bytes:
-        request = json.loads(body)
-        n = int(request["buckets"])
-        theirs = [int(d, 16) for d in request["digests"]]
-        if len(theirs) != n:
-            raise ValueError("digest count does not match the bucket count")
+        if not self.is_loaded():  # half a snapshot would fail every bucket: ask again later
+            return b'{"loading":true,"mismatched":[]}'
+        n, theirs = parse_digest_request(body)
         copies = self._copies_from(sender)
         ids = [c.client_id for c in copies]
         mine = kernel.bucket_digests(ids, [c.revision for c in copies], n)

@@ -2,8 +2,11 @@
 
 It listens to the model's events — register, deregister, health flip, Distro sync applied,
 client connected / disconnected / expired — and keeps the newest ``capacity`` rows in memory,
-in the EVENTS column order (without ``node``). Appending is one deque append per instance, so
-it can stay on in production; the churn job reads it from exports.
+in the EVENTS column order (without ``node``). Instance-level rows are written for this node's
+own clients only (a peer's copy is logged by its owner; here it shows as ``sync_applied``),
+which also keeps a million-instance snapshot load from flooding the log.
+Appending is one deque append per instance, so it can stay on in production; the churn job
+reads it from exports.
 """
 
 from __future__ import annotations
@@ -67,11 +70,16 @@ class ChangeLog:
 
     def _on_register(self, event: ClientRegisteredService) -> None:
         client = self.clients.get(event.client_id)
-        publication = client.publications.get(event.service) if client is not None else None
+        if client is None or not client.native:
+            return  # a peer's copy: its owner logs the instances, this node logs sync_applied
+        publication = client.publications.get(event.service)
         self._instances("register", event.service, event.client_id,
                         publication.instances if publication is not None else ())
 
     def _on_deregister(self, event: ClientDeregisteredService) -> None:
+        client = self.clients.get(event.client_id)
+        if client is not None and not client.native:
+            return
         self._instances("deregister", event.service, event.client_id, event.instances)
 
     def _on_health(self, event: InstanceHealthChanged) -> None:
@@ -90,6 +98,8 @@ class ChangeLog:
     def _on_disconnected(self, event: ClientDisconnected) -> None:
         kind = "client_expired" if event.reason.startswith("expired") else "client_disconnected"
         self._client_row(kind, event.client, event.reason)
+        if not event.client.native:
+            return
         for service, publication in event.client.publications.items():
             self._instances("deregister", service, event.client.client_id, publication.instances, event.reason)
 
