@@ -263,6 +263,9 @@ class Config:
         """Raise ConfigError naming the first bad setting; return self for chaining."""
         if bool(self.cluster_identity_key) != bool(self.cluster_identity_value):
             raise ConfigError("nacos.core.auth.server.identity.key and .value must be set together")
+        if self.auth_enabled and (self.members or self.cluster_conf) and not self.cluster_identity_key:
+            raise ConfigError("with auth on, cluster members must prove a shared identity: set "
+                              "nacos.core.auth.server.identity.key and .value on every node")
         if not 0 < self.port < 65536 or not 0 < self.grpc_port < 65536 or not 0 < self.cluster_port < 65536:
             raise ConfigError(f"server.port {self.port} (+{self.grpc_port_offset}) is not a usable port")
         if self.log_level.lower() not in ("debug", "info", "warning", "error", "critical"):

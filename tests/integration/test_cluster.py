@@ -15,7 +15,7 @@ from v2.nacos import ListInstanceParam, RegisterInstanceParam, SubscribeServiceP
 
 from .aio import wait_for
 from .procs import ServerProcess, free_port_block, http_get, kill, start_server
-from .rawclient import RawClient
+from .rawclient import RawClient, register_body
 from .test_sdk_naming import Pushes, spawn_client
 
 FAST = ["-D", "nacos.core.protocol.distro.data.verify.intervalMs=1000",
@@ -175,3 +175,43 @@ class _Addr:
 
 async def _eq(awaitable: Any, expected: set[tuple[str, int]]) -> bool:
     return bool(await awaitable == expected)
+
+
+async def test_cluster_port_refuses_strangers_and_a_wrong_identity(cluster_of: Callable[[int], Cluster]) -> None:
+    cluster = cluster_of(2)
+    identity = ["-D", "nacos.core.auth.server.identity.key=shoal-peer", "-D",
+                "nacos.core.auth.server.identity.value=cluster-secret"]
+    cluster.start_all(extra={0: identity, 1: identity})
+    node = cluster.nodes[0]
+    peer = f"127.0.0.1:{cluster.ports[1]}"
+    cluster_port = RawClient(node.port + 1001)
+    try:
+        report = {"node": {"ip": "127.0.0.1", "port": cluster.ports[1]}}
+        # no identity header
+        kind, body = await cluster_port.call("MemberReportRequest", report, headers={"shoal-member": peer})
+        assert kind == "ErrorResponse" and body["errorCode"] == 403
+        # wrong identity
+        kind, body = await cluster_port.call("MemberReportRequest", report,
+                                             headers={"shoal-member": peer, "shoal-peer": "guess"})
+        assert kind == "ErrorResponse" and body["errorCode"] == 403
+        # right identity but not a member
+        kind, body = await cluster_port.call("MemberReportRequest", report,
+                                             headers={"shoal-member": "10.66.6.6:8848", "shoal-peer": "cluster-secret"})
+        assert kind == "ErrorResponse" and body["errorCode"] == 403
+        # a member with the identity is answered
+        kind, body = await cluster_port.call("MemberReportRequest", report,
+                                             headers={"shoal-member": peer, "shoal-peer": "cluster-secret"})
+        assert kind == "MemberReportResponse" and body["node"]["address"] == f"127.0.0.1:{node.port}"
+    finally:
+        await cluster_port.close()
+    # the two real peers, which carry the identity, replicate
+    writer = RawClient(node.grpc_port)
+    try:
+        await writer.connect()
+        _, reply = await writer.call("InstanceRequest", register_body("guarded"))
+        assert reply["resultCode"] == 200
+        await wait_for(lambda: cluster.gauge(1, "instances") == 1, what="replication between identified peers")
+    finally:
+        await writer.close()
+    status, text = http_get(f"http://127.0.0.1:{node.port}/nacos/v1/core/cluster/nodes")
+    assert status == 200 and peer in text and '"state":"UP"' in text.replace(" ", "")
