@@ -58,3 +58,22 @@ class Periodic:
             except Exception:
                 log.exception("%s failed; it runs again in %d ms", self.name, self.interval_ms)
             await asyncio.sleep(self.interval_ms / 1000)
+
+
+async def wait_until_due(wake: asyncio.Event, due_ms: int | None, now_ms: int) -> None:
+    """Sleep until ``due_ms`` (monotonic ms; None = no deadline) or until ``wake`` is set.
+
+    The delay engines' idle wait: a loop timer sets the event, so no task is created per wait
+    (``asyncio.wait_for`` would create one each time). The caller clears ``wake`` beforehand.
+    """
+    if due_ms is None:
+        await wake.wait()
+        return
+    delay = (due_ms - now_ms) / 1000
+    if delay <= 0:
+        return
+    timer = asyncio.get_running_loop().call_later(delay, wake.set)
+    try:
+        await wake.wait()
+    finally:
+        timer.cancel()

@@ -27,6 +27,7 @@ from shoal.distro import records
 from shoal.distro.members import MemberManager, MemberState
 from shoal.distro.records import OP_DELETE, ClientRecord
 from shoal.distro.transport import PeerError, PeerTransport, PeerUnavailable
+from shoal.tasks import wait_until_due
 
 log = logging.getLogger(__name__)
 
@@ -168,14 +169,4 @@ class SyncEngine:
             except Exception:
                 log.exception("sync worker for %s failed; continuing", queue.target)
             queue.wake.clear()
-            next_due = queue.next_due()
-            if next_due is None:
-                await queue.wake.wait()
-                continue
-            delay = (next_due - self.clock.monotonic_ms()) / 1000
-            if delay > 0:  # a timer, not wait_for: no task per wake-up
-                timer = asyncio.get_running_loop().call_later(delay, queue.wake.set)
-                try:
-                    await queue.wake.wait()
-                finally:
-                    timer.cancel()
+            await wait_until_due(queue.wake, queue.next_due(), self.clock.monotonic_ms())

@@ -22,6 +22,7 @@ from shoal.clock import Clock
 from shoal.config import Config
 from shoal.model.events import ClientDisconnected, ClientSubscribedService, EventBus, ServiceChanged
 from shoal.model.keys import ServiceKey
+from shoal.tasks import wait_until_due
 
 log = logging.getLogger(__name__)
 
@@ -215,16 +216,7 @@ class PushService:
                 log.exception("push engine tick failed")
             next_due = self.next_due_ms()
             self._wake.clear()
-            if next_due is None:
-                await self._wake.wait()
-                continue
-            delay = max(next_due - self.clock.monotonic_ms(), 0) / 1000
-            if delay > 0:  # a timer, not wait_for: no task per wake-up
-                timer = asyncio.get_running_loop().call_later(delay, self._wake.set)
-                try:
-                    await self._wake.wait()
-                finally:
-                    timer.cancel()
+            await wait_until_due(self._wake, next_due, self.clock.monotonic_ms())
 
     def backlog(self) -> dict[str, Any]:
         return {
