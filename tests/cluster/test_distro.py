@@ -123,7 +123,7 @@ async def test_verify_repairs_a_divergence_by_resending_only_what_differs() -> N
         cluster[0].register(f"c{i}", i)
     await cluster.flush()
     b = cluster[1]
-    b.clients.remove("c7", "deleted by owner")  # lost on B
+    b.clients.remove("c7", "lost in a test")  # lost on B
     b.clients.get("c8").revision = 0  # type: ignore[union-attr]  # stale on B
     cluster.network.calls.clear()
     await cluster[0].distro.verify_round()
@@ -348,3 +348,15 @@ def test_digest_requests_stay_small_at_any_client_count() -> None:
     n, digests = parse_digest_request(body)
     assert n == 4 and len(digests) == 4
     assert len(body) < 100 + 8 * 4 and 8 * MAX_BUCKETS + 100 < 64 * 1024
+
+
+async def test_a_replaced_client_is_not_deleted_on_peers() -> None:
+    cluster = SimCluster(2)
+    cluster[0].register("c1", 1)
+    await cluster.flush()
+    cluster[0].connect("c1")  # same id again (e.g. a re-created client): the old one is replaced
+    cluster[0].register("c1", 2)
+    cluster.network.calls.clear()
+    await cluster.flush()
+    assert cluster[1].ports() == [2] and cluster[1].clients.get("c1") is not None
+    assert len(cluster.calls("DistroSyncRequest")) == 1  # one CHANGE, no DELETE before it

@@ -68,3 +68,16 @@ def test_event_log_is_bounded() -> None:
     for port in range(5):
         r.naming.register_instance("c", SVC, InstanceInfo("10.0.0.1", port))
     assert len(log.snapshot()) == 3 and log.dropped > 0
+
+
+def test_event_log_tells_expiry_from_disconnect() -> None:
+    from shoal.model.events import REASON_EXPIRED
+
+    r = make_registry()
+    log = ChangeLog(r.bus, r.clock, r.clients, capacity=10)
+    r.connect("gone")
+    r.connect("stale")
+    r.clients.remove("gone", "stream closed by client")
+    r.clients.remove("stale", REASON_EXPIRED)
+    kinds = {row[5]: row[1] for row in log.snapshot() if row[1] != "client_connected"}
+    assert kinds == {"gone": "client_disconnected", "stale": "client_expired"}

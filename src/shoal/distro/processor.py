@@ -20,6 +20,8 @@ from shoal.distro.sync import SyncEngine
 from shoal.model.client import Client
 from shoal.model.clients import ClientManager
 from shoal.model.events import (
+    REASON_DELETED_BY_OWNER,
+    REASON_EXPIRED,
     ClientChanged,
     ClientDeregisteredService,
     ClientDisconnected,
@@ -31,8 +33,6 @@ from shoal.model.services import ServiceManager
 
 log = logging.getLogger(__name__)
 
-#: ClientDisconnected reasons that must not be echoed to peers as DELETE
-SYNCED_REASONS = frozenset({"deleted by owner", "expired: not renewed by its owner"})
 
 
 class DistroProcessor:
@@ -56,7 +56,9 @@ class DistroProcessor:
 
     def _on_disconnected(self, event: ClientDisconnected) -> None:
         client = event.client
-        if client.native and event.reason not in SYNCED_REASONS and event.reason != "replaced":
+        # Only this node's own clients are deleted on peers (copies are never echoed back). A
+        # replaced client's DELETE merges with its successor's CHANGE (same key, newer wins).
+        if client.native:
             self.engine.enqueue(client.client_id, OP_DELETE)
 
     def record_of(self, client_id: str, op: int) -> ClientRecord | None:
@@ -114,7 +116,7 @@ class DistroProcessor:
         client = self.clients.get(client_id)
         if client is None or client.native:
             return 0
-        self.clients.remove(client_id, "deleted by owner")
+        self.clients.remove(client_id, REASON_DELETED_BY_OWNER)
         self.bus.publish(DistroSyncApplied(client.owner, client_id, "delete"))
         return 1
 
@@ -123,7 +125,7 @@ class DistroProcessor:
         now = self.clock.monotonic_ms()
         stale = [c.client_id for c in self.clients if not c.native and now - c.last_renew_ms > expired_after_ms]
         for client_id in stale:
-            self.clients.remove(client_id, "expired: not renewed by its owner")
+            self.clients.remove(client_id, REASON_EXPIRED)
         if stale:
             log.info("expired %d synced clients not renewed for %d ms", len(stale), expired_after_ms)
         return len(stale)

@@ -96,7 +96,7 @@ class ChangeLog:
         self._client_row("client_connected", event.client, None)
 
     def _on_disconnected(self, event: ClientDisconnected) -> None:
-        kind = "client_expired" if event.reason.startswith("expired") else "client_disconnected"
+        kind = "client_expired" if event.expired else "client_disconnected"
         self._client_row(kind, event.client, event.reason)
         if not event.client.native:
             return

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from shoal.model.client import Client, ClientKind
-from shoal.model.events import ClientConnected, ClientDisconnected, EventBus
+from shoal.model.events import REASON_REPLACED, ClientConnected, ClientDisconnected, EventBus
 
 
 class ClientManager:
@@ -28,7 +28,7 @@ class ClientManager:
         """Add a new client; a client with the same id is released first."""
         existing = self.clients.get(client.client_id)
         if existing is not None:
-            self.remove(existing.client_id, "replaced")
+            self.remove(existing.client_id, REASON_REPLACED)
         self.clients[client.client_id] = client
         self._bus.publish(ClientConnected(client))
 
