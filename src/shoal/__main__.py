@@ -117,7 +117,11 @@ def _cmd_server(args: argparse.Namespace) -> int:
 async def _serve(config: Config) -> int:
     from shoal.app import Node
 
-    node = Node(config)
+    try:
+        node = Node(config)  # finds this node in the member list, reads cluster.conf
+    except ConfigError as exc:
+        log.error("invalid configuration: %s", exc)
+        return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

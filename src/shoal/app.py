@@ -14,6 +14,7 @@ from shoal.config import Config
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.transport import GrpcPeerTransport
+from shoal.errors import ConfigError
 from shoal.export.eventlog import ChangeLog
 from shoal.export.node_export import NodeExporter, export_and_rotate
 from shoal.health.heartbeat import HeartbeatChecker
@@ -77,7 +78,10 @@ class Node:
         self.cluster_server: ClusterServer | None = None
         member_list = parse_member_list(config.members)
         if not member_list and config.cluster_conf:
-            member_list = read_cluster_conf(Path(config.cluster_conf))
+            try:
+                member_list = read_cluster_conf(Path(config.cluster_conf))
+            except OSError as exc:
+                raise ConfigError(f"cannot read cluster.conf {config.cluster_conf}: {exc.strerror}") from None
         if member_list:
             self.members = MemberManager.from_list(member_list, config.port, self.clock.now_ms,
                                                    self_ip=config.self_address, host=config.host,

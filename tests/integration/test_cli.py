@@ -35,6 +35,21 @@ def test_bad_configuration_is_reported_without_traceback(tmp_path: Path) -> None
     assert result.returncode == 2 and "pushTaskDelay" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_bad_cluster_membership_is_reported_without_traceback(tmp_path: Path) -> None:
+    port = free_port_block()
+    common = ["server", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(tmp_path)]
+    not_listed = run_cli(*common, "--members", "10.9.9.9:8848,10.9.9.10:8848")
+    assert not_listed.returncode == 2 and "not in the member list" in not_listed.stderr
+    missing = run_cli(*common, "--cluster-conf", str(tmp_path / "no-such-cluster.conf"))
+    assert missing.returncode == 2 and "cannot read cluster.conf" in missing.stderr
+    bad = tmp_path / "cluster.conf"
+    bad.write_text("10.0.0.1:notaport\n")
+    garbled = run_cli(*common, "--cluster-conf", str(bad))
+    assert garbled.returncode == 2 and "bad cluster member" in garbled.stderr
+    for result in (not_listed, missing, garbled):
+        assert "Traceback" not in result.stderr
+
+
 def test_busy_port_is_a_clear_error(tmp_path: Path) -> None:
     port = free_port_block()
     with socket.socket() as blocker:
