@@ -202,6 +202,14 @@ async def test_cluster_port_refuses_strangers_and_a_wrong_identity(cluster_of: C
         kind, body = await cluster_port.call("MemberReportRequest", report,
                                              headers={"shoal-member": peer, "shoal-peer": "cluster-secret"})
         assert kind == "MemberReportResponse" and body["node"]["address"] == f"127.0.0.1:{node.port}"
+        # a malformed sync batch from a member is answered with an error, not a crash
+        for garbage in (b"SHSY\x01\xff\xff", b"not a batch", b""):
+            kind, body = await cluster_port.call("DistroSyncRequest", raw=garbage,
+                                                 headers={"shoal-member": peer, "shoal-peer": "cluster-secret"})
+            assert kind == "ErrorResponse" and body["errorCode"] == 500
+        kind, body = await cluster_port.call("NoSuchClusterRequest", {},
+                                             headers={"shoal-member": peer, "shoal-peer": "cluster-secret"})
+        assert kind == "ErrorResponse" and body["errorCode"] == 302
     finally:
         await cluster_port.close()
     # the two real peers, which carry the identity, replicate

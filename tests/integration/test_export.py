@@ -94,3 +94,27 @@ async def test_consistency_job_names_a_real_divergence(tmp_path: Path, sdk: Any)
     finally:
         kill(a)
         kill(b)
+
+
+def test_periodic_export_rotates(servers: Callable[..., ServerProcess], tmp_path: Path) -> None:
+    from .procs import wait_until
+
+    export_dir = tmp_path / "periodic"
+    server = servers("-D", f"shoal.export.dir={export_dir}", "-D", "shoal.export.interval-ms=300",
+                     "-D", "shoal.export.keep=2")
+
+    def names() -> set[str]:  # published snapshots (temporary directories start with ".")
+        return {m.parent.name for m in export_dir.glob("[!.]*/manifest.json")}
+
+    first = wait_until(lambda: names() if len(names()) == 2 else None, 20, what="two snapshots")
+    later = wait_until(lambda: names() if names() and not names() & first else None, 20,
+                       what="newer snapshots replacing the first two")
+    assert len(later) <= 2  # never more than shoal.export.keep
+    read_snapshot(export_dir / sorted(later)[-1])  # a complete, readable snapshot
+    assert server.proc.poll() is None
+
+
+def test_export_from_an_unreachable_node_is_a_clear_error(tmp_path: Path) -> None:
+    port = free_port_block()
+    result = shoal("export", "--addr", f"127.0.0.1:{port}", "--out", str(tmp_path / "x"), "--timeout", "5")
+    assert result.returncode == 1 and "shoal export:" in result.stderr and "Traceback" not in result.stderr

@@ -261,3 +261,26 @@ async def test_sigterm_closes_streams_and_exits_zero(servers: Callable[..., Serv
         assert "node stopped" in server.log()
     finally:
         await client.close()
+
+
+async def test_connections_over_a_lowered_limit_are_reset_then_closed(
+        servers: Callable[..., ServerProcess]) -> None:
+    server = servers("-D", "nacos.remote.server.connection.check-interval-ms=300",
+                     "-D", "nacos.remote.server.connection.redirect-address=10.0.0.100:8848")
+    older, newer = RawClient(server.grpc_port), RawClient(server.grpc_port)
+    try:
+        await older.connect()
+        await newer.connect()
+        (server.data_dir / "loader").mkdir()
+        (server.data_dir / "loader" / "limitRule").write_text(json.dumps({"countLimitPerClientIpDefault": 1}))
+        kind, reset = await newer.receive(timeout=10)  # the newest connection over the limit
+        assert kind == "ConnectResetRequest"
+        assert (reset["serverIp"], reset["serverPort"]) == ("10.0.0.100", "8848") and reset["requestId"]
+        with pytest.raises(grpc.aio.AioRpcError) as err:  # it stayed: closed on the next scan
+            await newer.receive(timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert (await older.call("HealthCheckRequest", {}))[1]["errorCode"] == 0
+        assert "over connection limit" in server.log()
+    finally:
+        await older.close()
+        await newer.close()
