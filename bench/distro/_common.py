@@ -328,14 +328,12 @@ class ServerSet:
 
 
 def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.1, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(interval_s)
+    """The integration tests' poll-with-deadline helper (one implementation for both)."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from tests.integration.procs import wait_until as poll
+
+    return poll(predicate, timeout_s, interval_s, what)
 
 
 # --- statistics and output ----------------------------------------------------------------------

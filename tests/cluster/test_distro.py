@@ -203,8 +203,7 @@ async def test_ownership_move_never_deletes_ip_port_data() -> None:
         node = cluster.nodes[owner]
         client = Client(f"{tag}#true", ClientKind.IP_PORT, native=True, created_ms=0)
         node.clients.add(client)
-        node.naming._publish(client.client_id, SVC, __import__("shoal.model.client", fromlist=["Publication"])
-                             .Publication((InstanceInfo("10.1.0.1", port),)))
+        node.naming.register_instance(client.client_id, SVC, InstanceInfo("10.1.0.1", port))
         owners[tag] = owner
     await cluster.flush()
     assert all(len(n.storage.view(SVC).instances) == 40 for n in cluster.nodes.values())

@@ -19,7 +19,7 @@ def free_port_block(offsets: tuple[int, ...] = (0, 1000, 1001)) -> int:
     for _ in range(200):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
+            base = int(s.getsockname()[1])
         if base + max(offsets) >= 65535:
             continue
         ok = True
