@@ -15,8 +15,8 @@ from shoal.model.client import ClientKind
 from shoal.model.events import (
     ClientChanged,
     ClientDeregisteredService,
-    ClientDisconnected,
     ClientRegisteredService,
+    ClientReleased,
     InstanceHealthChanged,
     ServiceChanged,
 )
@@ -185,7 +185,7 @@ def test_health_check_switched_off_checks_nothing() -> None:
 def test_removed_instance_publishes_deregistration_and_empty_client_is_released_later(registry: Registry) -> None:
     register(registry)
     check = checker(registry)
-    events = record(registry, ClientDeregisteredService, ClientDisconnected)
+    events = record(registry, ClientDeregisteredService, ClientReleased)
     registry.clock.advance(30_001)
     check.scan()
     assert [type(e) for e in events] == [ClientDeregisteredService]
@@ -194,7 +194,7 @@ def test_removed_instance_publishes_deregistration_and_empty_client_is_released_
     assert check.scan()["clients_released"] == 0
     registry.clock.advance(1)
     assert check.scan()["clients_released"] == 1
-    assert [type(e) for e in events] == [ClientDeregisteredService, ClientDisconnected]
+    assert [type(e) for e in events] == [ClientDeregisteredService, ClientReleased]
     assert registry.clients.get(CID) is None
 
 

@@ -1,7 +1,7 @@
 """Applying what peers send (Nacos DistroClientDataProcessor) and emitting what we own.
 
 Outgoing: a ClientChanged of a client this node is responsible for → CHANGE to every peer; a
-ClientDisconnected of one → DELETE to every peer. Synced (non-native) clients are never
+ClientReleased of one → DELETE to every peer. Synced (non-native) clients are never
 re-synced. Incoming CHANGE upserts a synced client and reconciles its publications the way
 ``upgradeClient`` does — changed services are re-published, vanished ones removed — through the
 same model events as local writes, so indexes and push follow. DELETE releases the synced
@@ -24,8 +24,8 @@ from shoal.model.events import (
     REASON_EXPIRED,
     ClientChanged,
     ClientDeregisteredService,
-    ClientDisconnected,
     ClientRegisteredService,
+    ClientReleased,
     DistroSyncApplied,
     EventBus,
 )
@@ -46,7 +46,7 @@ class DistroProcessor:
         self.engine = engine
         self.applied = 0
         bus.subscribe(ClientChanged, self._on_changed)
-        bus.subscribe(ClientDisconnected, self._on_disconnected)
+        bus.subscribe(ClientReleased, self._on_released)
 
     # --- outgoing ---------------------------------------------------------------------------
     def _on_changed(self, event: ClientChanged) -> None:
@@ -54,7 +54,7 @@ class DistroProcessor:
         if client.native and self.mapper.responsible_client(client):
             self.engine.enqueue(client.client_id, OP_CHANGE)
 
-    def _on_disconnected(self, event: ClientDisconnected) -> None:
+    def _on_released(self, event: ClientReleased) -> None:
         client = event.client
         # Only this node's own clients are deleted on peers (copies are never echoed back). A
         # replaced client's DELETE merges with its successor's CHANGE (same key, newer wins).

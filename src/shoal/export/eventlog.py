@@ -21,8 +21,8 @@ from shoal.model.clients import ClientManager
 from shoal.model.events import (
     ClientConnected,
     ClientDeregisteredService,
-    ClientDisconnected,
     ClientRegisteredService,
+    ClientReleased,
     DistroSyncApplied,
     EventBus,
     InstanceHealthChanged,
@@ -46,7 +46,7 @@ class ChangeLog:
         bus.subscribe(InstanceHealthChanged, self._on_health)
         bus.subscribe(DistroSyncApplied, self._on_sync)
         bus.subscribe(ClientConnected, self._on_connected)
-        bus.subscribe(ClientDisconnected, self._on_disconnected)
+        bus.subscribe(ClientReleased, self._on_released)
 
     def snapshot(self) -> list[EventRow]:
         return list(self.rows)
@@ -95,7 +95,7 @@ class ChangeLog:
     def _on_connected(self, event: ClientConnected) -> None:
         self._client_row("client_connected", event.client, None)
 
-    def _on_disconnected(self, event: ClientDisconnected) -> None:
+    def _on_released(self, event: ClientReleased) -> None:
         kind = "client_expired" if event.expired else "client_disconnected"
         self._client_row(kind, event.client, event.reason)
         if not event.client.native:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from shoal.model.client import Client, ClientKind
-from shoal.model.events import REASON_REPLACED, ClientConnected, ClientDisconnected, EventBus
+from shoal.model.events import REASON_REPLACED, ClientConnected, ClientReleased, EventBus
 
 
 class ClientManager:
@@ -36,7 +36,7 @@ class ClientManager:
         """Release a client: its instances and subscriptions go with it (indexes follow)."""
         client = self.clients.pop(client_id, None)
         if client is not None:
-            self._bus.publish(ClientDisconnected(client, reason))
+            self._bus.publish(ClientReleased(client, reason))
         return client
 
     def count(self, kind: ClientKind | None = None) -> int:

@@ -35,14 +35,14 @@ class ClientConnected:
     client: Client
 
 
-#: Reasons of a ClientDisconnected that other parts act on (any other text is just logged).
+#: Reasons of a ClientReleased that other parts act on (any other text is just logged).
 REASON_REPLACED = "replaced"  # a client with the same id took its place
 REASON_DELETED_BY_OWNER = "deleted by owner"  # Distro DELETE from the owning node
 REASON_EXPIRED = "expired: not renewed by its owner"  # a synced copy nobody renews
 
 
 @dataclass(frozen=True, slots=True)
-class ClientDisconnected:
+class ClientReleased:
     """A client was released: its connection closed, it expired, or its owner deleted it."""
 
     client: Client

@@ -10,7 +10,7 @@ of the expiry kernel, like the connection keep-alive scan does for connections.
 The table follows the model through events, whoever publishes them (the HTTP service layer,
 or Distro applying a peer's sync): ClientRegisteredService (re)tracks the publication with a
 fresh beat (a new Nacos publish info starts with ``lastHeartBeatTime = now``),
-ClientDeregisteredService and ClientDisconnected release the slots. Health flips and beat
+ClientDeregisteredService and ClientReleased release the slots. Health flips and beat
 expiry go through :meth:`BeatTable.set_health` / :meth:`BeatTable.expire`, which publish the
 model events so indexes, push and Distro follow.
 """
@@ -26,8 +26,8 @@ from shoal.model.client import Client, ClientKind, Publication
 from shoal.model.events import (
     ClientChanged,
     ClientDeregisteredService,
-    ClientDisconnected,
     ClientRegisteredService,
+    ClientReleased,
     EventBus,
     InstanceHealthChanged,
     ServiceChanged,
@@ -97,7 +97,7 @@ class BeatTable:
         self._free: list[int] = []
         bus.subscribe(ClientRegisteredService, self._on_register)
         bus.subscribe(ClientDeregisteredService, self._on_deregister)
-        bus.subscribe(ClientDisconnected, self._on_disconnect)
+        bus.subscribe(ClientReleased, self._on_release)
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -206,7 +206,7 @@ class BeatTable:
     def _on_deregister(self, event: ClientDeregisteredService) -> None:
         self.untrack(event.client_id, event.service)
 
-    def _on_disconnect(self, event: ClientDisconnected) -> None:
+    def _on_release(self, event: ClientReleased) -> None:
         client = event.client
         if client.kind is ClientKind.IP_PORT:
             for service in client.publications:
