@@ -1,10 +1,10 @@
 """The node's bounded change-event log (the ``events`` table of a snapshot).
 
-It listens to the model's events — register, deregister, health flip, Distro sync applied,
-client connected / disconnected / expired — and keeps the newest ``capacity`` rows in memory,
-in the EVENTS column order (without ``node``). Instance-level rows are written for this node's
-own clients only (a peer's copy is logged by its owner; here it shows as ``sync_applied``),
-which also keeps a million-instance snapshot load from flooding the log.
+It listens to the model's events — register, deregister (with the removed instances, expiry
+included), health flip, Distro sync applied, client connected / released / expired — and keeps
+the newest ``capacity`` rows in memory, in the EVENTS column order (without ``node``).
+Instance-level rows are written for this node's own clients only (a peer's copy is logged by
+its owner; here it shows as ``sync_applied``), which also keeps a million-instance snapshot load from flooding the log.
 Appending is one deque append per instance, so it can stay on in production; the churn job
 reads it from exports.
 """
@@ -36,6 +36,8 @@ EventRow = tuple[int, str, str | None, str | None, str | None, str | None, str |
 
 
 class ChangeLog:
+    """The newest ``capacity`` change rows of this node, fed by the model's events."""
+
     def __init__(self, bus: EventBus, clock: Clock, clients: ClientManager, capacity: int) -> None:
         self.clock = clock
         self.clients = clients

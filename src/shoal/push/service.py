@@ -41,6 +41,8 @@ class PushSender(Protocol):
 
 
 class PushMetrics(Protocol):
+    """Where push outcomes are counted (``result`` label, latency when the push was sent)."""
+
     def push_done(self, result: str, latency_s: float | None) -> None: ...
 
 
