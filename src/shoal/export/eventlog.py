@@ -4,9 +4,9 @@ It listens to the model's events — register, deregister (with the removed inst
 included), health flip, Distro sync applied, client connected / released / expired — and keeps
 the newest ``capacity`` rows in memory, in the EVENTS column order (without ``node``).
 Instance-level rows are written for this node's own clients only (a peer's copy is logged by
-its owner; here it shows as ``sync_applied``), which also keeps a million-instance snapshot load from flooding the log.
-Appending is one deque append per instance, so it can stay on in production; the churn job
-reads it from exports.
+its owner; here it shows as ``sync_applied``), which also keeps a million-instance snapshot
+load from flooding the log. Appending is one deque append per instance, so it can stay on in
+production; the churn job reads it from exports.
 """
 
 from __future__ import annotations
