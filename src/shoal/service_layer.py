@@ -18,15 +18,7 @@ from shoal.config import Config
 from shoal.errors import ClientDisconnected, InvalidParam, NotFound, ParamCheckFailed
 from shoal.model.client import Client, ClientKind, Publication, Subscriber
 from shoal.model.clients import ClientManager
-from shoal.model.events import (
-    ClientChanged,
-    ClientDeregisteredService,
-    ClientRegisteredService,
-    ClientSubscribedService,
-    ClientUnsubscribedService,
-    EventBus,
-    ServiceChanged,
-)
+from shoal.model.events import EventBus, ServiceChanged
 from shoal.model.instance import (
     DEFAULT_HEART_BEAT_INTERVAL,
     DEFAULT_HEART_BEAT_TIMEOUT,
@@ -85,7 +77,7 @@ class NamingService:
         self.index = index
         self.storage = storage
         self._last_ref_ms = 0
-        self.beats = BeatTable(bus, clients.clients, clock.monotonic_ms, clock.now_ms)
+        self.beats = BeatTable(bus, clients, clock.monotonic_ms, clock.now_ms)
 
     # --- validation ---------------------------------------------------------------------
     def check_params(self, service: ServiceKey | None = None, clusters: str | None = None,
@@ -166,10 +158,7 @@ class NamingService:
         client = self.clients.get(client_id)
         if client is None:
             return
-        removed = client.unpublish(service, self.clock.monotonic_ms())
-        if removed is not None:
-            self.bus.publish(ClientDeregisteredService(service, client_id, removed.instances))
-            self.bus.publish(ClientChanged(client))
+        self.clients.unpublish(client, service, self.clock.monotonic_ms())
 
     def _publish(self, client_id: str, service: ServiceKey, publication: Publication) -> None:
         record = self.services.get(service)
@@ -181,9 +170,7 @@ class NamingService:
         if client.publications.get(service) == publication:
             return  # a redo after reconnect, or a repeated call: nothing changed
         self.services.get_or_create(service, self.clock.now_ms())
-        client.publish(service, publication, self.clock.monotonic_ms())
-        self.bus.publish(ClientRegisteredService(service, client_id))
-        self.bus.publish(ClientChanged(client))
+        self.clients.publish(client, service, publication, self.clock.monotonic_ms())
 
     def _require_client(self, client_id: str) -> Client:
         client = self.clients.get(client_id)
@@ -232,15 +219,14 @@ class NamingService:
         self.check_params(service, clusters=clusters)
         client = self._require_client(client_id)
         subscriber = Subscriber(subscriber_ip, agent, app, service, clusters)
-        first = client.subscribe(subscriber, self.clock.monotonic_ms())
-        self.bus.publish(ClientSubscribedService(service, client_id, subscriber, first))
+        self.clients.subscribe(client, subscriber, self.clock.monotonic_ms())
         return self._service_info(service, clusters, healthy_only=False)
 
     def unsubscribe(self, client_id: str, service: ServiceKey, clusters: str) -> str:
         self.check_params(service, clusters=clusters)
         client = self.clients.get(client_id)
-        if client is not None and client.unsubscribe(service, self.clock.monotonic_ms()):
-            self.bus.publish(ClientUnsubscribedService(service, client_id))
+        if client is not None:
+            self.clients.unsubscribe(client, service, self.clock.monotonic_ms())
         return self._service_info(service, clusters, healthy_only=False)
 
     def list_services(self, namespace: str, group: str, page_no: int, page_size: int) -> ServiceList:
@@ -340,9 +326,7 @@ class NamingService:
             if updated == inst:
                 continue
             instances = tuple(updated if i is inst else i for i in publication.instances)
-            client.publish(service, Publication(instances, publication.batch), self.clock.monotonic_ms())
-            self.bus.publish(ClientRegisteredService(service, client.client_id))
-            self.bus.publish(ClientChanged(client))
+            self.clients.publish(client, service, Publication(instances, publication.batch), self.clock.monotonic_ms())
         return len(matches)
 
     def _matching(self, service: ServiceKey, ip: str, port: int,

@@ -10,13 +10,14 @@ import pytest
 
 from shoal.config import Config
 from shoal.errors import InvalidParam
+from shoal.export.eventlog import ChangeLog, as_dicts
 from shoal.health.heartbeat import HeartbeatChecker
 from shoal.model.client import ClientKind
 from shoal.model.events import (
     ClientChanged,
     ClientDeregisteredService,
-    ClientDisconnected,
     ClientRegisteredService,
+    ClientReleased,
     InstanceHealthChanged,
     ServiceChanged,
 )
@@ -185,7 +186,7 @@ def test_health_check_switched_off_checks_nothing() -> None:
 def test_removed_instance_publishes_deregistration_and_empty_client_is_released_later(registry: Registry) -> None:
     register(registry)
     check = checker(registry)
-    events = record(registry, ClientDeregisteredService, ClientDisconnected)
+    events = record(registry, ClientDeregisteredService, ClientReleased)
     registry.clock.advance(30_001)
     check.scan()
     assert [type(e) for e in events] == [ClientDeregisteredService]
@@ -194,8 +195,20 @@ def test_removed_instance_publishes_deregistration_and_empty_client_is_released_
     assert check.scan()["clients_released"] == 0
     registry.clock.advance(1)
     assert check.scan()["clients_released"] == 1
-    assert [type(e) for e in events] == [ClientDeregisteredService, ClientDisconnected]
+    assert [type(e) for e in events] == [ClientDeregisteredService, ClientReleased]
     assert registry.clients.get(CID) is None
+
+
+def test_expired_instance_reaches_the_change_log_as_a_deregister_with_its_address(registry: Registry) -> None:
+    log = ChangeLog(registry.bus, registry.clock, registry.clients, capacity=10)
+    register(registry)
+    events = record(registry, ClientDeregisteredService)
+    registry.clock.advance(30_001)
+    assert checker(registry).scan()["removed"] == 1
+    assert [[(i.ip, i.port) for i in e.instances] for e in events] == [[("10.0.0.5", 8080)]]
+    rows = [(r["kind"], r["service"], r["client_id"], r["ip"], r["port"]) for r in as_dicts(log.snapshot())
+            if r["kind"] == "deregister"]
+    assert rows == [("deregister", "svc", CID, "10.0.0.5", 8080)]
 
 
 def test_beat_for_unknown_instance_answers_20404_and_a_beat_body_registers_it(registry: Registry) -> None:

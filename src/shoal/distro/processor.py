@@ -1,11 +1,12 @@
 """Applying what peers send (Nacos DistroClientDataProcessor) and emitting what we own.
 
 Outgoing: a ClientChanged of a client this node is responsible for → CHANGE to every peer; a
-ClientDisconnected of one → DELETE to every peer. Synced (non-native) clients are never
+ClientReleased of one → DELETE to every peer. Synced (non-native) clients are never
 re-synced. Incoming CHANGE upserts a synced client and reconciles its publications the way
 ``upgradeClient`` does — changed services are re-published, vanished ones removed — through the
-same model events as local writes, so indexes and push follow. DELETE releases the synced
-client. A client this node owns is never overwritten by a peer's copy.
+model writer (:meth:`ClientManager.replace`), so the same model events as local writes reach
+indexes and push. DELETE releases the synced client. A client this node owns is never
+overwritten by a peer's copy.
 """
 
 from __future__ import annotations
@@ -23,9 +24,7 @@ from shoal.model.events import (
     REASON_DELETED_BY_OWNER,
     REASON_EXPIRED,
     ClientChanged,
-    ClientDeregisteredService,
-    ClientDisconnected,
-    ClientRegisteredService,
+    ClientReleased,
     DistroSyncApplied,
     EventBus,
 )
@@ -34,8 +33,9 @@ from shoal.model.services import ServiceManager
 log = logging.getLogger(__name__)
 
 
-
 class DistroProcessor:
+    """Turns model changes of this node's clients into sync tasks, and applies peers' records."""
+
     def __init__(self, clock: Clock, bus: EventBus, clients: ClientManager, services: ServiceManager,
                  mapper: DistroMapper, engine: SyncEngine) -> None:
         self.clock = clock
@@ -46,7 +46,7 @@ class DistroProcessor:
         self.engine = engine
         self.applied = 0
         bus.subscribe(ClientChanged, self._on_changed)
-        bus.subscribe(ClientDisconnected, self._on_disconnected)
+        bus.subscribe(ClientReleased, self._on_released)
 
     # --- outgoing ---------------------------------------------------------------------------
     def _on_changed(self, event: ClientChanged) -> None:
@@ -54,7 +54,7 @@ class DistroProcessor:
         if client.native and self.mapper.responsible_client(client):
             self.engine.enqueue(client.client_id, OP_CHANGE)
 
-    def _on_disconnected(self, event: ClientDisconnected) -> None:
+    def _on_released(self, event: ClientReleased) -> None:
         client = event.client
         # Only this node's own clients are deleted on peers (copies are never echoed back). A
         # replaced client's DELETE merges with its successor's CHANGE (same key, newer wins).
@@ -94,20 +94,10 @@ class DistroProcessor:
         client.owner = sender
         client.last_renew_ms = now_mono
         wanted = records.publications_of(record)
-        touched = False
-        for service, publication in wanted.items():
-            if client.publications.get(service) != publication:
-                self.services.get_or_create(service, self.clock.now_ms())
-                client.publications[service] = publication
-                self.bus.publish(ClientRegisteredService(service, client_id))
-                touched = True
-        for service in [s for s in client.publications if s not in wanted]:
-            removed = client.publications.pop(service)
-            self.bus.publish(ClientDeregisteredService(service, client_id, removed.instances))
-            touched = True
-        if touched or client.revision != revision:
-            client.revision = revision
-            client.last_updated_ms = now_mono
+        now_wall = self.clock.now_ms()
+        for service in wanted:
+            self.services.get_or_create(service, now_wall)
+        if self.clients.replace(client, wanted, now_mono, revision=revision):
             self.bus.publish(DistroSyncApplied(sender, client_id, "change"))
             return 1
         return 0

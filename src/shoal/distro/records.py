@@ -6,7 +6,7 @@ import struct
 from collections.abc import Iterable
 
 from shoal.kernels import syncser
-from shoal.kernels.syncser import ClientRecord, InstanceRecord, ServiceRecord
+from shoal.kernels.syncser import ClientRecord, InstanceRecord, ServiceTuple
 from shoal.model.client import Client, ClientKind, Publication
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
@@ -21,7 +21,7 @@ def client_record(client: Client, op: int = OP_CHANGE) -> ClientRecord:
     """A client's full state as one sync record (Nacos ClientSyncData)."""
     if op == OP_DELETE:
         return (OP_DELETE, client.client_id, client.revision, [])
-    services: list[ServiceRecord] = []
+    services: list[ServiceTuple] = []
     for key, publication in client.publications.items():
         instances: list[InstanceRecord] = [
             (i.ip, i.port, float(i.weight), i.healthy, i.enabled, i.cluster, i.instance_id,

@@ -1,12 +1,12 @@
 """The node's bounded change-event log (the ``events`` table of a snapshot).
 
-It listens to the model's events — register, deregister, health flip, Distro sync applied,
-client connected / disconnected / expired — and keeps the newest ``capacity`` rows in memory,
-in the EVENTS column order (without ``node``). Instance-level rows are written for this node's
-own clients only (a peer's copy is logged by its owner; here it shows as ``sync_applied``),
-which also keeps a million-instance snapshot load from flooding the log.
-Appending is one deque append per instance, so it can stay on in production; the churn job
-reads it from exports.
+It listens to the model's events — register, deregister (with the removed instances, expiry
+included), health flip, Distro sync applied, client connected / released / expired — and keeps
+the newest ``capacity`` rows in memory, in the EVENTS column order (without ``node``).
+Instance-level rows are written for this node's own clients only (a peer's copy is logged by
+its owner; here it shows as ``sync_applied``), which also keeps a million-instance snapshot
+load from flooding the log. Appending is one deque append per instance, so it can stay on in
+production; the churn job reads it from exports.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from shoal.model.clients import ClientManager
 from shoal.model.events import (
     ClientConnected,
     ClientDeregisteredService,
-    ClientDisconnected,
     ClientRegisteredService,
+    ClientReleased,
     DistroSyncApplied,
     EventBus,
     InstanceHealthChanged,
@@ -36,6 +36,8 @@ EventRow = tuple[int, str, str | None, str | None, str | None, str | None, str |
 
 
 class ChangeLog:
+    """The newest ``capacity`` change rows of this node, fed by the model's events."""
+
     def __init__(self, bus: EventBus, clock: Clock, clients: ClientManager, capacity: int) -> None:
         self.clock = clock
         self.clients = clients
@@ -46,7 +48,7 @@ class ChangeLog:
         bus.subscribe(InstanceHealthChanged, self._on_health)
         bus.subscribe(DistroSyncApplied, self._on_sync)
         bus.subscribe(ClientConnected, self._on_connected)
-        bus.subscribe(ClientDisconnected, self._on_disconnected)
+        bus.subscribe(ClientReleased, self._on_released)
 
     def snapshot(self) -> list[EventRow]:
         return list(self.rows)
@@ -95,7 +97,7 @@ class ChangeLog:
     def _on_connected(self, event: ClientConnected) -> None:
         self._client_row("client_connected", event.client, None)
 
-    def _on_disconnected(self, event: ClientDisconnected) -> None:
+    def _on_released(self, event: ClientReleased) -> None:
         kind = "client_expired" if event.expired else "client_disconnected"
         self._client_row(kind, event.client, event.reason)
         if not event.client.native:

@@ -14,7 +14,7 @@ from shoal.kernels.syncser_py import (
     MAGIC,
     ClientRecord,
     InstanceRecord,
-    ServiceRecord,
+    ServiceTuple,
     SyncDecodeError,
 )
 
@@ -23,7 +23,7 @@ __all__ = [
     "MAGIC",
     "ClientRecord",
     "InstanceRecord",
-    "ServiceRecord",
+    "ServiceTuple",
     "SyncDecodeError",
     "decode_batch",
     "encode_batch",

@@ -46,7 +46,7 @@ __all__ = [
     "MAGIC",
     "ClientRecord",
     "InstanceRecord",
-    "ServiceRecord",
+    "ServiceTuple",
     "SyncDecodeError",
     "decode_batch",
     "encode_batch",
@@ -55,9 +55,9 @@ __all__ = [
 #: (ip, port, weight, healthy, enabled, cluster, instance_id, metadata, last_beat_ms)
 InstanceRecord = tuple[str, int, float, bool, bool, str, str, dict[str, str], int]
 #: (namespace, group, service, is_batch, instances)
-ServiceRecord = tuple[str, str, str, bool, list[InstanceRecord]]
+ServiceTuple = tuple[str, str, str, bool, list[InstanceRecord]]
 #: (op, client_id, revision, services)
-ClientRecord = tuple[int, str, int, list[ServiceRecord]]
+ClientRecord = tuple[int, str, int, list[ServiceTuple]]
 
 MAGIC = b"SHSY"
 FORMAT_VERSION = 1
@@ -258,7 +258,7 @@ def _read_instance(r: _Reader) -> InstanceRecord:
     return (ip, port, weight, bool(flags & 1), bool(flags & 2), cluster, instance_id, metadata, last_beat)
 
 
-def _read_service(r: _Reader) -> ServiceRecord:
+def _read_service(r: _Reader) -> ServiceTuple:
     namespace = r.string()
     group = r.string()
     name = r.string()

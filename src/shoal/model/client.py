@@ -5,6 +5,7 @@ connection (on its own node) or until its owner stops renewing it (on peers). An
 client (HTTP Open API, ``ip:port#true``) lives by heartbeats. Either way the client holds at
 most one publication per service (a single instance or a batch) and one subscription per
 service, and carries a revision that moves on every change (Distro verify compares it).
+Writes go through :class:`shoal.model.clients.ClientManager`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from shoal.model.keys import ServiceKey
 
 
 class ClientKind(StrEnum):
+    """How a client lives: by its gRPC connection, or by heartbeats of its ``ip:port``."""
+
     CONNECTION = "connection"
     IP_PORT = "ip_port"
 
@@ -46,6 +49,9 @@ class Client:
 
     ``native`` is true when this node is responsible for the client (its connection is here,
     or the Distro hash maps its ip:port here); synced copies from peers are not native.
+
+    Plain data: publications, subscriptions, health and revision are changed only through
+    :class:`shoal.model.clients.ClientManager`, which also publishes the model events.
     """
 
     client_id: str
@@ -62,34 +68,6 @@ class Client:
     publications: dict[ServiceKey, Publication] = field(default_factory=dict)
     subscriptions: dict[ServiceKey, Subscriber] = field(default_factory=dict)
 
-    def publish(self, service: ServiceKey, publication: Publication, now_ms: int) -> Publication | None:
-        """Store the publication (replacing any previous one); return the replaced one."""
-        previous = self.publications.get(service)
-        self.publications[service] = publication
-        self._changed(now_ms)
-        return previous
-
-    def unpublish(self, service: ServiceKey, now_ms: int) -> Publication | None:
-        removed = self.publications.pop(service, None)
-        if removed is not None:
-            self._changed(now_ms)
-        return removed
-
-    def subscribe(self, subscriber: Subscriber, now_ms: int) -> bool:
-        """Add or replace the subscription; True when it is the first for the service."""
-        first = subscriber.service not in self.subscriptions
-        self.subscriptions[subscriber.service] = subscriber
-        self.last_updated_ms = now_ms
-        return first
-
-    def unsubscribe(self, service: ServiceKey, now_ms: int) -> bool:
-        self.last_updated_ms = now_ms
-        return self.subscriptions.pop(service, None) is not None
-
     def instance_count(self) -> int:
         return sum(len(p.instances) for p in self.publications.values())
 
-    def _changed(self, now_ms: int) -> None:
-        # Nacos connection clients count revisions up from 0 on every publish change.
-        self.revision += 1
-        self.last_updated_ms = now_ms

@@ -1,11 +1,17 @@
 """Typed in-loop events between the model, its indexes, push and (next) Distro.
 
 The structure mirrors Nacos's NotifyCenter events: ClientEvent.ClientChangedEvent,
-ClientDisconnectEvent, ClientOperationEvent.ClientRegisterServiceEvent /
+ClientDisconnectEvent (here ``ClientReleased``), ClientOperationEvent.ClientRegisterServiceEvent /
 ClientDeregisterServiceEvent / ClientSubscribeServiceEvent / ClientUnsubscribeServiceEvent and
 ServiceEvent.ServiceChangedEvent. Dispatch is synchronous on the one event loop: a publisher
 returns only after every subscriber has run, so indexes are consistent before a request is
 answered. Subscribers must be quick and must not await; slow work is queued by them.
+
+Who publishes what: every client event (connected / released, register / deregister, health,
+subscribe / unsubscribe, changed) comes from the one model writer,
+:class:`shoal.model.clients.ClientManager`; ``ServiceChanged`` comes from the model's own
+reactions (the service index) and from service-record updates; ``DistroSyncApplied`` from the
+Distro processor.
 """
 
 from __future__ import annotations
@@ -32,17 +38,19 @@ class ClientChanged:
 
 @dataclass(frozen=True, slots=True)
 class ClientConnected:
+    """A client was added to the client manager (a connection, an ip:port or a synced copy)."""
+
     client: Client
 
 
-#: Reasons of a ClientDisconnected that other parts act on (any other text is just logged).
+#: Reasons of a ClientReleased that other parts act on (any other text is just logged).
 REASON_REPLACED = "replaced"  # a client with the same id took its place
 REASON_DELETED_BY_OWNER = "deleted by owner"  # Distro DELETE from the owning node
 REASON_EXPIRED = "expired: not renewed by its owner"  # a synced copy nobody renews
 
 
 @dataclass(frozen=True, slots=True)
-class ClientDisconnected:
+class ClientReleased:
     """A client was released: its connection closed, it expired, or its owner deleted it."""
 
     client: Client
@@ -50,24 +58,31 @@ class ClientDisconnected:
 
     @property
     def expired(self) -> bool:
+        """True when a synced copy was released because its owner stopped renewing it."""
         return self.reason == REASON_EXPIRED
 
 
 @dataclass(frozen=True, slots=True)
 class ClientRegisteredService:
+    """A client published (or re-published) its instances of a service."""
+
     service: ServiceKey
     client_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class ClientDeregisteredService:
+    """A client's publication of a service was removed; ``instances`` are what it held."""
+
     service: ServiceKey
     client_id: str
-    instances: tuple[InstanceInfo, ...] = ()  # what was removed, when the publisher knows it
+    instances: tuple[InstanceInfo, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class ClientSubscribedService:
+    """A client subscribed to a service; ``first`` when it had no subscription to it before."""
+
     service: ServiceKey
     client_id: str
     subscriber: Subscriber
@@ -76,6 +91,8 @@ class ClientSubscribedService:
 
 @dataclass(frozen=True, slots=True)
 class ClientUnsubscribedService:
+    """A client dropped its subscription to a service."""
+
     service: ServiceKey
     client_id: str
 
@@ -90,6 +107,8 @@ class ServiceChanged:
 
 @dataclass(frozen=True, slots=True)
 class InstanceHealthChanged:
+    """The health of a client's instances of a service flipped (beat check or a beat)."""
+
     service: ServiceKey
     client_id: str
     healthy: bool

@@ -10,9 +10,10 @@ of the expiry kernel, like the connection keep-alive scan does for connections.
 The table follows the model through events, whoever publishes them (the HTTP service layer,
 or Distro applying a peer's sync): ClientRegisteredService (re)tracks the publication with a
 fresh beat (a new Nacos publish info starts with ``lastHeartBeatTime = now``),
-ClientDeregisteredService and ClientDisconnected release the slots. Health flips and beat
-expiry go through :meth:`BeatTable.set_health` / :meth:`BeatTable.expire`, which publish the
-model events so indexes, push and Distro follow.
+ClientDeregisteredService and ClientReleased release the slots, InstanceHealthChanged sets the
+healthy flag. Health flips and beat expiry go through :meth:`BeatTable.set_health` /
+:meth:`BeatTable.expire`, which change the model through the one writer
+(:class:`~shoal.model.clients.ClientManager`), so indexes, push, Distro and the change log follow.
 """
 
 from __future__ import annotations
@@ -22,15 +23,14 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from shoal.kernels import expiry
-from shoal.model.client import Client, ClientKind, Publication
+from shoal.model.client import Client, ClientKind
+from shoal.model.clients import ClientManager
 from shoal.model.events import (
-    ClientChanged,
     ClientDeregisteredService,
-    ClientDisconnected,
     ClientRegisteredService,
+    ClientReleased,
     EventBus,
     InstanceHealthChanged,
-    ServiceChanged,
 )
 from shoal.model.instance import (
     DEFAULT_HEART_BEAT_TIMEOUT,
@@ -82,7 +82,7 @@ def client_beat_disabled(metadata: Mapping[str, str]) -> bool:
 class BeatTable:
     """Per-instance beat state of every ip:port publication on this node, in slot columns."""
 
-    def __init__(self, bus: EventBus, clients: Mapping[str, Client], monotonic_ms: Callable[[], int],
+    def __init__(self, bus: EventBus, clients: ClientManager, monotonic_ms: Callable[[], int],
                  now_ms: Callable[[], int]) -> None:
         self._bus = bus
         self._clients = clients
@@ -97,7 +97,8 @@ class BeatTable:
         self._free: list[int] = []
         bus.subscribe(ClientRegisteredService, self._on_register)
         bus.subscribe(ClientDeregisteredService, self._on_deregister)
-        bus.subscribe(ClientDisconnected, self._on_disconnect)
+        bus.subscribe(InstanceHealthChanged, self._on_health)
+        bus.subscribe(ClientReleased, self._on_release)
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -162,34 +163,24 @@ class BeatTable:
         return ([k for k in (owner[s] for s in to_unhealthy) if k is not None],
                 [k for k in (owner[s] for s in to_remove) if k is not None])
 
-    # --- changes that publish model events ----------------------------------------------
+    # --- changes (through the model writer, which publishes the events) ----------------
     def set_health(self, client: Client, service: ServiceKey, healthy: bool) -> bool:
         """Flip the health of the client's instance for the service (beat checker / beat).
 
-        Publishes InstanceHealthChanged, ServiceChanged (so views drop and subscribers are
-        pushed, gRPC ones included) and ClientChanged (so Distro syncs it). False if unchanged.
+        :meth:`ClientManager.set_health` publishes InstanceHealthChanged (this table's healthy
+        flag follows it), ServiceChanged and ClientChanged. False if unchanged.
         """
-        publication = client.publications.get(service)
-        if publication is None or all(i.healthy == healthy for i in publication.instances):
-            return False
-        client.publications[service] = Publication(
-            tuple(i.with_health(healthy) for i in publication.instances), publication.batch)
-        client.revision += 1
-        slot = self._slots.get((client.client_id, service))
-        if slot is not None:
-            self.healthy[slot] = 1 if healthy else 0
-        self._bus.publish(InstanceHealthChanged(service, client.client_id, healthy))
-        self._bus.publish(ServiceChanged(service, self._now_ms()))
-        self._bus.publish(ClientChanged(client))
-        return True
+        return self._clients.set_health(client, service, healthy, self._now_ms())
 
     def expire(self, client: Client, service: ServiceKey) -> bool:
-        """Remove the client's instance for the service (ExpiredInstanceChecker → deleteIp)."""
-        if client.unpublish(service, self._monotonic_ms()) is None:
+        """Remove the client's instance for the service (ExpiredInstanceChecker → deleteIp).
+
+        :meth:`ClientManager.unpublish` publishes ClientDeregisteredService with the removed
+        instance (so the change log records its address) and ClientChanged.
+        """
+        if self._clients.unpublish(client, service, self._monotonic_ms()) is None:
             self.untrack(client.client_id, service)
             return False
-        self._bus.publish(ClientDeregisteredService(service, client.client_id))
-        self._bus.publish(ClientChanged(client))
         return True
 
     # --- event handlers ---------------------------------------------------------------------
@@ -206,7 +197,12 @@ class BeatTable:
     def _on_deregister(self, event: ClientDeregisteredService) -> None:
         self.untrack(event.client_id, event.service)
 
-    def _on_disconnect(self, event: ClientDisconnected) -> None:
+    def _on_health(self, event: InstanceHealthChanged) -> None:
+        slot = self._slots.get((event.client_id, event.service))
+        if slot is not None:
+            self.healthy[slot] = 1 if event.healthy else 0
+
+    def _on_release(self, event: ClientReleased) -> None:
         client = event.client
         if client.kind is ClientKind.IP_PORT:
             for service in client.publications:

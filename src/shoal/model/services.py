@@ -18,8 +18,8 @@ from typing import Any
 from shoal.model.client import Client
 from shoal.model.events import (
     ClientDeregisteredService,
-    ClientDisconnected,
     ClientRegisteredService,
+    ClientReleased,
     ClientSubscribedService,
     ClientUnsubscribedService,
     EventBus,
@@ -105,7 +105,7 @@ class ServiceIndex:
         bus.subscribe(ClientDeregisteredService, self._on_deregister)
         bus.subscribe(ClientSubscribedService, self._on_subscribe)
         bus.subscribe(ClientUnsubscribedService, self._on_unsubscribe)
-        bus.subscribe(ClientDisconnected, self._on_disconnect)
+        bus.subscribe(ClientReleased, self._on_release)
 
     def publishers_of(self, service: ServiceKey) -> set[str]:
         return self.publishers.get(service, set())
@@ -127,7 +127,7 @@ class ServiceIndex:
     def _on_unsubscribe(self, event: ClientUnsubscribedService) -> None:
         self._discard(self.subscribers, event.service, event.client_id)
 
-    def _on_disconnect(self, event: ClientDisconnected) -> None:
+    def _on_release(self, event: ClientReleased) -> None:
         client = event.client
         for service in client.publications:
             self._discard(self.publishers, service, client.client_id)

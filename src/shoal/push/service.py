@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from shoal.clock import Clock
 from shoal.config import Config
-from shoal.model.events import ClientDisconnected, ClientSubscribedService, EventBus, ServiceChanged
+from shoal.model.events import ClientReleased, ClientSubscribedService, EventBus, ServiceChanged
 from shoal.model.keys import ServiceKey
 from shoal.tasks import wait_until_due
 
@@ -41,6 +41,8 @@ class PushSender(Protocol):
 
 
 class PushMetrics(Protocol):
+    """Where push outcomes are counted (``result`` label, latency when the push was sent)."""
+
     def push_done(self, result: str, latency_s: float | None) -> None: ...
 
 
@@ -82,7 +84,7 @@ class PushService:
         self._runner: asyncio.Task[None] | None = None
         bus.subscribe(ServiceChanged, self._on_service_changed)
         bus.subscribe(ClientSubscribedService, self._on_subscribed)
-        bus.subscribe(ClientDisconnected, self._on_disconnected)
+        bus.subscribe(ClientReleased, self._on_released)
 
     # --- scheduling ---------------------------------------------------------------------
     def schedule(self, service: ServiceKey, targets: set[str] | None = None, delay_ms: int | None = None,
@@ -114,7 +116,7 @@ class PushService:
         if event.first:  # Nacos pushes once more after a first subscription
             self.schedule(event.service, {event.client_id})
 
-    def _on_disconnected(self, event: ClientDisconnected) -> None:
+    def _on_released(self, event: ClientReleased) -> None:
         self._state.pop(event.client.client_id, None)
 
     # --- execution ----------------------------------------------------------------------
