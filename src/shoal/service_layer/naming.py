@@ -231,13 +231,16 @@ class NamingService:
         if self.clients.get(client_id) is not None:
             self.deregister_instance(client_id, service)
 
-    def beat(self, service: ServiceKey, ip: str, port: int, beat: InstanceInfo | None) -> tuple[int, int]:
+    def beat(self, service: ServiceKey, ip: str, port: int, beat: InstanceInfo | None,
+             ephemeral: bool = True) -> tuple[int, int]:
         """A client beat (InstanceController.beat + ClientBeatProcessorV2): ``(code, interval)``.
 
         Unknown client or service: auto-register from the ``beat`` body when there is one,
         else code 20404 so the client registers again. Otherwise refresh the beat, turn an
         unhealthy instance healthy (pushed), and tell the client its beat interval.
         """
+        if not ephemeral:
+            raise InvalidParam(PERSISTENT_UNSUPPORTED)
         check_port(port)
         if beat is not None:
             self.check_values(beat)
@@ -272,10 +275,12 @@ class NamingService:
 
     def update_instance(self, service: ServiceKey, ip: str, port: int, cluster: str, *,
                         weight: float | None = None, enabled: bool | None = None,
-                        metadata: Mapping[str, str] | None = None) -> int:
+                        metadata: Mapping[str, str] | None = None, ephemeral: bool = True) -> int:
         """PUT/PATCH ``/instance``: change weight, enabled and metadata (merged) of the matching
         instance of every client. Nacos keeps these as a CP overlay; we apply them to the
         stored instance (a client that registers again replaces them). Returns how many."""
+        if not ephemeral:
+            raise InvalidParam(PERSISTENT_UNSUPPORTED)
         check_port(port)
         self.check_params(service, clusters=cluster)
         if self.services.get(service) is None:

@@ -55,9 +55,10 @@ def check_weight(weight: float) -> None:
 class InstanceValidator:
     """Every rule an instance and the names around it must meet, for all transports.
 
-    ``check_params`` is Nacos's parameter checker (switchable, answered as ParamCheckFailed);
-    ``validate`` is the instance validator every write runs: values, then the checker, then
-    NamingUtils.checkInstanceIsLegal (single registrations and updates only, as in Nacos).
+    Every write runs, in this order: ``check_values`` (ip, port, weight), ``check_params``
+    (Nacos's switchable parameter checker, answered as ParamCheckFailed: names, cluster, ip,
+    port, metadata size), then ``check_instance_legal`` (NamingUtils.checkInstanceIsLegal:
+    cluster name, heart-beat metadata; single registrations and updates only, as in Nacos).
     """
 
     def __init__(self, config: Config) -> None:
@@ -110,16 +111,6 @@ class InstanceValidator:
             raise InvalidParam(
                 f"Instance 'clusterName' should be characters with only 0-9a-zA-Z-. (current: {inst.cluster})"
             )
-
-    def validate(self, service: ServiceKey | None, instances: Sequence[InstanceInfo], legal: bool = True) -> None:
-        """The instance validator: values of each, the parameter checker over the service and
-        all of them, then (``legal``) checkInstanceIsLegal of each."""
-        for inst in instances:
-            self.check_values(inst)
-        self.check_params(service, instances=instances)
-        if legal:
-            for inst in instances:
-                self.check_instance_legal(inst)
 
 
 def _check(value: str, max_len: int, pattern: re.Pattern[str], name: str) -> None:

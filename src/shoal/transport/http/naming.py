@@ -18,7 +18,7 @@ from shoal.config import Config
 from shoal.errors import InvalidParam, ServiceNotFound, UnknownService
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
-from shoal.service_layer import PERSISTENT_UNSUPPORTED, NamingService, check_port, parse_metadata
+from shoal.service_layer import NamingService, check_port, parse_metadata
 from shoal.transport.http.api import dumps, json_text, ok_text, v2_ok
 from shoal.transport.http.params import Params
 
@@ -71,11 +71,9 @@ class NamingRoutes:
 
     def _update(self, service: ServiceKey, p: Params) -> None:
         """PUT: weight, enabled and metadata as given (defaults 1.0 / true / none)."""
-        ip, port = p.required("ip"), p.port()
-        if not p.boolean("ephemeral", True):
-            raise InvalidParam(PERSISTENT_UNSUPPORTED)
+        ip, port, ephemeral = p.required("ip"), p.port(), p.boolean("ephemeral", True)
         self.naming.update_instance(service, ip, port, p.cluster(), weight=p.weight(1.0), enabled=p.enabled(True),
-                                    metadata=p.metadata())
+                                    metadata=p.metadata(), ephemeral=ephemeral)
 
     async def v1_patch(self, request: web.Request, p: Params) -> web.Response:
         """PATCH: only the given fields change."""
@@ -111,8 +109,8 @@ class NamingRoutes:
     async def beat(self, request: web.Request, p: Params) -> web.Response:
         """PUT /instance/beat (v1 and v2 alike: a bare object, no envelope)."""
         service = p.v1_service()
-        ip, port, beat = beat_target(p)
-        code, interval = self.naming.beat(service, ip, port, beat)
+        ip, port, beat, ephemeral = beat_target(p)
+        code, interval = self.naming.beat(service, ip, port, beat, ephemeral)
         return json_text(f'{{"clientBeatInterval":{interval},"code":{code},"lightBeatEnabled":true}}')
 
     # --- services ----------------------------------------------------------------------------
@@ -287,13 +285,13 @@ def instance_from(p: Params) -> tuple[InstanceInfo, bool]:
     return inst, p.boolean("ephemeral", True)
 
 
-def beat_target(p: Params) -> tuple[str, int, InstanceInfo | None]:
-    """``(ip, port, beat instance or None)``: the ``beat`` JSON wins over ``ip``/``port``
+def beat_target(p: Params) -> tuple[str, int, InstanceInfo | None, bool]:
+    """``(ip, port, beat instance or None, ephemeral)``: the ``beat`` JSON wins over ``ip``/``port``
     (InstanceController.beat); without it this is a light beat and both are required."""
     raw = p.text("beat")
     cluster = p.text("clusterName") or DEFAULT_CLUSTER
     if not raw:
-        return p.required("ip"), p.port(), None
+        return p.required("ip"), p.port(), None, True
     try:
         beat = json.loads(raw)
     except ValueError:
@@ -316,14 +314,13 @@ def beat_target(p: Params) -> tuple[str, int, InstanceInfo | None]:
     beat_cluster = beat.get("cluster")
     if beat_cluster is not None and not isinstance(beat_cluster, str):
         raise InvalidParam("Param 'beat.cluster' must be a string.")
-    ephemeral = beat.get("ephemeral", True)
-    if ephemeral is False or (isinstance(ephemeral, str) and ephemeral.lower() == "false"):
-        raise InvalidParam(PERSISTENT_UNSUPPORTED)
+    raw_ephemeral = beat.get("ephemeral", True)
+    ephemeral = not (raw_ephemeral is False or (isinstance(raw_ephemeral, str) and raw_ephemeral.lower() == "false"))
     metadata = parse_metadata(beat.get("metadata"), "beat.metadata")
     ip = ip.strip()
     inst = InstanceInfo(ip=ip, port=port, weight=float(weight), cluster=(beat_cluster or "").strip() or cluster,
                         metadata=dict(metadata))
-    return ip, port, inst
+    return ip, port, inst, ephemeral
 
 
 def distro_tag(p: Params) -> str:
