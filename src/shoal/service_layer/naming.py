@@ -1,7 +1,10 @@
-"""Transport-neutral naming use cases: register, deregister, batch, query, subscribe, list.
+"""Transport-neutral naming use cases: register, deregister, batch, query, subscribe, list,
+the naming clients of SDK connections, and the Open API reads (service detail, clients,
+operator metrics).
 
-Both transports (gRPC SDK and HTTP Open API) parse their wire format into these calls; all
-validation with Nacos's rules and error codes lives here so the two cannot drift apart.
+Both transports (gRPC SDK and HTTP Open API) parse their wire format into these calls and
+shape the answers; all validation (:mod:`shoal.service_layer.validation`) and every error
+(:mod:`shoal.errors`) comes from here so the two cannot drift apart.
 Mirrors EphemeralClientOperationServiceImpl + the request handlers' checks (spec §3.4–3.7).
 """
 

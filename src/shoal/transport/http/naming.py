@@ -134,7 +134,8 @@ class NamingRoutes:
 
     async def v2_service_delete(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
-        self._require_service(service)
+        if not self.naming.service_exists(service):  # v2 words a missing service its own way
+            raise UnknownService(_service_not_found(service))
         self.naming.delete_service(service)
         return v2_ok('"ok"')
 
@@ -147,7 +148,6 @@ class NamingRoutes:
     async def v2_service_update(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
         check_selector(p)
-        self._require_service(service)
         self.naming.update_service(service, p.number("protectThreshold", 0.0), p.metadata() or {})
         return v2_ok('"ok"')
 
@@ -186,11 +186,6 @@ class NamingRoutes:
         page = self.naming.list_services(p.namespace(), p.text("groupName") or "DEFAULT_GROUP",
                                          p.integer("pageNo", 1, 1), p.integer("pageSize", 20, 1, 500))
         return v2_ok(dumps({"count": page.count, "services": page.names}))
-
-    def _require_service(self, service: ServiceKey) -> None:
-        """v2 names a missing service with its own message (ServiceControllerV2)."""
-        if not self.naming.service_exists(service):
-            raise UnknownService(_service_not_found(service))
 
     # --- operator ----------------------------------------------------------------------------
     async def v1_metrics(self, request: web.Request, p: Params) -> web.Response:
