@@ -59,8 +59,8 @@ class Node:
 
         self.limits = LimitRuleFile(config.limit_rule_path)
         self.sdk_connections = ConnectionManager(config, self.clock, self.limits, source="sdk")
-        self.sdk_connections.listeners.append(NamingConnectionListener(self.clients, self.clock.now_ms,
-                                                                       self.clock.monotonic_ms))
+        # A naming connection's client is created and released by the service layer.
+        self.sdk_connections.listeners.append(NamingConnectionListener(self.naming))
         self.sdk_connections.on_unregister_hooks.append(self._count_closed)
         self.sdk_server = SdkServer(config, self.sdk_connections, naming_handlers(self.naming), self.is_serving,
                                     self.metrics, config.grpc_port, auth=self.auth if config.auth_enabled else None)

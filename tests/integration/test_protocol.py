@@ -146,6 +146,8 @@ async def test_invalid_names_get_the_typed_param_check_answer(raw: Any, change: 
     (register_body("proto-v", port="eighty"), "port"),
     (register_body("proto-v", ip=""), "ip"),
     (register_body("proto-v", weight="heavy"), "weight"),
+    (register_body("proto-v", weight=10000.5), "instance format invalid: The weights range"),  # as HTTP says it
+    (register_body("proto-v", port=70000), "'port'"),
     (register_body("proto-v", metadata=["not", "a", "map"]), "metadata"),
     (register_body("proto-v", clusterName="bad_cluster"), "clusterName"),
     (register_body("proto-v", metadata={"preserved.heart.beat.interval": "60000"}), "heart beat"),

@@ -201,6 +201,12 @@ async def test_services_v1_and_v2(http: Http) -> None:
     assert (await http.call("POST", "/nacos/v2/ns/service", 400, params={"serviceName": "eph"}))["code"] == 21007
     assert (await http.call("DELETE", "/nacos/v2/ns/service", 400, params={"serviceName": "eph"}))["code"] == 21009
     assert (await http.call("GET", "/nacos/v2/ns/service", 404, params={"serviceName": "nope"}))["code"] == 21008
+    assert await http.call("DELETE", "/nacos/v2/ns/service", 400, params={"serviceName": "nope"}) == {
+        "code": 21008, "message": "service not exist",
+        "data": "service not found, namespace: public, service: DEFAULT_GROUP@@nope"}
+    assert await http.call("PUT", "/nacos/v2/ns/service", 400, params={"serviceName": "nope"}) == {
+        "code": 21008, "message": "service not exist",
+        "data": "service not found, namespace: public, service: DEFAULT_GROUP@@nope"}
     listed = await http.call("GET", "/nacos/v1/ns/service/list", params={"pageNo": "1", "pageSize": "10"})
     assert listed == {"count": 2, "doms": ["eph", "persist"]}
     v2_list = await http.call("GET", "/nacos/v2/ns/service/list", params={"pageSize": "1", "pageNo": "2"})
@@ -286,6 +292,13 @@ BAD_INPUTS = [
     ("PUT", "/nacos/v1/ns/instance/beat", {"serviceName": "s", "beat": '{"port":1}'}, 400, "beat.ip"),
     ("PUT", "/nacos/v1/ns/instance/beat", {"serviceName": "s", "beat": '{"ip":"1.1.1.1","port":1,"weight":"x"}'},
      400, "beat.weight"),
+    ("PUT", "/nacos/v1/ns/instance/beat", {"serviceName": "s", "beat": '{"ip":"1.1.1.1","port":1,"weight":20000}'},
+     400, "weights range"),
+    ("PUT", "/nacos/v1/ns/instance/beat", {"serviceName": "s", "beat": '{"ip":"1.1.1.1","port":70000}'},
+     400, "'port'"),
+    ("PUT", "/nacos/v1/ns/instance/beat", {"serviceName": "s", "ip": "1.1.1.1", "port": "70000"}, 400, "'port'"),
+    ("GET", "/nacos/v1/ns/instance/list", {"serviceName": "s", "udpPort": "70000"}, 400, "udpPort"),
+    ("DELETE", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "70000"}, 400, "'port'"),
     ("PUT", "/nacos/v1/ns/instance/beat", {"serviceName": "s", "beat": '{"ip":"1.1.1.1","port":1,"ephemeral":false}'},
      400, "persistent"),
     ("PUT", "/nacos/v1/ns/instance/beat", {"serviceName": "s", "beat": '{"ip":"1.1.1.1","port":1,"metadata":5}'},

@@ -34,7 +34,7 @@ from shoal.auth.store import (
 )
 from shoal.auth.tokens import TokenManager, load_or_create_secret
 from shoal.config import Config
-from shoal.errors import Forbidden, InvalidParam, NacosError
+from shoal.errors import Conflict, Forbidden, InvalidParam, TooManyRequests
 from shoal.model.keys import DEFAULT_GROUP, normalise_namespace
 from shoal.tasks import run_blocking
 
@@ -45,16 +45,12 @@ _MAX_SOURCES = 10_000
 _CREDENTIAL_CACHE_MAX = 1024
 
 
-class TooManyLogins(NacosError):
+class TooManyLogins(TooManyRequests):
     """Too many failed logins from one source: refused for a while (429)."""
 
-    code = 429
 
-
-class AdminExists(NacosError):
+class AdminExists(Conflict):
     """``POST /v1/auth/users/admin`` when an admin already exists (409)."""
-
-    code = 409
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,13 +70,13 @@ class ClusterServer:
             code = 200
         except NacosError as exc:
             reply_type, code = "ErrorResponse", exc.code
-            body = codec.error(500 if exc.code in (Code.NO_HANDLER, Code.NO_RIGHT) else exc.code, exc.code,
-                               exc.message).encode()
+            result = Code.SERVER_ERROR if exc.code in (Code.NO_HANDLER, Code.NO_RIGHT) else exc.code
+            body = codec.error(result, exc.code, exc.message).encode()
         except Exception as exc:  # malformed batches land here too: answer, never crash
             log.warning("cluster request %s from %s failed: %s", type_name, sender or context.peer(), exc,
                         exc_info=not isinstance(exc, ValueError))
-            reply_type, code = "ErrorResponse", 500
-            body = codec.error(500, 500, f"handle distro request with exception: {exc}").encode()
+            reply_type, code = "ErrorResponse", Code.SERVER_ERROR
+            body = codec.error(code, code, f"handle distro request with exception: {exc}").encode()
         self.metrics.request("cluster", type_name if code != Code.NO_HANDLER else "unknown", code)
         return Payload(metadata=Metadata(type=reply_type), body={"value": body})
 

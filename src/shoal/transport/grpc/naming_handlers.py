@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 from shoal.errors import InvalidParam
-from shoal.model.client import Client, ClientKind
-from shoal.model.clients import ClientManager
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import DEFAULT_GROUP, ServiceKey, normalise_namespace
-from shoal.service_layer import NamingService, parse_metadata
+from shoal.service_layer import PERSISTENT_UNSUPPORTED, NamingService, parse_metadata
 from shoal.transport.grpc import codec
 from shoal.transport.grpc.connections import Connection
 from shoal.transport.grpc.handlers import Handler, RequestContext
@@ -31,6 +28,8 @@ def naming_handlers(naming: NamingService) -> dict[str, Handler]:
 
 
 class _NamingHandlers:
+    """Each naming request: parse the body, call the service layer, shape the response."""
+
     def __init__(self, naming: NamingService) -> None:
         self.naming = naming
 
@@ -65,8 +64,7 @@ class _NamingHandlers:
         return codec.ok({"type": kind})
 
     def persistent_instance(self, ctx: RequestContext, body: dict[str, Any]) -> str:
-        raise InvalidParam("persistent instances (ephemeral=false) are not supported by this server; "
-                           "register ephemeral instances")
+        raise InvalidParam(PERSISTENT_UNSUPPORTED)
 
     def query(self, ctx: RequestContext, body: dict[str, Any]) -> str:
         service = service_of(body)
@@ -166,24 +164,15 @@ def instance_of(raw: Any, where: str) -> InstanceInfo:
 
 
 class NamingConnectionListener:
-    """Creates the naming client of a connection whose labels say ``module=naming`` and
-    releases it when the connection goes (Nacos ConnectionBasedClientManager)."""
+    """Tells the service layer of SDK connections whose labels say ``module=naming``: their
+    naming client is created on setup and released when they go (ConnectionBasedClientManager)."""
 
-    def __init__(self, clients: ClientManager, now_ms: Callable[[], int],
-                 monotonic_ms: Callable[[], int] | None = None) -> None:
-        self.clients = clients
-        self.now_ms = now_ms
-        self.monotonic_ms = monotonic_ms or now_ms
+    def __init__(self, naming: NamingService) -> None:
+        self.naming = naming
 
     def connected(self, conn: Connection) -> None:
-        if conn.module != "naming":
-            return
-        now, mono = self.now_ms(), self.monotonic_ms()
-        self.clients.add(Client(
-            conn.connection_id, ClientKind.CONNECTION, native=True, created_ms=now,
-            client_ip=conn.client_ip, app=conn.app, agent=conn.client_version,
-            last_updated_ms=mono, last_renew_ms=mono,
-        ))
+        if conn.module == "naming":
+            self.naming.connect_client(conn.connection_id, conn.client_ip, conn.app, conn.client_version)
 
     def disconnected(self, conn: Connection, reason: str) -> None:
-        self.clients.remove(conn.connection_id, reason)
+        self.naming.release_client(conn.connection_id, reason)

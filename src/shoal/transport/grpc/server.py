@@ -115,7 +115,8 @@ class SdkServer:
             reply_type, body, code = self._dispatch(payload, context, type_name, handler)
         except Exception:  # the last line of defence: never let grpc see an exception
             log.exception("unexpected failure answering %s from %s", type_name, context.peer())
-            reply_type, body, code = "ErrorResponse", codec.error(500, 500, "server error"), 500
+            code = NacosError.code
+            reply_type, body = "ErrorResponse", codec.error(code, code, "server error")
         self.metrics.request("grpc", label, code)
         return codec.encode(reply_type, body)
 
@@ -140,7 +141,7 @@ class SdkServer:
             conn = found
             body = codec.decode_body(payload)
         except NacosError as exc:  # refused before any handler ran: resultCode 500
-            return "ErrorResponse", codec.error(500, exc.code, exc.message), exc.code
+            return "ErrorResponse", codec.error(Code.SERVER_ERROR, exc.code, exc.message), exc.code
         self.manager.touch(conn)
         ctx = RequestContext(conn, _merge_headers(body.get("headers"), payload.metadata.headers))
         try:
@@ -148,9 +149,9 @@ class SdkServer:
                 self.auth.check_request(ctx, type_name, body)
             return handler.response_type, handler.handle(ctx, body), 200
         except Forbidden as exc:  # the auth filter's refusal is typed as the handler's response too
-            return handler.response_type, codec.error(500, Code.NO_RIGHT, exc.message), Code.NO_RIGHT
+            return handler.response_type, codec.error(Code.SERVER_ERROR, exc.code, exc.message), exc.code
         except ParamCheckFailed as exc:  # a filter failure is typed as the handler's response
-            return handler.response_type, codec.error(500, Code.INVALID_PARAM, exc.message), Code.INVALID_PARAM
+            return handler.response_type, codec.error(Code.SERVER_ERROR, exc.code, exc.message), exc.code
         except NacosError as exc:
             return "ErrorResponse", codec.error(exc.code, exc.code, exc.message), exc.code
 

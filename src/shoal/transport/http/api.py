@@ -15,88 +15,52 @@ from typing import Any
 
 from aiohttp import web
 
-from shoal.errors import Forbidden, InvalidParam, NacosError, NotFound
-from shoal.transport.http.params import DetailedInvalid, MissingParam
+from shoal.errors import V2_TEXT, Code, HttpStatus, NacosError, V2Code
 
 
 class Api(Enum):
+    """The Open API generation a route belongs to: it picks the answer and error shapes."""
+
     V1 = "v1"
     V2 = "v2"
     CORE = "core"
 
 
-# Nacos ErrorCode (API/model/v2/ErrorCode.java) used by the v2 answers.
-ERROR_TEXT = {
-    10000: "parameter missing", 10001: "access denied", 20002: "parameter validate error",
-    20004: "resource not found", 20005: "resource conflict", 21001: "weight error",
-    21003: "instance not found", 21007: "service already exist", 21008: "service not exist",
-    21009: "service delete failure", 30000: "server error",
-}
-PARAMETER_MISSING, ACCESS_DENIED, PARAMETER_VALIDATE_ERROR = 10000, 10001, 20002
-RESOURCE_NOT_FOUND, RESOURCE_CONFLICT, SERVER_ERROR = 20004, 20005, 30000
-INSTANCE_NOT_FOUND, SERVICE_ALREADY_EXIST, SERVICE_NOT_EXIST, SERVICE_DELETE_FAILURE = 21003, 21007, 21008, 21009
-
-_PASSED_STATUS = frozenset({400, 403, 404, 409, 429, 502, 503})
 JSON = "application/json"
-
-
-class ApiError(NacosError):
-    """An error with an explicit v2 ErrorCode (and the HTTP status in ``code``)."""
-
-    def __init__(self, message: str, status: int, detail: int) -> None:
-        super().__init__(message, status)
-        self.detail = detail
+_V2_OK_HEAD = f'{{"code":{V2Code.SUCCESS},"message":"{V2_TEXT[V2Code.SUCCESS]}","data":'
 
 
 def dumps(obj: Any) -> str:
+    """Compact JSON that keeps non-ASCII text as is (as Jackson writes it)."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
 def ok_text(text: str = "ok") -> web.Response:
+    """A v1 success as plain text."""
     return web.Response(text=text)
 
 
-def json_text(body: str, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+def json_text(body: str, status: int = HttpStatus.OK, headers: dict[str, str] | None = None) -> web.Response:
+    """An already-encoded JSON body."""
     return web.Response(text=body, status=status, content_type=JSON, headers=headers)
 
 
 def v2_ok(data_json: str) -> web.Response:
-    return web.Response(text=f'{{"code":0,"message":"success","data":{data_json}}}', content_type=JSON)
+    """A v2 success envelope around already-encoded JSON ``data``."""
+    return web.Response(text=f"{_V2_OK_HEAD}{data_json}}}", content_type=JSON)
 
 
 def core_ok(data: Any = None, message: str | None = None) -> web.Response:
-    return json_text(dumps({"code": 200, "message": message, "data": data}))
-
-
-def http_status(exc: NacosError) -> int:
-    return exc.code if exc.code in _PASSED_STATUS else 500
-
-
-def v2_detail(exc: NacosError) -> int:
-    if isinstance(exc, ApiError):
-        return exc.detail
-    if isinstance(exc, MissingParam):
-        return PARAMETER_MISSING
-    if isinstance(exc, DetailedInvalid):
-        return exc.detail
-    if isinstance(exc, InvalidParam):
-        return PARAMETER_VALIDATE_ERROR
-    if isinstance(exc, Forbidden):
-        return ACCESS_DENIED
-    if isinstance(exc, NotFound):
-        return RESOURCE_NOT_FOUND
-    if exc.code == 409:
-        return RESOURCE_CONFLICT
-    return SERVER_ERROR
+    """A core RestResult success."""
+    return json_text(dumps({"code": Code.SUCCESS, "message": message, "data": data}))
 
 
 def error_response(api: Api, exc: NacosError) -> web.Response:
-    status = http_status(exc)
-    headers = {"Retry-After": "60"} if status == 429 else None
+    """The error shape of ``api`` for ``exc``, read from its class attributes."""
+    status = exc.http_status
+    headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
     if api is Api.V1:
         return web.Response(status=status, text=exc.message, headers=headers)
     if api is Api.V2:
-        detail = v2_detail(exc)
-        return json_text(dumps({"code": detail, "message": ERROR_TEXT.get(detail, "error"), "data": exc.message}),
-                         status, headers)
+        return json_text(dumps({"code": exc.v2_code, "message": exc.v2_text, "data": exc.message}), status, headers)
     return json_text(dumps({"code": status, "message": exc.message, "data": None}), status, headers)

@@ -27,6 +27,8 @@ def _page(items: list[dict[str, Any]], p: Params) -> dict[str, Any]:
 
 
 class AuthRoutes:
+    """The auth endpoints over :class:`AuthService`; errors are its typed NacosErrors."""
+
     def __init__(self, auth: AuthService) -> None:
         self.auth = auth
 

@@ -24,7 +24,7 @@ import aiohttp
 from aiohttp import web
 
 from shoal import __version__
-from shoal.errors import InvalidParam, NacosError
+from shoal.errors import ForwardFailed, InvalidParam
 from shoal.model.ip_port import Responsibility, Standalone
 
 log = logging.getLogger(__name__)
@@ -35,12 +35,6 @@ __all__ = ["ForwardAllTo", "ForwardFailed", "Forwarder", "MapperResponsibility",
 #: Nacos peers mark forwarded requests with a User-Agent that contains ``Nacos-Server``.
 SERVER_USER_AGENT = f"Nacos-Server:shoal-{__version__}"
 _PASSED_HEADERS = ("Content-Type", "accessToken", "Authorization", "Client-Version", "RequestId")
-
-
-class ForwardFailed(NacosError):
-    """The responsible node could not be reached (502)."""
-
-    code = 502
 
 
 class ForwardAllTo:
@@ -115,7 +109,8 @@ class StandaloneMembers:
 
 
 class Forwarder:
-    """Proxies requests to the responsible node with one pooled aiohttp client session."""
+    """Proxies requests to the responsible node with one pooled aiohttp client session;
+    an unreachable owner is :class:`~shoal.errors.ForwardFailed` (502)."""
 
     def __init__(self, responsibility: Responsibility, timeout_ms: int) -> None:
         self.responsibility = responsibility

@@ -9,31 +9,17 @@ model as the gRPC clients (each sees the other's instances, and both are pushed)
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from shoal.config import Config
-from shoal.errors import InvalidParam
-from shoal.model.client import Client, ClientKind
+from shoal.errors import InvalidParam, ServiceNotFound, UnknownService
 from shoal.model.instance import InstanceInfo
-from shoal.model.ip_port import responsible_tag
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
-from shoal.model.services import ServiceRecord
-from shoal.service_layer import PERSISTENT_UNSUPPORTED, NamingService, parse_metadata
-from shoal.tasks import run_blocking
-from shoal.transport.http.api import (
-    SERVICE_ALREADY_EXIST,
-    SERVICE_DELETE_FAILURE,
-    SERVICE_NOT_EXIST,
-    ApiError,
-    dumps,
-    json_text,
-    ok_text,
-    v2_ok,
-)
+from shoal.service_layer import NamingService, check_port, parse_metadata
+from shoal.transport.http.api import dumps, json_text, ok_text, v2_ok
 from shoal.transport.http.params import Params
 
 Handler = Callable[[web.Request, Params], Any]
@@ -85,11 +71,9 @@ class NamingRoutes:
 
     def _update(self, service: ServiceKey, p: Params) -> None:
         """PUT: weight, enabled and metadata as given (defaults 1.0 / true / none)."""
-        ip, port = p.required("ip"), p.port()
-        if not p.boolean("ephemeral", True):
-            raise InvalidParam(PERSISTENT_UNSUPPORTED)
+        ip, port, ephemeral = p.required("ip"), p.port(), p.boolean("ephemeral", True)
         self.naming.update_instance(service, ip, port, p.cluster(), weight=p.weight(1.0), enabled=p.enabled(True),
-                                    metadata=p.metadata())
+                                    metadata=p.metadata(), ephemeral=ephemeral)
 
     async def v1_patch(self, request: web.Request, p: Params) -> web.Response:
         """PATCH: only the given fields change."""
@@ -112,21 +96,21 @@ class NamingRoutes:
 
     async def v1_list(self, request: web.Request, p: Params) -> web.Response:
         service = p.v1_service()
-        p.integer("udpPort", 0, 0, 65535)  # UDP push to 1.x clients is not offered; the value is checked
+        check_port(p.integer("udpPort", 0), "udpPort")  # UDP push to 1.x clients is not offered; checked
         info = self.naming.query(service, p.text("clusters"), p.boolean("healthyOnly", False), grouped_name=True)
         return json_text(info)
 
     async def v2_list(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
-        p.integer("udpPort", 0, 0, 65535)
+        check_port(p.integer("udpPort", 0), "udpPort")
         info = self.naming.query(service, p.text("clusterName"), p.boolean("healthyOnly", False), grouped_name=True)
         return v2_ok(info)
 
     async def beat(self, request: web.Request, p: Params) -> web.Response:
         """PUT /instance/beat (v1 and v2 alike: a bare object, no envelope)."""
         service = p.v1_service()
-        ip, port, beat = beat_target(p)
-        code, interval = self.naming.beat(service, ip, port, beat)
+        ip, port, beat, ephemeral = beat_target(p)
+        code, interval = self.naming.beat(service, ip, port, beat, ephemeral)
         return json_text(f'{{"clientBeatInterval":{interval},"code":{code},"lightBeatEnabled":true}}')
 
     # --- services ----------------------------------------------------------------------------
@@ -140,9 +124,6 @@ class NamingRoutes:
     async def v2_service_create(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
         check_selector(p)
-        if self.naming.services.get(service) is not None:
-            raise ApiError(f"specified service already exists, serviceName : {service.grouped_name}", 400,
-                           SERVICE_ALREADY_EXIST)
         self.naming.create_service(service, p.number("protectThreshold", 0.0), p.metadata() or {},
                                    ephemeral=p.boolean("ephemeral", False))
         return v2_ok('"ok"')
@@ -153,10 +134,8 @@ class NamingRoutes:
 
     async def v2_service_delete(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
-        self._require_service(service)
-        if self.naming.index.publishers_of(service):
-            raise ApiError(f"Service {service.grouped_name} is not empty, can't be delete. "
-                           "Please unregister instance first", 400, SERVICE_DELETE_FAILURE)
+        if not self.naming.service_exists(service):  # v2 words a missing service its own way
+            raise UnknownService(_service_not_found(service))
         self.naming.delete_service(service)
         return v2_ok('"ok"')
 
@@ -169,34 +148,33 @@ class NamingRoutes:
     async def v2_service_update(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
         check_selector(p)
-        self._require_service(service)
         self.naming.update_service(service, p.number("protectThreshold", 0.0), p.metadata() or {})
         return v2_ok('"ok"')
 
     async def v1_service_detail(self, request: web.Request, p: Params) -> web.Response:
         service = p.v1_service()
-        self.naming.check_params(service)
-        record = self.naming.services.get(service)
-        if record is None:
-            raise InvalidParam(f"service not found, namespace: {service.namespace}, serviceName: {service.name}")
-        clusters = [{"name": c, "healthChecker": {"type": "TCP"}, "metadata": {}} for c in self._clusters(service)]
+        detail = self.naming.service_detail(service)
+        if detail is None:
+            raise UnknownService(f"service not found, namespace: {service.namespace}, serviceName: {service.name}")
+        clusters = [{"name": c, "healthChecker": {"type": "TCP"}, "metadata": {}} for c in detail.clusters]
         return json_text(dumps({
             "namespaceId": service.namespace, "groupName": service.group, "name": service.name,
-            "protectThreshold": record.protect_threshold, "metadata": record.metadata,
+            "protectThreshold": detail.protect_threshold, "metadata": detail.metadata,
             "selector": _SELECTOR_NONE, "clusters": clusters,
         }))
 
     async def v2_service_detail(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
-        self.naming.check_params(service)
-        record = self._require_service(service, status=404)
+        detail = self.naming.service_detail(service)
+        if detail is None:
+            raise ServiceNotFound(_service_not_found(service))
         cluster_map = {c: {"clusterName": c, "healthChecker": {"type": "TCP"}, "metadata": {},
                            "healthyCheckPort": 80, "useInstancePortForCheck": True}
-                       for c in self._clusters(service)}
+                       for c in detail.clusters}
         return v2_ok(dumps({
             "namespace": service.namespace, "serviceName": service.name, "groupName": service.group,
-            "clusterMap": cluster_map, "metadata": record.metadata, "protectThreshold": record.protect_threshold,
-            "selector": _SELECTOR_NONE, "ephemeral": record.ephemeral,
+            "clusterMap": cluster_map, "metadata": detail.metadata, "protectThreshold": detail.protect_threshold,
+            "selector": _SELECTOR_NONE, "ephemeral": detail.ephemeral,
         }))
 
     async def v1_service_list(self, request: web.Request, p: Params) -> web.Response:
@@ -209,16 +187,6 @@ class NamingRoutes:
                                          p.integer("pageNo", 1, 1), p.integer("pageSize", 20, 1, 500))
         return v2_ok(dumps({"count": page.count, "services": page.names}))
 
-    def _require_service(self, service: ServiceKey, status: int = 400) -> ServiceRecord:
-        record = self.naming.services.get(service)
-        if record is None:
-            raise ApiError(f"service not found, namespace: {service.namespace}, service: {service.grouped_name}",
-                           status, SERVICE_NOT_EXIST)
-        return record
-
-    def _clusters(self, service: ServiceKey) -> list[str]:
-        return sorted({inst.cluster for inst in self.naming.storage.view(service).instances})
-
     # --- operator ----------------------------------------------------------------------------
     async def v1_metrics(self, request: web.Request, p: Params) -> web.Response:
         return json_text(dumps(await self._metrics(p)))
@@ -230,26 +198,21 @@ class NamingRoutes:
         status = "UP" if self.is_serving() else "STARTING"
         if p.boolean("onlyStatus", True):
             return {"status": status}
-        naming = self.naming
-        clients = list(naming.clients)
-        owner_of = self.owner_of
-        responsible = [c for c in clients if (c.native if c.kind is ClientKind.CONNECTION
-                                              else owner_of(responsible_tag(c.client_id)) is None)]
-        load, mem = await run_blocking(_load_and_mem)
+        m = await self.naming.operator_metrics(self.owner_of)
         return {
             "status": status,
-            "serviceCount": len(naming.services),
-            "instanceCount": naming.storage.instance_count(),
-            "subscribeCount": sum(len(s) for s in naming.index.subscribers.values()),
-            "responsibleInstanceCount": sum(c.instance_count() for c in responsible),
-            "clientCount": len(clients),
-            "connectionBasedClientCount": sum(1 for c in clients if c.kind is ClientKind.CONNECTION),
-            "ephemeralIpPortClientCount": sum(1 for c in clients if c.kind is ClientKind.IP_PORT),
+            "serviceCount": m.service_count,
+            "instanceCount": m.instance_count,
+            "subscribeCount": m.subscribe_count,
+            "responsibleInstanceCount": m.responsible_instance_count,
+            "clientCount": m.client_count,
+            "connectionBasedClientCount": m.connection_based_client_count,
+            "ephemeralIpPortClientCount": m.ephemeral_ip_port_client_count,
             "persistentIpPortClientCount": 0,
-            "responsibleClientCount": len(responsible),
-            "cpu": round(min(load / (os.cpu_count() or 1), 1.0), 4),
-            "load": round(load, 4),
-            "mem": round(mem, 4),
+            "responsibleClientCount": m.responsible_client_count,
+            "cpu": round(m.cpu, 4),
+            "load": round(m.load, 4),
+            "mem": round(m.mem, 4),
         }
 
     async def v1_switches(self, request: web.Request, p: Params) -> web.Response:
@@ -281,40 +244,29 @@ class NamingRoutes:
 
     # --- clients (v2) -------------------------------------------------------------------------
     async def v2_client_list(self, request: web.Request, p: Params) -> web.Response:
-        return v2_ok(dumps(sorted(c.client_id for c in self.naming.clients)))
+        return v2_ok(dumps(self.naming.client_ids()))
 
     async def v2_client_detail(self, request: web.Request, p: Params) -> web.Response:
-        client = self._client(p)
-        out: dict[str, Any] = {"clientId": client.client_id, "ephemeral": True,
-                               "lastUpdatedTime": client.last_updated_ms}
-        if client.kind is ClientKind.CONNECTION:
-            out.update(clientType="connection", connectType="GRPC", appName=client.app, version=client.agent,
-                       clientIp=client.client_ip, clientPort=client.client_id.rpartition("_")[2])
+        c = self.naming.client_detail(p.required("clientId"))
+        out: dict[str, Any] = {"clientId": c.client_id, "ephemeral": True, "lastUpdatedTime": c.last_updated_ms}
+        if c.connection_based:
+            out.update(clientType="connection", connectType="GRPC", appName=c.app, version=c.agent,
+                       clientIp=c.client_ip, clientPort=c.client_port)
         else:
-            ip, _, port = responsible_tag(client.client_id).rpartition(":")
-            out.update(clientType="ipport", clientIp=ip, clientPort=port)
+            out.update(clientType="ipport", clientIp=c.client_ip, clientPort=c.client_port)
         return v2_ok(dumps(out))
 
     async def v2_client_publications(self, request: web.Request, p: Params) -> web.Response:
-        client = self._client(p)
         out = [{"namespace": key.namespace, "group": key.group, "serviceName": key.name,
                 "registeredInstance": {"ip": i.ip, "port": i.port, "cluster": i.cluster}}
-               for key, publication in sorted(client.publications.items()) for i in publication.instances]
+               for key, i in self.naming.client_publications(p.required("clientId"))]
         return v2_ok(dumps(out))
 
     async def v2_client_subscriptions(self, request: web.Request, p: Params) -> web.Response:
-        client = self._client(p)
         out = [{"namespace": key.namespace, "group": key.group, "serviceName": key.name,
                 "subscriberInfo": {"app": s.app, "agent": s.agent, "addr": s.ip}}
-               for key, s in sorted(client.subscriptions.items())]
+               for key, s in self.naming.client_subscriptions(p.required("clientId"))]
         return v2_ok(dumps(out))
-
-    def _client(self, p: Params) -> Client:
-        client_id = p.required("clientId")
-        client = self.naming.clients.get(client_id)
-        if client is None:
-            raise ApiError(f"clientId {client_id} not exist", 404, 20004)
-        return client
 
 
 # --- parameter shapes ------------------------------------------------------------------------
@@ -322,20 +274,19 @@ def instance_from(p: Params) -> tuple[InstanceInfo, bool]:
     """HttpRequestInstanceBuilder: the instance of a register request, and its ephemeral flag."""
     ip = p.required("ip")
     port = p.port()
-    weight = p.weight(1.0)
-    assert weight is not None
+    weight = p.number("weight", 1.0)
     inst = InstanceInfo(ip=ip, port=port, weight=weight, healthy=p.boolean("healthy", True),
                         enabled=bool(p.enabled(True)), cluster=p.cluster(), metadata=p.metadata() or {})
     return inst, p.boolean("ephemeral", True)
 
 
-def beat_target(p: Params) -> tuple[str, int, InstanceInfo | None]:
-    """``(ip, port, beat instance or None)``: the ``beat`` JSON wins over ``ip``/``port``
+def beat_target(p: Params) -> tuple[str, int, InstanceInfo | None, bool]:
+    """``(ip, port, beat instance or None, ephemeral)``: the ``beat`` JSON wins over ``ip``/``port``
     (InstanceController.beat); without it this is a light beat and both are required."""
     raw = p.text("beat")
     cluster = p.text("clusterName") or DEFAULT_CLUSTER
     if not raw:
-        return p.required("ip"), p.port(), None
+        return p.required("ip"), p.port(), None, True
     try:
         beat = json.loads(raw)
     except ValueError:
@@ -348,24 +299,23 @@ def beat_target(p: Params) -> tuple[str, int, InstanceInfo | None]:
     port = beat.get("port")
     if isinstance(port, str) and port.strip().isdigit():
         port = int(port)
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise InvalidParam("Param 'beat.port' must be an integer between 0 and 65535.")
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise InvalidParam("Param 'beat.port' must be an integer.")
     weight = beat.get("weight", 1.0)
     if weight is None:
         weight = 1.0
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 10000.0:
-        raise InvalidParam("Param 'beat.weight' must be a number between 0 and 10000.")
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        raise InvalidParam("Param 'beat.weight' must be a number.")
     beat_cluster = beat.get("cluster")
     if beat_cluster is not None and not isinstance(beat_cluster, str):
         raise InvalidParam("Param 'beat.cluster' must be a string.")
-    ephemeral = beat.get("ephemeral", True)
-    if ephemeral is False or (isinstance(ephemeral, str) and ephemeral.lower() == "false"):
-        raise InvalidParam(PERSISTENT_UNSUPPORTED)
+    raw_ephemeral = beat.get("ephemeral", True)
+    ephemeral = not (raw_ephemeral is False or (isinstance(raw_ephemeral, str) and raw_ephemeral.lower() == "false"))
     metadata = parse_metadata(beat.get("metadata"), "beat.metadata")
     ip = ip.strip()
     inst = InstanceInfo(ip=ip, port=port, weight=float(weight), cluster=(beat_cluster or "").strip() or cluster,
                         metadata=dict(metadata))
-    return ip, port, inst
+    return ip, port, inst, ephemeral
 
 
 def distro_tag(p: Params) -> str:
@@ -401,18 +351,5 @@ def detail_json(service: ServiceKey, inst: InstanceInfo, service_key: str) -> di
             "metadata": dict(inst.metadata)}
 
 
-def _load_and_mem() -> tuple[float, float]:
-    """1-minute load average and used-memory ratio (blocking: reads /proc)."""
-    load = os.getloadavg()[0]
-    total = available = 0
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                if key == "MemTotal":
-                    total = int(rest.split()[0])
-                elif key == "MemAvailable":
-                    available = int(rest.split()[0])
-    except (OSError, ValueError, IndexError):
-        return load, 0.0
-    return load, (1 - available / total) if total else 0.0
+def _service_not_found(service: ServiceKey) -> str:
+    return f"service not found, namespace: {service.namespace}, service: {service.grouped_name}"

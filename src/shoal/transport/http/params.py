@@ -1,6 +1,7 @@
 """Request parameters as Nacos reads them: query string or form body alike, lenient in form
-(``True``/``true``, blank = absent, metadata as JSON or ``k=v,k=v``), strict in content: every
-bad value is a 400 whose message names the parameter."""
+(``True``/``true``, blank = absent, metadata as JSON or ``k=v,k=v``), strict in type: every
+value that does not parse is a 400 whose message names the parameter. Range and shape rules
+(port, weight, names) are the service layer's, checked once there."""
 
 from __future__ import annotations
 
@@ -12,30 +13,11 @@ from typing import Any
 from aiohttp import web
 from multidict import MultiDictProxy
 
-from shoal.errors import InvalidParam
+from shoal.errors import InvalidParam, MissingParam
 from shoal.model.keys import DEFAULT_CLUSTER, DEFAULT_GROUP, GROUP_SEPARATOR, ServiceKey, normalise_namespace
-from shoal.service_layer import MAX_WEIGHT, parse_metadata
+from shoal.service_layer import parse_metadata
 
 FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
-
-
-class MissingParam(InvalidParam):
-    """A required parameter is absent or blank (v2: ErrorCode 10000 PARAMETER_MISSING)."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f"Param '{name}' is required.")
-        self.param = name
-
-
-class DetailedInvalid(InvalidParam):
-    """A bad parameter with a specific v2 ErrorCode (e.g. 21001 weight error)."""
-
-    def __init__(self, message: str, detail: int) -> None:
-        super().__init__(message)
-        self.detail = detail
-
-
-WEIGHT_ERROR = 21001
 
 
 class Params:
@@ -97,7 +79,8 @@ class Params:
         return number
 
     def port(self, name: str = "port", default: int | None = None) -> int:
-        return self.integer(name, default, 0, 65535)
+        """An integer port (its range is the service layer's rule)."""
+        return self.integer(name, default)
 
     def number(self, name: str, default: float | None = None) -> float:
         value = self.text(name)
@@ -114,12 +97,10 @@ class Params:
         return number
 
     def weight(self, default: float | None = 1.0) -> float | None:
+        """A finite number, or None when absent and no default (its range is the service layer's rule)."""
         if default is None and not self.text("weight"):
             return None
-        weight = self.number("weight", default)
-        if not 0.0 <= weight <= MAX_WEIGHT:
-            raise DetailedInvalid("instance format invalid: The weights range from 0.0 to 10000.0", WEIGHT_ERROR)
-        return weight
+        return self.number("weight", default)
 
     def metadata(self, name: str = "metadata") -> dict[str, str] | None:
         """Nacos UtilsAndCommons.parseMetadata: a JSON object, else ``k1=v1,k2=v2``; None if absent."""

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from shoal.auth.service import READ, WRITE, AuthService, Identity, naming_resource
 from shoal.config import Config
-from shoal.errors import Forbidden, NacosError
+from shoal.errors import Forbidden, HttpStatus, NacosError
 from shoal.metrics import Metrics
 from shoal.model.keys import DEFAULT_GROUP, GROUP_SEPARATOR
 from shoal.service_layer import NamingService
@@ -42,12 +42,16 @@ IDENTITY = "identity"
 
 
 class NodeStatus(Protocol):
+    """What the HTTP layer asks of the node: serving yet, and why not ready."""
+
     def is_serving(self) -> bool: ...
 
     def readiness_problem(self) -> str | None: ...
 
 
 class HttpServer:
+    """The main-port aiohttp application: every route behind one Nacos-filter-chain wrapper."""
+
     def __init__(self, config: Config, status: NodeStatus, metrics: Metrics, naming: NamingService | None = None,
                  auth: AuthService | None = None, responsibility: Responsibility | None = None,
                  members: MemberView | None = None) -> None:
@@ -161,7 +165,7 @@ class HttpServer:
                 raise
             except Exception:
                 log.exception("unexpected failure answering %s %s", request.method, request.path)
-                response = web.Response(status=500, text="server error")
+                response = web.Response(status=NacosError.http_status, text="server error")
             metrics.request("http", path, response.status)
             return response
 
@@ -206,7 +210,7 @@ class HttpServer:
         problem = self.status.readiness_problem()
         if problem is None:
             return web.Response(text="OK")
-        return web.Response(status=500, text=problem)
+        return web.Response(status=HttpStatus.INTERNAL_SERVER_ERROR, text=problem)
 
     async def prometheus(self, request: web.Request, params: Params) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8",

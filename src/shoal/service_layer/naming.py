@@ -1,36 +1,35 @@
-"""Transport-neutral naming use cases: register, deregister, batch, query, subscribe, list.
+"""Transport-neutral naming use cases: register, deregister, batch, query, subscribe, list,
+the naming clients of SDK connections, and the Open API reads (service detail, clients,
+operator metrics).
 
-Both transports (gRPC SDK and HTTP Open API) parse their wire format into these calls; all
-validation with Nacos's rules and error codes lives here so the two cannot drift apart.
+Both transports (gRPC SDK and HTTP Open API) parse their wire format into these calls and
+shape the answers; all validation (:mod:`shoal.service_layer.validation`) and every error
+(:mod:`shoal.errors`) comes from here so the two cannot drift apart.
 Mirrors EphemeralClientOperationServiceImpl + the request handlers' checks (spec §3.4–3.7).
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Mapping, Sequence
 
 from shoal.clock import Clock
 from shoal.config import Config
-from shoal.errors import ClientDisconnected, InvalidParam, NotFound, ParamCheckFailed
+from shoal.errors import (
+    BeatCode,
+    ClientDisconnected,
+    InvalidParam,
+    NotFound,
+    ServiceAlreadyExists,
+    ServiceNotEmpty,
+    UnknownService,
+)
 from shoal.model.client import Client, ClientKind, Publication, Subscriber
 from shoal.model.clients import ClientManager
 from shoal.model.events import EventBus, ServiceChanged
-from shoal.model.instance import (
-    DEFAULT_HEART_BEAT_INTERVAL,
-    DEFAULT_HEART_BEAT_TIMEOUT,
-    DEFAULT_IP_DELETE_TIMEOUT,
-    HEART_BEAT_INTERVAL_KEY,
-    HEART_BEAT_TIMEOUT_KEY,
-    IP_DELETE_TIMEOUT_KEY,
-    InstanceInfo,
-    generate_instance_id,
-    metadata_millis,
-)
-from shoal.model.ip_port import BeatTable, ip_port_client_id
+from shoal.model.instance import HEART_BEAT_INTERVAL_KEY, InstanceInfo, generate_instance_id, metadata_millis
+from shoal.model.ip_port import BeatTable, ip_port_client_id, responsible_tag
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 from shoal.model.services import (
     ServiceIndex,
@@ -39,29 +38,14 @@ from shoal.model.services import (
     parse_clusters,
     service_info_json,
 )
+from shoal.service_layer.validation import PERSISTENT_UNSUPPORTED, InstanceValidator, check_port
+from shoal.service_layer.views import ClientDetail, OperatorMetrics, ServiceDetail, ServiceList, load_and_mem
+from shoal.tasks import run_blocking
 
 log = logging.getLogger(__name__)
 
-# Nacos ParamCheckRule defaults (COMMON/paramcheck); Java's \w is ASCII-only.
-_NAMESPACE_RE = re.compile(r"[\w-]+", re.ASCII)
-_SERVICE_RE = re.compile(r"(?!@).((?!@@)[^\u4E00-\u9FA5\s])*")
-_GROUP_RE = re.compile(r"[a-zA-Z0-9\-_:.]*")
-_CLUSTER_PARAM_RE = re.compile(r"[0-9a-zA-Z\-_]+")
-_IP_RE = re.compile(r"[^\u4E00-\u9FA5\s]*")
-# NamingUtils.checkInstanceIsLegal: no underscore here, unlike the parameter checker.
-_CLUSTER_LEGAL_RE = re.compile(r"[0-9a-zA-Z-]+")
-MAX_NAMESPACE_LEN, MAX_SERVICE_LEN, MAX_GROUP_LEN, MAX_CLUSTER_LEN, MAX_IP_LEN = 64, 512, 128, 64, 128
-MAX_WEIGHT = 10000.0
-# Beat answer codes (NamingResponseCode) and the refusal of persistent instances.
-BEAT_OK, BEAT_RESOURCE_NOT_FOUND = 10200, 20404
-PERSISTENT_UNSUPPORTED = ("persistent instances (ephemeral=false) are not supported by this server; "
-                          "register ephemeral instances")
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceList:
-    count: int
-    names: list[str]
+# Beat answer codes (NamingResponseCode).
+BEAT_OK, BEAT_RESOURCE_NOT_FOUND = BeatCode.OK, BeatCode.RESOURCE_NOT_FOUND
 
 
 class NamingService:
@@ -78,56 +62,23 @@ class NamingService:
         self.storage = storage
         self._last_ref_ms = 0
         self.beats = BeatTable(bus, clients, clock.monotonic_ms, clock.now_ms)
+        self.validator = InstanceValidator(config)
 
-    # --- validation ---------------------------------------------------------------------
+    # --- validation (the one rule set: service_layer.validation) ------------------------
     def check_params(self, service: ServiceKey | None = None, clusters: str | None = None,
                      instances: Sequence[InstanceInfo] = ()) -> None:
         """Nacos's parameter checker (spec §3.7); raises ParamCheckFailed (answered 500/400)."""
-        if not self.config.param_check_enabled:
-            return
-        if service is not None:
-            _check(service.namespace, MAX_NAMESPACE_LEN, _NAMESPACE_RE, "namespaceId")
-            _check(service.name, MAX_SERVICE_LEN, _SERVICE_RE, "serviceName")
-            _check(service.group, MAX_GROUP_LEN, _GROUP_RE, "group")
-        if clusters:
-            for cluster in clusters.split(","):
-                _check(cluster, MAX_CLUSTER_LEN, _CLUSTER_PARAM_RE, "cluster")
-        for inst in instances:
-            _check(inst.ip, MAX_IP_LEN, _IP_RE, "ip")
-            if not 0 <= inst.port <= 65535:
-                raise ParamCheckFailed("Param 'port' is illegal, the value should be between 0 and 65535.")
-            _check(inst.cluster, MAX_CLUSTER_LEN, _CLUSTER_PARAM_RE, "cluster")
-            size = sum(len(k) + len(v) for k, v in inst.metadata.items())
-            if size > self.config.metadata_max_length:
-                raise ParamCheckFailed(
-                    f"Param 'Metadata' is illegal, the metadata total length {size} exceeds "
-                    f"{self.config.metadata_max_length}."
-                )
+        self.validator.check_params(service, clusters, instances)
 
     @staticmethod
     def check_instance_legal(inst: InstanceInfo) -> None:
         """NamingUtils.checkInstanceIsLegal (single registration only): answered 400/400."""
-        md = inst.metadata
-        interval = metadata_millis(md, HEART_BEAT_INTERVAL_KEY, DEFAULT_HEART_BEAT_INTERVAL)
-        if (metadata_millis(md, HEART_BEAT_TIMEOUT_KEY, DEFAULT_HEART_BEAT_TIMEOUT) < interval
-                or metadata_millis(md, IP_DELETE_TIMEOUT_KEY, DEFAULT_IP_DELETE_TIMEOUT) < interval):
-            raise InvalidParam(
-                "Instance 'heart beat interval' must less than 'heart beat timeout' and 'ip delete timeout'."
-            )
-        if inst.cluster and not _CLUSTER_LEGAL_RE.fullmatch(inst.cluster):
-            raise InvalidParam(
-                f"Instance 'clusterName' should be characters with only 0-9a-zA-Z-. (current: {inst.cluster})"
-            )
+        InstanceValidator.check_instance_legal(inst)
 
     @staticmethod
     def check_values(inst: InstanceInfo) -> None:
         """Values no Nacos client sends but a hand-made request might: refuse them cleanly."""
-        if not inst.ip:
-            raise InvalidParam("Instance 'ip' can not be empty.")
-        if not 0 <= inst.port <= 65535:
-            raise InvalidParam("Instance 'port' must be between 0 and 65535.")
-        if not math.isfinite(inst.weight) or not 0.0 <= inst.weight <= MAX_WEIGHT:
-            raise InvalidParam(f"Instance 'weight' must be between 0 and {MAX_WEIGHT:g}.")
+        InstanceValidator.check_values(inst)
 
     # --- writes -------------------------------------------------------------------------
     def register_instance(self, client_id: str, service: ServiceKey, inst: InstanceInfo) -> None:
@@ -263,18 +214,25 @@ class NamingService:
         """Remove the ip:port client's instance of the service; unknown ones are a no-op."""
         if not ephemeral:
             raise InvalidParam(PERSISTENT_UNSUPPORTED)
+        check_port(port)
         self.check_params(service)
         client_id = ip_port_client_id(ip, port)
         if self.clients.get(client_id) is not None:
             self.deregister_instance(client_id, service)
 
-    def beat(self, service: ServiceKey, ip: str, port: int, beat: InstanceInfo | None) -> tuple[int, int]:
+    def beat(self, service: ServiceKey, ip: str, port: int, beat: InstanceInfo | None,
+             ephemeral: bool = True) -> tuple[int, int]:
         """A client beat (InstanceController.beat + ClientBeatProcessorV2): ``(code, interval)``.
 
         Unknown client or service: auto-register from the ``beat`` body when there is one,
         else code 20404 so the client registers again. Otherwise refresh the beat, turn an
         unhealthy instance healthy (pushed), and tell the client its beat interval.
         """
+        if not ephemeral:
+            raise InvalidParam(PERSISTENT_UNSUPPORTED)
+        check_port(port)
+        if beat is not None:
+            self.check_values(beat)
         self.check_params(service)
         client_id = ip_port_client_id(ip, port)
         client = self.clients.get(client_id)
@@ -296,6 +254,7 @@ class NamingService:
 
     def find_instance(self, service: ServiceKey, ip: str, port: int, cluster: str) -> InstanceInfo:
         """The instance ``ip:port`` of ``cluster`` in the service, whoever published it."""
+        check_port(port)
         self.check_params(service, clusters=cluster)
         if self.services.get(service) is None:
             raise NotFound(f"no service {service.grouped_name} found!")
@@ -305,10 +264,13 @@ class NamingService:
 
     def update_instance(self, service: ServiceKey, ip: str, port: int, cluster: str, *,
                         weight: float | None = None, enabled: bool | None = None,
-                        metadata: Mapping[str, str] | None = None) -> int:
+                        metadata: Mapping[str, str] | None = None, ephemeral: bool = True) -> int:
         """PUT/PATCH ``/instance``: change weight, enabled and metadata (merged) of the matching
         instance of every client. Nacos keeps these as a CP overlay; we apply them to the
         stored instance (a client that registers again replaces them). Returns how many."""
+        if not ephemeral:
+            raise InvalidParam(PERSISTENT_UNSUPPORTED)
+        check_port(port)
         self.check_params(service, clusters=cluster)
         if self.services.get(service) is None:
             raise InvalidParam(f"service not found, namespace: {service.namespace}, service: {service.grouped_name}")
@@ -347,7 +309,7 @@ class NamingService:
         """Create a service with metadata (the protection threshold then applies)."""
         self.check_params(service)
         if self.services.get(service) is not None:
-            raise InvalidParam(f"specified service already exists, serviceName : {service.grouped_name}")
+            raise ServiceAlreadyExists(f"specified service already exists, serviceName : {service.grouped_name}")
         record = self.services.get_or_create(service, self.clock.now_ms(), ephemeral=ephemeral)
         record.protect_threshold = protect_threshold
         record.metadata = dict(metadata)
@@ -358,7 +320,7 @@ class NamingService:
         self.check_params(service)
         record = self.services.get(service)
         if record is None:
-            raise InvalidParam(f"service not found, namespace: {service.namespace}, service: {service.grouped_name}")
+            raise UnknownService(f"service not found, namespace: {service.namespace}, service: {service.grouped_name}")
         if protect_threshold is not None:
             record.protect_threshold = protect_threshold
         if metadata is not None:
@@ -369,9 +331,9 @@ class NamingService:
     def delete_service(self, service: ServiceKey) -> None:
         self.check_params(service)
         if self.services.get(service) is None:
-            raise InvalidParam(f"service {service.grouped_name} is not exist!")
+            raise UnknownService(f"service {service.grouped_name} is not exist!")
         if self.index.publishers_of(service):
-            raise InvalidParam(f"Service {service.grouped_name} is not empty, can't be delete. "
+            raise ServiceNotEmpty(f"Service {service.grouped_name} is not empty, can't be delete. "
                                "Please unregister instance first")
         self.services.remove(service)
 
@@ -390,30 +352,80 @@ class NamingService:
             log.info("removed empty service %s", key)
         return len(expired)
 
+    # --- connection-based clients (Nacos ConnectionBasedClientManager) ----------------------
+    def connect_client(self, client_id: str, client_ip: str, app: str, agent: str) -> None:
+        """Create the naming client of a new SDK connection (clientConnected)."""
+        mono = self.clock.monotonic_ms()
+        self.clients.add(Client(client_id, ClientKind.CONNECTION, native=True, created_ms=self.clock.now_ms(),
+                                client_ip=client_ip, app=app, agent=agent, last_updated_ms=mono,
+                                last_renew_ms=mono))
 
-def _check(value: str, max_len: int, pattern: re.Pattern[str], name: str) -> None:
-    if not value:
-        return
-    if len(value) > max_len:
-        raise ParamCheckFailed(f"Param '{name}' is illegal, the param length should not exceed {max_len}.")
-    if not pattern.fullmatch(value):
-        raise ParamCheckFailed(f"Param '{name}' is illegal, illegal characters should not appear in the param.")
+    def release_client(self, client_id: str, reason: str) -> None:
+        """Remove the naming client of a closed connection and everything it published
+        (clientDisconnected); an unknown id is a no-op."""
+        self.clients.remove(client_id, reason)
 
+    # --- reads for the Open API (ServiceControllerV2, ClientInfoControllerV2, Operator) ----
+    def service_exists(self, service: ServiceKey) -> bool:
+        """Whether the service record exists (empty services included)."""
+        self.check_params(service)
+        return self.services.get(service) is not None
 
-def parse_metadata(raw: object, field: str = "metadata") -> Mapping[str, str]:
-    """A JSON object of string→string (numbers and booleans are stringified, as Jackson does)."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise InvalidParam(f"'{field}' must be a JSON object of strings")
-    out: dict[str, str] = {}
-    for key, value in raw.items():
-        if isinstance(value, str):
-            out[key] = value
-        elif isinstance(value, bool):
-            out[key] = "true" if value else "false"
-        elif isinstance(value, (int, float)) and value is not None:
-            out[key] = str(value)
-        else:
-            raise InvalidParam(f"'{field}.{key}' must be a string")
-    return out
+    def service_detail(self, service: ServiceKey) -> ServiceDetail | None:
+        """The service record with the sorted clusters of its instances; None if it does not exist."""
+        self.check_params(service)
+        record = self.services.get(service)
+        if record is None:
+            return None
+        clusters = sorted({inst.cluster for inst in self.storage.view(service).instances})
+        return ServiceDetail(service, record.protect_threshold, dict(record.metadata), record.ephemeral, clusters)
+
+    def client_ids(self) -> list[str]:
+        """Every naming client of this node (own and replicated), sorted."""
+        return sorted(c.client_id for c in self.clients)
+
+    def _client(self, client_id: str) -> Client:
+        client = self.clients.get(client_id)
+        if client is None:
+            raise NotFound(f"clientId {client_id} not exist")
+        return client
+
+    def client_detail(self, client_id: str) -> ClientDetail:
+        """One client: connection-based (ip, port from its id, app, agent) or ip:port."""
+        client = self._client(client_id)
+        if client.kind is ClientKind.CONNECTION:
+            return ClientDetail(client.client_id, True, client.last_updated_ms, client.client_ip,
+                                client.client_id.rpartition("_")[2], client.app, client.agent)
+        ip, _, port = responsible_tag(client.client_id).rpartition(":")
+        return ClientDetail(client.client_id, False, client.last_updated_ms, ip, port, "", "")
+
+    def client_publications(self, client_id: str) -> list[tuple[ServiceKey, InstanceInfo]]:
+        """Every instance the client publishes, by service (sorted)."""
+        client = self._client(client_id)
+        return [(key, inst) for key, publication in sorted(client.publications.items())
+                for inst in publication.instances]
+
+    def client_subscriptions(self, client_id: str) -> list[tuple[ServiceKey, Subscriber]]:
+        """Every service the client subscribes to, with its subscriber (sorted)."""
+        client = self._client(client_id)
+        return sorted(client.subscriptions.items())
+
+    async def operator_metrics(self, owner_of: Callable[[str], str | None]) -> OperatorMetrics:
+        """OperatorController.metrics; ``owner_of`` says who handles an ``ip:port`` (None: this node)."""
+        clients = list(self.clients)
+        responsible = [c for c in clients if (c.native if c.kind is ClientKind.CONNECTION
+                                              else owner_of(responsible_tag(c.client_id)) is None)]
+        load, mem = await run_blocking(load_and_mem)
+        return OperatorMetrics(
+            service_count=len(self.services),
+            instance_count=self.storage.instance_count(),
+            subscribe_count=sum(len(s) for s in self.index.subscribers.values()),
+            responsible_instance_count=sum(c.instance_count() for c in responsible),
+            client_count=len(clients),
+            connection_based_client_count=sum(1 for c in clients if c.kind is ClientKind.CONNECTION),
+            ephemeral_ip_port_client_count=sum(1 for c in clients if c.kind is ClientKind.IP_PORT),
+            responsible_client_count=len(responsible),
+            cpu=min(load / (os.cpu_count() or 1), 1.0),
+            load=load,
+            mem=mem,
+        )
