@@ -16,6 +16,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_CheckExact, PyDict_Next, PyDict_SetItem
 from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 
@@ -25,7 +26,9 @@ from shoal.kernels.payload_py import PayloadDecodeError
 
 
 cdef extern from "Python.h":
-    object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
+    # A new reference, or NULL with UnicodeDecodeError set: checked by hand (see _utf8).
+    PyObject* PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
+    void PyErr_Clear()
     const char* PyUnicode_AsUTF8AndSize(object o, Py_ssize_t* size) except NULL
 
 
@@ -169,10 +172,13 @@ cdef str EMPTY = ""
 cdef inline str _utf8(cursor p, Py_ssize_t size):
     if size == 0:
         return EMPTY
-    try:
-        return PyUnicode_DecodeUTF8(<const char*>p, size, NULL)
-    except UnicodeDecodeError:
-        raise PayloadDecodeError("string field is not valid UTF-8") from None
+    cdef PyObject* text = PyUnicode_DecodeUTF8(<const char*>p, size, NULL)
+    if text == NULL:  # UnicodeDecodeError (or MemoryError): no exception machinery on success
+        PyErr_Clear()
+        raise PayloadDecodeError("string field is not valid UTF-8")
+    cdef str result = <str>text  # takes a second reference...
+    Py_DECREF(result)  # ...and drops the one PyUnicode_DecodeUTF8 returned
+    return result
 
 
 # -- decoding: the messages ---------------------------------------------------------------------
