@@ -367,6 +367,19 @@ def test_decode_rejects_every_truncation_of_a_message(payload: ModuleType) -> No
 # -- property tests -----------------------------------------------------------------------------
 
 HYPOTHESIS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _modules() -> list[ModuleType]:
+    names = ["shoal.kernels.payload_py"] + ([] if NO_EXTENSIONS else ["shoal._ext.payload"])
+    return [importlib.import_module(name) for name in names]
+
+
+def compiled_only(test: Any) -> Any:
+    """Mark a differential test: it compares the compiled kernel with the twin."""
+    test = pytest.mark.skipif(NO_EXTENSIONS, reason="compiled kernels disabled by SHOAL_NO_EXTENSIONS")(test)
+    return pytest.mark.c_extension(test)
+
+
 astral = st.characters(min_codepoint=0x10000)
 texts = st.one_of(st.text(max_size=20), st.text(astral, max_size=5), st.sampled_from(["", "InstanceRequest"]))
 values = st.tuples(
@@ -380,20 +393,45 @@ values = st.tuples(
 @HYPOTHESIS
 @given(value=values)
 def test_round_trip_matches_protobuf(value: tuple[str, dict[str, str], str, bytes]) -> None:
+    type_, headers, client_ip, data = value
+    reference = Payload(metadata=Metadata(type=type_, clientIp=client_ip, headers=headers), body={"value": data})
+    encodings = set()
     for module in _modules():
-        type_, headers, client_ip, data = value
         encoded = module.encode(type_, data, headers, client_ip)
+        encodings.add(encoded)
         same(module.decode(encoded), value)
         assert proto_values(encoded) == value
-        reference = Payload(metadata=Metadata(type=type_, clientIp=client_ip, headers=headers), body={"value": data})
         assert module.decode(reference.SerializeToString()) == value
         if len(headers) <= 1:
             assert encoded == reference.SerializeToString()
+    assert len(encodings) == 1
 
 
-def _modules() -> list[ModuleType]:
-    names = ["shoal.kernels.payload_py"] + ([] if NO_EXTENSIONS else ["shoal._ext.payload"])
-    return [importlib.import_module(name) for name in names]
+hashable = st.one_of(st.none(), st.integers(), st.binary(max_size=3), texts, st.just("\udc80"))
+anything = st.one_of(hashable, st.just([("k", "v")]))
+
+
+@compiled_only
+@HYPOTHESIS
+@given(
+    args=st.tuples(
+        st.one_of(texts, anything),
+        st.one_of(st.binary(max_size=5), st.builds(bytearray, st.binary(max_size=5)), anything),
+        st.one_of(
+            st.none(), st.dictionaries(st.one_of(texts, hashable), st.one_of(texts, anything), max_size=3), anything
+        ),
+        st.one_of(texts, anything),
+    )
+)
+def test_encode_agrees_on_any_arguments(args: tuple[Any, Any, Any, Any]) -> None:
+    py, ext = _modules()
+    try:
+        expected = py.encode(*args)
+    except (TypeError, ValueError) as exc:
+        with pytest.raises(type(exc)):
+            ext.encode(*args)
+    else:
+        assert ext.encode(*args) == expected
 
 
 # Random protobuf-shaped bytes: fields of random numbers (the known ones made common) and wire
@@ -456,12 +494,6 @@ def _outcome(module: ModuleType, data: bytes) -> Any:
         return module.decode(data)
     except PayloadDecodeError:
         return PayloadDecodeError
-
-
-def compiled_only(test: Any) -> Any:
-    """Mark a differential test: it compares the compiled kernel with the twin."""
-    test = pytest.mark.skipif(NO_EXTENSIONS, reason="compiled kernels disabled by SHOAL_NO_EXTENSIONS")(test)
-    return pytest.mark.c_extension(test)
 
 
 def _check_agree(data: bytes) -> None:
