@@ -29,5 +29,10 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	bash ci/bench.sh
 
+## bench-compare: the kernel benches vs the last saved `make bench` run; fails past a 25% slower median
+.PHONY: bench-compare
+bench-compare: $(STAMP)
+	bash ci/bench.sh --compare
+
 clean:
 	rm -rf build $(VENV) src/*.egg-info ext/*.c ext/*.html src/shoal/_ext/*.so .pytest_cache .mypy_cache .ruff_cache

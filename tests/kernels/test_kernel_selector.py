@@ -21,6 +21,7 @@ API: dict[str, tuple[str, ...]] = {
     "ownership": ("java_hash", "distro_hash", "owner_indices", "moved_keys"),
     "verify": ("fnv1a64", "splitmix64", "bucket_of", "bucket_digests", "diff_revisions"),
     "syncser": ("encode_batch", "decode_batch"),
+    "payload": ("decode", "encode"),
 }
 
 

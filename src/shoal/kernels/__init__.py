@@ -13,7 +13,7 @@ import os
 #: Set SHOAL_NO_EXTENSIONS=1 to force the pure-Python twins (it also skips the build).
 NO_EXTENSIONS: bool = os.environ.get("SHOAL_NO_EXTENSIONS", "") not in ("", "0")
 
-KERNELS: tuple[str, ...] = ("expiry", "ownership", "verify", "syncser")
+KERNELS: tuple[str, ...] = ("expiry", "ownership", "verify", "syncser", "payload")
 
 _chosen: dict[str, str] = {}
 _failures: dict[str, str] = {}
