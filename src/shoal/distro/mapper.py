@@ -48,6 +48,7 @@ class DistroMapper:
         return [healthy[i] for i in ownership.owner_indices(tags, len(healthy))]
 
     def responsible(self, tag: str) -> bool:
+        """True when this node handles the ``ip:port`` ``tag`` (always, standalone)."""
         if self.members is None or not self.members.is_clustered():
             return True
         healthy = self.members.healthy_addresses()
@@ -56,6 +57,7 @@ class DistroMapper:
         return self.owner_of(tag) == self.self_address
 
     def responsible_client(self, client: Client) -> bool:
+        """Connection clients: their own node; ip:port clients: the hash owner."""
         if client.kind is ClientKind.CONNECTION:
             return client.native
         return self.responsible(responsible_id(client.client_id))

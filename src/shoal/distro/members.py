@@ -161,6 +161,7 @@ class MemberManager:
         return self._healthy_cache
 
     def is_clustered(self) -> bool:
+        """True when this node has peers."""
         return bool(self.peers)
 
     # --- changes --------------------------------------------------------------------------
@@ -185,6 +186,7 @@ class MemberManager:
         return changed
 
     def report_succeeded(self, address: str, info: dict[str, Any] | None = None) -> None:
+        """An exchange with ``address`` worked: it is UP and its failure count resets."""
         member = self.peers.get(address)
         if member is None:
             return
@@ -196,6 +198,8 @@ class MemberManager:
             self._changed()
 
     def report_failed(self, address: str, refused: bool = False) -> None:
+        """An exchange with ``address`` failed: UP → SUSPICIOUS, DOWN past fail-access-cnt or
+        at once when the connection was refused."""
         member = self.peers.get(address)
         if member is None:
             return

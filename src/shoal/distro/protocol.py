@@ -150,6 +150,7 @@ class DistroProtocol:
 
     @property
     def verify_stats(self) -> VerifyStats:
+        """Counters of this node's verify rounds."""
         return self.verifier.stats
 
     async def load_snapshot(self) -> None:

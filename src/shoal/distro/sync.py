@@ -54,6 +54,7 @@ class PeerQueue:
     failed_batches: int = 0
 
     def next_due(self) -> int | None:
+        """The earliest due time of the pending keys (None when nothing is pending)."""
         return min((due for _, due in self.pending.values()), default=None)
 
 
@@ -73,6 +74,8 @@ class SyncEngine:
     # --- enqueue ----------------------------------------------------------------------------
     def enqueue(self, client_id: str, op: int, targets: Iterable[str] | None = None,
                 delay_ms: int | None = None) -> None:
+        """Queue ``op`` for ``client_id`` to ``targets`` (every peer by default) after ``delay_ms``
+        (``sync.delayMs`` by default), merging with a pending task for the same key."""
         now = self.clock.monotonic_ms()
         due = now + (self.config.sync_delay_ms if delay_ms is None else delay_ms)
         addresses = [m.address for m in self.members.peer_list()] if targets is None else list(targets)
@@ -153,16 +156,19 @@ class SyncEngine:
         return len(batch)
 
     def pending_count(self) -> int:
+        """Keys pending over every peer's queue."""
         return sum(len(q.pending) for q in self.queues.values())
 
     # --- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
+        """Start one worker per peer queue (and for queues created later)."""
         self._running = True
         for queue in self.queues.values():
             if queue.task is None:
                 queue.task = asyncio.get_running_loop().create_task(self._worker(queue))
 
     async def stop(self) -> None:
+        """Cancel every worker and wait for them."""
         self._running = False
         tasks = [q.task for q in self.queues.values() if q.task is not None]
         for task in tasks:

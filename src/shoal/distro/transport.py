@@ -62,12 +62,14 @@ class InMemoryNetwork:
         self.handlers[address] = dispatch
 
     def partition(self, a: str, b: str) -> None:
+        """Cut the link between ``a`` and ``b`` both ways (calls time out)."""
         self.cut |= {(a, b), (b, a)}
 
     def heal(self) -> None:
         self.cut.clear()
 
     def transport(self, source: str) -> InMemoryTransport:
+        """The PeerTransport of the node at ``source``."""
         return InMemoryTransport(self, source)
 
 
