@@ -13,7 +13,7 @@ from shoal.clock import Clock, SystemClock
 from shoal.config import Config
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
 from shoal.distro.protocol import DistroProtocol
-from shoal.distro.transport import GrpcPeerTransport
+from shoal.distro.responsibility import ForwardAllTo, MapperResponsibility, Responsibility, Standalone
 from shoal.errors import ConfigError
 from shoal.export.eventlog import ChangeLog
 from shoal.export.node_export import NodeExporter, export_and_rotate
@@ -32,10 +32,11 @@ from shoal.transport.grpc.cluster_server import ClusterServer
 from shoal.transport.grpc.connections import Connection, ConnectionManager
 from shoal.transport.grpc.limits import LimitRuleFile
 from shoal.transport.grpc.naming_handlers import NamingConnectionListener, naming_handlers
+from shoal.transport.grpc.peer_client import GrpcPeerTransport
 from shoal.transport.grpc.server import SdkServer
 from shoal.transport.http.api import Api
 from shoal.transport.http.export import ExportRoutes
-from shoal.transport.http.forward import ForwardAllTo, MapperResponsibility, MemberList, Responsibility, Standalone
+from shoal.transport.http.forward import MemberList
 from shoal.transport.http.server import ADMIN, HttpServer
 
 log = logging.getLogger(__name__)

@@ -244,6 +244,26 @@ class Config:
         100_000, "shoal.export.event-log-capacity", "Change events kept in memory for the events table."
     )
 
+    # --- Distro and membership timings that were constants (one block; task "distro") -------
+    member_report_timeout_ms: int = _setting(
+        3000, "shoal.member.report-timeout-ms", "Timeout of one member report to a peer."
+    )
+    cluster_conf_reload_interval_ms: int = _setting(
+        5000, "shoal.member.conf-reload-interval-ms", "How often cluster.conf is checked for changes."
+    )
+    client_expire_check_interval_ms: int = _setting(
+        5000, "shoal.distro.expire-check-interval-ms",
+        "How often synced clients unrenewed for nacos.naming.client.expired.time are removed.",
+    )
+    snapshot_session_ttl_ms: int = _setting(
+        60_000, "shoal.distro.snapshot.session-ttl-ms",
+        "A paged snapshot session is dropped after this long without a page request.",
+    )
+    sync_initial_backoff_ms: int = _setting(
+        100, "shoal.distro.sync.initial-backoff-ms",
+        "First back-off after a failed sync batch; it doubles up to ...sync.retryDelayMs.",
+    )
+
     # ------------------------------------------------------------------------------------
     @property
     def grpc_port(self) -> int:
@@ -298,6 +318,10 @@ class Config:
                 raise ConfigError(f"{prop_of(name)} must be positive, got {getattr(self, name)}")
         if self.test_forward_all_to and ":" not in self.test_forward_all_to:
             raise ConfigError("shoal.test.forward-all-to must be ip:port")
+        for name in ("member_report_timeout_ms", "cluster_conf_reload_interval_ms", "client_expire_check_interval_ms",
+                     "snapshot_session_ttl_ms", "sync_initial_backoff_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{prop_of(name)} must be positive, got {getattr(self, name)}")
         return self
 
     # ------------------------------------------------------------------------------------

@@ -266,3 +266,7 @@ class OverThreshold(NacosError):
 
 class ConfigError(ValueError):
     """Configuration is invalid; raised by Config.validate() and the loaders."""
+
+
+class PushGone(Exception):
+    """A push target's connection no longer exists (raised by the SDK transport, counted as done by push)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shoal.distro.members import MemberState
@@ -359,3 +361,81 @@ async def test_a_replaced_client_is_not_deleted_on_peers() -> None:
     await cluster.flush()
     assert cluster[1].ports() == [2] and cluster[1].clients.get("c1") is not None
     assert len(cluster.calls("DistroSyncRequest")) == 1  # one CHANGE, no DELETE before it
+
+
+# --- timings come from the config ------------------------------------------------------------
+class _RecordingTransport:
+    """Forwards to the node's in-memory transport and records each request's timeout."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.timeouts: dict[str, int] = {}
+
+    async def call(self, target: str, type_name: str, body: bytes, timeout_ms: int) -> tuple[str, bytes]:
+        self.timeouts[type_name] = timeout_ms
+        return await self.inner.call(target, type_name, body, timeout_ms)  # type: ignore[attr-defined,no-any-return]
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_member_report_timeout_and_periodic_intervals_come_from_the_config(tmp_path: Path) -> None:
+    from shoal.distro.members import REPORT_REQUEST
+
+    conf = str(tmp_path / "cluster.conf")
+    cluster = SimCluster(2, member_report_timeout_ms=1234, client_expire_check_interval_ms=777,
+                         cluster_conf_reload_interval_ms=888, cluster_conf=conf)
+    distro = cluster[0].distro
+    recording = _RecordingTransport(distro.transport)
+    distro.reporter.transport = recording
+    await distro.report_round()
+    assert recording.timeouts == {REPORT_REQUEST: 1234}
+    assert cluster[0].members.peers[cluster.addresses[1]].state is MemberState.UP
+    intervals = {p.name: p.interval_ms for p in distro.periodics}
+    assert (intervals["distro-expiry"], intervals["cluster-conf-reload"]) == (777, 888)
+
+
+async def test_first_sync_backoff_comes_from_the_config() -> None:
+    cluster = SimCluster(2, sync_initial_backoff_ms=250)
+    a, b = cluster.addresses
+    cluster.network.partition(a, b)
+    cluster[0].register("c1", 1)
+    cluster.clock.advance(cluster.config.sync_delay_ms)
+    assert await cluster[0].distro.engine.flush(b) == 0
+    queue = cluster[0].distro.engine.queues[b]
+    assert (queue.failed_batches, queue.backoff_ms) == (1, 250)
+    assert await cluster[0].distro.engine.flush(b) == 0  # not due yet: nothing was sent
+    cluster.clock.advance(250)
+    assert await cluster[0].distro.engine.flush(b) == 0
+    assert (queue.failed_batches, queue.backoff_ms) == (2, 500)
+
+
+async def test_snapshot_sessions_expire_after_the_configured_ttl() -> None:
+    import json
+
+    cluster = SimCluster(2, snapshot_chunk_bytes=1, snapshot_session_ttl_ms=500)
+    for i in range(3):
+        cluster[0].register(f"c{i}", i + 1)
+    server = cluster[0].distro.snapshots
+
+    async def page(session: str, offset: int) -> dict[str, object]:
+        body = await server.page(json.dumps({"session": session, "offset": offset}).encode())
+        header: dict[str, object] = json.loads(body.partition(b"\n")[0])
+        return header
+
+    first = await page("", 0)
+    assert (first["next"], first["done"]) == (1, False)
+    cluster.clock.advance(499)
+    second = await page(str(first["session"]), 1)
+    assert second["session"] == first["session"]  # still alive: each request renews it
+    cluster.clock.advance(500)
+    third = await page(str(second["session"]), 2)
+    assert third["session"] != second["session"]  # expired: a new session was opened
+
+
+async def test_unknown_cluster_request_types_have_no_handler() -> None:
+    from shoal.errors import NoHandler
+
+    cluster = SimCluster(2)
+    with pytest.raises(NoHandler):
+        await cluster[0].distro.dispatch(cluster.addresses[1], "NoSuchRequest", b"")

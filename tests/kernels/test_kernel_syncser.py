@@ -307,3 +307,19 @@ def test_huge_batch(syncser: ModuleType) -> None:
     records[-1] = RECORD
     data = syncser.encode_batch(records)
     assert syncser.decode_batch(data) == records
+
+
+def test_named_positions_address_the_decoded_fields(syncser: ModuleType) -> None:
+    """The index constants documented next to the record aliases name the fields both
+    implementations decode (distro code indexes records only through them)."""
+    from shoal.kernels import syncser as selector
+
+    [record] = syncser.decode_batch(GOLDEN)
+    service = record[selector.CLIENT_SERVICES][0]
+    instance = service[selector.SERVICE_INSTANCES][0]
+    assert (record[selector.CLIENT_OP], record[selector.CLIENT_ID], record[selector.CLIENT_REVISION]) == (3, "c1", 300)
+    assert (service[selector.SERVICE_NAMESPACE], service[selector.SERVICE_GROUP], service[selector.SERVICE_NAME],
+            service[selector.SERVICE_IS_BATCH]) == ("public", "G", "svc", True)
+    fields = ("INSTANCE_IP", "INSTANCE_PORT", "INSTANCE_WEIGHT", "INSTANCE_HEALTHY", "INSTANCE_ENABLED",
+              "INSTANCE_CLUSTER", "INSTANCE_ID", "INSTANCE_METADATA", "INSTANCE_LAST_BEAT")
+    assert tuple(instance[getattr(selector, name)] for name in fields) == INSTANCE

@@ -48,3 +48,14 @@ def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     bad.write_text("just words\n")
     with pytest.raises(ConfigError, match="expected key=value"):
         Config.load(bad, env={})
+
+
+@pytest.mark.parametrize("prop", [
+    "shoal.member.report-timeout-ms", "shoal.member.conf-reload-interval-ms",
+    "shoal.distro.expire-check-interval-ms", "shoal.distro.snapshot.session-ttl-ms",
+    "shoal.distro.sync.initial-backoff-ms",
+])
+def test_distro_timings_must_be_positive(prop: str) -> None:
+    assert Config.load(env={}, overrides={prop: "1"})
+    with pytest.raises(ConfigError, match=f"{prop} must be positive"):
+        Config.load(env={}, overrides={prop: "0"})

@@ -1,4 +1,4 @@
-"""Cluster membership (Nacos ServerMemberManager, MemberUtil).
+"""Cluster membership (Nacos ServerMemberManager, MemberUtil, MemberInfoReportTask), both sides.
 
 Members come from ``--members ip:port,...`` or a Nacos ``cluster.conf`` (one ``ip[:port]`` per
 line, ``#`` comments, reloaded when it changes). Each node reports itself to every peer every
@@ -6,11 +6,16 @@ line, ``#`` comments, reloaded when it changes). Each node reports itself to eve
 than ``fail-access-cnt`` consecutive failures (or a refused connection) DOWN — suspicion comes
 before death, as in Nacos. A report received from a peer marks it UP too. The Distro mapper's
 healthy list is UP + SUSPICIOUS, sorted by address.
+
+:class:`MemberManager` holds the list and the states; :class:`MemberReporter` sends the reports
+and answers them; :class:`ClusterConfWatcher` re-reads ``cluster.conf`` when it changes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import logging
 import socket
 from collections.abc import Callable, Iterable
@@ -19,14 +24,20 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from shoal.distro.transport import PeerTransport, PeerUnavailable
 from shoal.errors import ConfigError
+from shoal.tasks import run_blocking
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8848
+REPORT_REQUEST = "MemberReportRequest"
+REPORT_RESPONSE = "MemberReportResponse"
 
 
 class MemberState(StrEnum):
+    """A member's state as Nacos names it (NodeState)."""
+
     STARTING = "STARTING"
     UP = "UP"
     SUSPICIOUS = "SUSPICIOUS"
@@ -76,6 +87,7 @@ def parse_member(text: str) -> tuple[str, int]:
 
 
 def parse_member_list(text: str) -> list[tuple[str, int]]:
+    """Comma- or newline-separated ``ip[:port]`` items."""
     return [parse_member(part) for part in text.replace("\n", ",").split(",") if part.strip()]
 
 
@@ -124,7 +136,8 @@ class MemberManager:
                     "set nacos.inetutils.ip-address to the ip peers know it by"
                 )
             chosen = matches[0]
-        manager = cls(chosen[0], chosen[1], now_ms, fail_access_cnt)
+        chosen_ip, chosen_port = chosen
+        manager = cls(chosen_ip, chosen_port, now_ms, fail_access_cnt)
         manager.set_members(members)
         return manager
 
@@ -148,6 +161,7 @@ class MemberManager:
         return self._healthy_cache
 
     def is_clustered(self) -> bool:
+        """True when this node has peers."""
         return bool(self.peers)
 
     # --- changes --------------------------------------------------------------------------
@@ -172,6 +186,7 @@ class MemberManager:
         return changed
 
     def report_succeeded(self, address: str, info: dict[str, Any] | None = None) -> None:
+        """An exchange with ``address`` worked: it is UP and its failure count resets."""
         member = self.peers.get(address)
         if member is None:
             return
@@ -183,6 +198,8 @@ class MemberManager:
             self._changed()
 
     def report_failed(self, address: str, refused: bool = False) -> None:
+        """An exchange with ``address`` failed: UP → SUSPICIOUS, DOWN past fail-access-cnt or
+        at once when the connection was refused."""
         member = self.peers.get(address)
         if member is None:
             return
@@ -205,3 +222,68 @@ class MemberManager:
                 listener()
             except Exception:
                 log.exception("member change listener failed")
+
+
+class MemberReporter:
+    """Both sides of the member report: send this node's Member JSON to every peer (the answer,
+    or its absence, drives that peer's state) and answer a peer's report (it is UP)."""
+
+    def __init__(self, members: MemberManager, transport: PeerTransport, timeout_ms: int) -> None:
+        self.members = members
+        self.transport = transport
+        self.timeout_ms = timeout_ms
+
+    def _report_body(self) -> bytes:
+        return json.dumps({"node": self.members.self_member.to_nacos()}).encode()
+
+    async def report_round(self) -> None:
+        """Report to every peer at once."""
+        body = self._report_body()
+        await asyncio.gather(*(self._report(m.address, body) for m in self.members.peer_list()))
+
+    async def _report(self, address: str, body: bytes) -> None:
+        try:
+            kind, _ = await self.transport.call(address, REPORT_REQUEST, body, self.timeout_ms)
+        except PeerUnavailable as exc:
+            self.members.report_failed(address, refused=exc.refused)
+            return
+        except TimeoutError:
+            self.members.report_failed(address)
+            return
+        if kind == REPORT_RESPONSE:
+            self.members.report_succeeded(address)
+        else:
+            self.members.report_failed(address)
+
+    async def handle(self, sender: str, body: bytes) -> tuple[str, bytes]:
+        """Answer a MemberReportRequest: the sender is alive; reply with this node's Member JSON."""
+        self.members.report_succeeded(sender)
+        return REPORT_RESPONSE, self._report_body()
+
+
+class ClusterConfWatcher:
+    """Re-reads ``cluster.conf`` when its mtime changes; an invalid file keeps the current list."""
+
+    def __init__(self, path: Path, members: MemberManager) -> None:
+        self.path = path
+        self.members = members
+        self._mtime_ns: int | None = None
+
+    async def reload(self) -> None:
+        """One check (stat and read run off the event loop)."""
+        path = self.path
+        try:
+            mtime = (await run_blocking(path.stat)).st_mtime_ns
+        except OSError as exc:
+            log.warning("cannot read cluster.conf %s: %s", path, exc)
+            return
+        if mtime == self._mtime_ns:
+            return
+        self._mtime_ns = mtime
+        try:
+            members = await run_blocking(read_cluster_conf, path)
+        except (OSError, ValueError) as exc:
+            log.error("cluster.conf %s is invalid, keeping the current members: %s", path, exc)
+            return
+        if self.members.set_members(members):
+            log.info("cluster.conf reloaded: %s", [a for a, _ in members])

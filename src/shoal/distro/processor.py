@@ -71,9 +71,9 @@ class DistroProcessor:
         """Apply one decoded batch from ``sender``; returns how many records changed anything."""
         changed = 0
         for record in batch:
-            op = record[0]
+            op, client_id, _, _ = record
             if op == OP_DELETE:
-                changed += self._delete(record[1])
+                changed += self._delete(client_id)
             elif op == OP_CHANGE:
                 changed += self._upsert(sender, record)
             else:

@@ -6,7 +6,7 @@ import struct
 from collections.abc import Iterable
 
 from shoal.kernels import syncser
-from shoal.kernels.syncser import ClientRecord, InstanceRecord, ServiceTuple
+from shoal.kernels.syncser import INSTANCE_METADATA, SERVICE_INSTANCES, ClientRecord, InstanceRecord, ServiceTuple
 from shoal.model.client import Client, ClientKind, Publication
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
@@ -35,8 +35,10 @@ def client_record(client: Client, op: int = OP_CHANGE) -> ClientRecord:
 def estimated_size(record: ClientRecord) -> int:
     """A cheap upper-ish estimate of a record's encoded bytes (to bound messages without
     encoding twice)."""
-    return 64 + len(record[1]) + sum(
-        48 + sum(80 + 32 * len(inst[7]) for inst in service[4]) for service in record[3])
+    _op, client_id, _revision, services = record
+    return 64 + len(client_id) + sum(
+        48 + sum(80 + 32 * len(instance[INSTANCE_METADATA]) for instance in service[SERVICE_INSTANCES])
+        for service in services)
 
 
 def delete_record(client_id: str) -> ClientRecord:
@@ -44,8 +46,9 @@ def delete_record(client_id: str) -> ClientRecord:
 
 
 def publications_of(record: ClientRecord) -> dict[ServiceKey, Publication]:
+    _op, _client_id, _revision, services = record
     out: dict[ServiceKey, Publication] = {}
-    for namespace, group, name, batch, instances in record[3]:
+    for namespace, group, name, batch, instances in services:
         out[ServiceKey(namespace, group, name)] = Publication(
             tuple(InstanceInfo(ip, port, weight, healthy, enabled, cluster, instance_id, metadata)
                   for ip, port, weight, healthy, enabled, cluster, instance_id, metadata, _beat in instances),

@@ -1,16 +1,19 @@
-"""Snapshot serving and loading, paged so there is no size cliff.
+"""Snapshot serving and loading, both sides, paged so there is no size cliff.
 
 Nacos answers SNAPSHOT with one gRPC message holding every client, which breaks past the
 10 MiB message cap. Here the first request opens a session (the sorted client ids, held for a
-minute) and every request returns one page of at most ``snapshot.chunk-bytes``: groups of
+minute, ``snapshot.session-ttl-ms``) and every request returns one page of at most ``snapshot.chunk-bytes``: groups of
 (owner address, syncser batch), so the loader knows whose copy each client is. A page is
 encoded off the event loop. The loader walks the pages of the first peer that answers and
 applies each as synced data; it retries the other peers, then all of them after
 ``load.retryDelayMs``, until ``load.timeoutMs``.
+
+:class:`SnapshotServer` answers page requests; :class:`SnapshotLoader` walks a peer's pages.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
@@ -19,16 +22,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from shoal.clock import Clock
+from shoal.config import Config
 from shoal.distro import records
+from shoal.distro.members import MemberManager
 from shoal.distro.records import ClientRecord
+from shoal.distro.transport import PeerError, PeerTransport, PeerUnavailable
+from shoal.model.client import ClientKind
 from shoal.model.clients import ClientManager
 from shoal.tasks import run_blocking
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_REQUEST = "DistroSnapshotRequest"
-SESSION_TTL_MS = 60_000
+SNAPSHOT_RESPONSE = "DistroSnapshotResponse"
+#: Clients per encoded (owner, batch) group of a page.
 CLIENTS_PER_GROUP = 2000
+
+#: Applies a decoded batch as the copies held for ``owner``; returns how many clients changed.
+ApplyBatch = Callable[[str, list[ClientRecord]], int]
 
 
 @dataclass
@@ -38,15 +49,22 @@ class _Session:
 
 
 class SnapshotServer:
+    """The serving side: pages of every client this node holds, in a session per loader."""
+
     def __init__(self, clock: Clock, clients: ClientManager, self_address: str, chunk_bytes: int,
-                 is_loaded: Callable[[], bool] = lambda: True) -> None:
+                 session_ttl_ms: int, is_loaded: Callable[[], bool] = lambda: True) -> None:
         self.clock = clock
         self.is_loaded = is_loaded
         self.clients = clients
         self.self_address = self_address
         self.chunk_bytes = chunk_bytes
+        self.session_ttl_ms = session_ttl_ms
         self._sessions: dict[str, _Session] = {}
         self._ids = itertools.count(1)
+
+    async def handle(self, sender: str, body: bytes) -> tuple[str, bytes]:
+        """Answer a DistroSnapshotRequest with one page."""
+        return SNAPSHOT_RESPONSE, await self.page(body)
 
     async def page(self, body: bytes) -> bytes:
         """Answer one page request: JSON header line, newline, binary page."""
@@ -58,7 +76,7 @@ class SnapshotServer:
         if session is None:
             session_id = str(next(self._ids))
             session = self._sessions[session_id] = _Session(sorted(self.clients.clients), 0)
-        session.expires_ms = now + SESSION_TTL_MS
+        session.expires_ms = now + self.session_ttl_ms
         offset = int(request.get("offset") or 0)
         grouped: dict[str, list[ClientRecord]] = defaultdict(list)
         size = 0
@@ -91,7 +109,94 @@ def _encode_groups(groups: list[tuple[str, list[ClientRecord]]]) -> bytes:
 
 
 def split_page(body: bytes) -> tuple[dict[str, object], list[tuple[str, bytes]]]:
+    """A page answer → (JSON header, [(owner, encoded batch)])."""
     head, sep, page = body.partition(b"\n")
     if not sep:
         raise ValueError("snapshot answer has no header line")
     return json.loads(head), records.decode_page(page)
+
+
+class _PeerLoading(Exception):
+    """The peer is itself still loading its snapshot."""
+
+
+class SnapshotLoader:
+    """The loading side: every client from the first peer that answers, page by page.
+
+    Peers that finished their own load are preferred; when every reachable peer is itself
+    loading (a cluster starting cold) one of those is taken. It retries every
+    ``load.retryDelayMs`` until a load succeeds, then calls ``on_loaded(peer, count)``.
+    """
+
+    def __init__(self, config: Config, clients: ClientManager, members: MemberManager, transport: PeerTransport,
+                 apply: ApplyBatch, enqueue: Callable[[str, int], None], is_loaded: Callable[[], bool],
+                 on_loaded: Callable[[str, int], None]) -> None:
+        self.config = config
+        self.clients = clients
+        self.members = members
+        self.transport = transport
+        self.apply = apply
+        self.enqueue = enqueue
+        self.is_loaded = is_loaded
+        self.on_loaded = on_loaded
+
+    async def load(self) -> None:
+        """Retry the peers until one load succeeds (or someone else marks this node loaded)."""
+        while not self.is_loaded():
+            loading_peers: list[str] = []
+            for accept_loading in (False, True):
+                candidates = loading_peers if accept_loading else [m.address for m in self.members.peer_list()]
+                for address in candidates:
+                    try:
+                        count = await self.load_from(address, accept_loading)
+                    except _PeerLoading:
+                        loading_peers.append(address)
+                        continue
+                    except (PeerUnavailable, PeerError, TimeoutError, ValueError) as exc:
+                        log.warning("snapshot load from %s failed: %s", address, exc)
+                        continue
+                    self.on_loaded(address, count)
+                    return
+            await asyncio.sleep(self.config.load_retry_delay_ms / 1000)
+
+    async def load_from(self, target: str, accept_loading: bool = True) -> int:
+        """Walk every page of ``target``'s snapshot; returns the number of clients applied."""
+        session: object = ""
+        offset: object = 0
+        total = 0
+        while True:
+            request = json.dumps({"session": session, "offset": offset}).encode()
+            kind, body = await self.transport.call(target, SNAPSHOT_REQUEST, request, self.config.load_timeout_ms)
+            if kind != SNAPSHOT_RESPONSE:
+                raise PeerError(f"{target} answered {kind}: {body[:200]!r}")
+            header, groups = split_page(body)
+            if header.get("loading") and not accept_loading:
+                raise _PeerLoading(target)
+            for owner, batch in groups:
+                decoded = await run_blocking(records.decode, batch)
+                if owner == self.members.self_address:
+                    decoded = self._forget_previous_life(decoded)
+                self.apply(owner, decoded)
+                total += len(decoded)
+                await asyncio.sleep(0)  # let the loop breathe between groups
+            if header.get("done"):
+                return total
+            session, offset = header["session"], header["next"]
+
+    def _forget_previous_life(self, batch: list[ClientRecord]) -> list[ClientRecord]:
+        """Peers' copies of connection clients we owned before a restart: those connections died
+        with the old process, so, as their owner, send the DELETE; ip:port clients are kept."""
+        kept = []
+        for record in batch:
+            _op, client_id, _revision, _services = record
+            live = self.clients.get(client_id)
+            if live is not None and live.native:
+                continue  # ours and alive (this node served before its load finished): keep it
+            if records.kind_of(client_id) is ClientKind.CONNECTION:
+                self.enqueue(client_id, records.OP_DELETE)
+            else:
+                kept.append(record)
+        dropped = len(batch) - len(kept)
+        if dropped:
+            log.info("deleting %d connection clients of this node's previous run from its peers", dropped)
+        return kept

@@ -1,4 +1,5 @@
-"""Incremental sync: a delay-task engine with one bounded queue and one worker per peer.
+"""Incremental sync, both sides: a delay-task engine with one bounded queue and one worker per
+peer sends; :class:`SyncReceiver` applies what a peer sent.
 
 Mirrors Nacos's DistroDelayTaskExecuteEngine: a task is keyed by (client id, target peer);
 adding a task for a key already pending merges it — the *older* due time is kept (the delay is
@@ -7,8 +8,8 @@ current state (a client gone meanwhile is skipped) and DELETE sends a delete. Un
 
 * many keys for one peer travel in one request (up to ``sync.batch-max``), syncser-encoded;
 * each peer has its own queue and worker, so a dead or slow peer never delays the others;
-* a failed batch is re-queued with exponential back-off (100 ms doubling up to
-  ``sync.retryDelayMs``) instead of a fixed 3 s;
+* a failed batch is re-queued with exponential back-off (``sync.initial-backoff-ms``, 100 ms,
+  doubling up to ``sync.retryDelayMs``) instead of a fixed 3 s;
 * the queue is bounded: a DOWN peer gets nothing queued, and a queue that passes
   ``sync.queue-max`` collapses to "needs full verify" — the next verify round finds every
   difference by digest and re-sends only those clients.
@@ -17,6 +18,7 @@ current state (a client gone meanwhile is skipped) and DELETE sends a delete. Un
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -32,11 +34,16 @@ from shoal.tasks import wait_until_due
 log = logging.getLogger(__name__)
 
 SYNC_REQUEST = "DistroSyncRequest"
-INITIAL_BACKOFF_MS = 100
+SYNC_RESPONSE = "DistroSyncResponse"
+
+#: Applies a decoded batch as the copies held for ``sender``; returns how many clients changed.
+ApplyBatch = Callable[[str, list[ClientRecord]], int]
 
 
 @dataclass
 class PeerQueue:
+    """The pending sync keys of one peer, its back-off and its worker task."""
+
     target: str
     pending: dict[str, tuple[int, int]] = field(default_factory=dict)  # client id → (op, due ms)
     backoff_ms: int = 0
@@ -47,6 +54,7 @@ class PeerQueue:
     failed_batches: int = 0
 
     def next_due(self) -> int | None:
+        """The earliest due time of the pending keys (None when nothing is pending)."""
         return min((due for _, due in self.pending.values()), default=None)
 
 
@@ -66,6 +74,8 @@ class SyncEngine:
     # --- enqueue ----------------------------------------------------------------------------
     def enqueue(self, client_id: str, op: int, targets: Iterable[str] | None = None,
                 delay_ms: int | None = None) -> None:
+        """Queue ``op`` for ``client_id`` to ``targets`` (every peer by default) after ``delay_ms``
+        (``sync.delayMs`` by default), merging with a pending task for the same key."""
         now = self.clock.monotonic_ms()
         due = now + (self.config.sync_delay_ms if delay_ms is None else delay_ms)
         addresses = [m.address for m in self.members.peer_list()] if targets is None else list(targets)
@@ -78,7 +88,11 @@ class SyncEngine:
                 queue.needs_full_verify = True  # verify repairs it when the peer is back
                 continue
             existing = queue.pending.get(client_id)
-            queue.pending[client_id] = (op, due if existing is None else min(existing[1], due))
+            if existing is None:
+                queue.pending[client_id] = (op, due)
+            else:  # the delay is never extended; the newer op wins
+                _older_op, existing_due = existing
+                queue.pending[client_id] = (op, min(existing_due, due))
             if len(queue.pending) > self.config.sync_queue_max:
                 log.warning("sync queue to %s passed %d keys: collapsing to a full verify", target,
                             self.config.sync_queue_max)
@@ -122,11 +136,12 @@ class SyncEngine:
         try:
             kind, body = await self.transport.call(target, SYNC_REQUEST, records.encode(batch),
                                                    self.config.sync_timeout_ms)
-            if kind != "DistroSyncResponse":
+            if kind != SYNC_RESPONSE:
                 raise PeerError(f"{target} answered {kind}: {body[:200]!r}")
         except (PeerUnavailable, PeerError, TimeoutError) as exc:
             queue.failed_batches += 1
-            queue.backoff_ms = min(max(queue.backoff_ms * 2, INITIAL_BACKOFF_MS), self.config.sync_retry_delay_ms)
+            queue.backoff_ms = min(max(queue.backoff_ms * 2, self.config.sync_initial_backoff_ms),
+                                   self.config.sync_retry_delay_ms)
             retry_at = self.clock.monotonic_ms() + queue.backoff_ms
             for cid, (op, _) in taken.items():
                 if cid not in queue.pending:  # a newer task for the key supersedes the retry
@@ -141,16 +156,19 @@ class SyncEngine:
         return len(batch)
 
     def pending_count(self) -> int:
+        """Keys pending over every peer's queue."""
         return sum(len(q.pending) for q in self.queues.values())
 
     # --- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
+        """Start one worker per peer queue (and for queues created later)."""
         self._running = True
         for queue in self.queues.values():
             if queue.task is None:
                 queue.task = asyncio.get_running_loop().create_task(self._worker(queue))
 
     async def stop(self) -> None:
+        """Cancel every worker and wait for them."""
         self._running = False
         tasks = [q.task for q in self.queues.values() if q.task is not None]
         for task in tasks:
@@ -170,3 +188,24 @@ class SyncEngine:
                 log.exception("sync worker for %s failed; continuing", queue.target)
             queue.wake.clear()
             await wait_until_due(queue.wake, queue.next_due(), self.clock.monotonic_ms())
+
+
+class SyncReceiver:
+    """The receiving side: decode a peer's batch and apply it as that peer's copies.
+
+    ``drop_count`` is the ``shoal.test.drop-incoming-sync`` test hook: that many batches are
+    acknowledged and silently lost, so verify has something to repair.
+    """
+
+    def __init__(self, apply: ApplyBatch, drop_count: int = 0) -> None:
+        self.apply = apply
+        self.drop_count = drop_count
+
+    async def handle(self, sender: str, body: bytes) -> tuple[str, bytes]:
+        """Answer one DistroSyncRequest with the number of clients applied."""
+        if self.drop_count > 0:  # test hook: lose this batch on purpose
+            self.drop_count -= 1
+            log.warning("TEST HOOK: dropped a sync batch from %s", sender)
+            return SYNC_RESPONSE, b'{"applied":0}'
+        applied = self.apply(sender, records.decode(body))
+        return SYNC_RESPONSE, json.dumps({"applied": applied}).encode()

@@ -1,4 +1,4 @@
-"""Revision verify with digests (Nacos DistroVerifyTimedTask, redesigned on the wire).
+"""Revision verify with digests, both sides (Nacos DistroVerifyTimedTask, redesigned on the wire).
 
 Nacos sends one VERIFY request per client per peer every 5 s. Here the owner sends each peer
 one request carrying a 64-bit digest per bucket of its clients (verify kernel: FNV-1a bucket of
@@ -9,16 +9,26 @@ pairs, and the peer answers which clients it misses or holds at another revision
 re-sends exactly those (ADD, no delay). A round in which everything agrees is one small request
 per peer whatever the client count. Semantics are Nacos's: same revision renews, missing or
 different fails and is repaired; a copy the owner no longer has is left to expire.
+
+:class:`VerifySender` is the owner's side (one round every ``verify.intervalMs``, repairs go
+through the sync engine); :class:`VerifyReceiver` is the peer's side.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from shoal.clock import Clock
+from shoal.config import Config
+from shoal.distro import records
+from shoal.distro.members import MemberManager
+from shoal.distro.sync import SyncEngine
+from shoal.distro.transport import PeerError, PeerTransport, PeerUnavailable
 from shoal.kernels import verify as kernel
 from shoal.model.client import Client
 from shoal.model.clients import ClientManager
@@ -28,10 +38,15 @@ log = logging.getLogger(__name__)
 CLIENTS_PER_BUCKET = 256
 MAX_BUCKETS = 4096
 DIGEST_REQUEST = "DistroVerifyRequest"
+DIGEST_RESPONSE = "DistroVerifyResponse"
 DETAIL_REQUEST = "DistroVerifyDetailRequest"
+DETAIL_RESPONSE = "DistroVerifyDetailResponse"
+#: The digest answer of a peer that is still loading its snapshot.
+LOADING_ANSWER = b'{"loading":true,"mismatched":[]}'
 
 
 def bucket_count(n_clients: int) -> int:
+    """Buckets for ``n_clients``: about CLIENTS_PER_BUCKET each, at least 1, at most MAX_BUCKETS."""
     return max(1, min(MAX_BUCKETS, -(-n_clients // CLIENTS_PER_BUCKET)))
 
 
@@ -45,6 +60,7 @@ def digest_request(ids: list[str], revisions: list[int]) -> bytes:
 
 
 def parse_digest_request(body: bytes) -> tuple[int, list[int]]:
+    """(bucket count, digests) of a digest request; ValueError when malformed."""
     head, sep, packed = body.partition(b"\n")
     if not sep:
         raise ValueError("digest request has no header line")
@@ -55,6 +71,7 @@ def parse_digest_request(body: bytes) -> tuple[int, list[int]]:
 
 
 def detail_request(ids: list[str], revisions: list[int], n: int, buckets: set[int]) -> bytes:
+    """The (id, revision) pairs of the clients in ``buckets``, grouped by bucket, as JSON."""
     per_bucket: dict[str, list[list[object]]] = {str(b): [] for b in buckets}
     for cid, rev, b in zip(ids, revisions, kernel.bucket_of(ids, n), strict=True):
         if b in buckets:
@@ -76,9 +93,18 @@ class VerifyReceiver:
     def _copies_from(self, sender: str) -> list[Client]:
         return [c for c in self.clients if not c.native and c.owner == sender]
 
+    async def handle_digest(self, sender: str, body: bytes) -> tuple[str, bytes]:
+        """Answer a DistroVerifyRequest."""
+        return DIGEST_RESPONSE, self.on_digest(sender, body)
+
+    async def handle_detail(self, sender: str, body: bytes) -> tuple[str, bytes]:
+        """Answer a DistroVerifyDetailRequest."""
+        return DETAIL_RESPONSE, self.on_detail(sender, body)
+
     def on_digest(self, sender: str, body: bytes) -> bytes:
+        """Renew the copies in agreeing buckets; name the mismatched buckets."""
         if not self.is_loaded():  # half a snapshot would fail every bucket: ask again later
-            return b'{"loading":true,"mismatched":[]}'
+            return LOADING_ANSWER
         n, theirs = parse_digest_request(body)
         copies = self._copies_from(sender)
         ids = [c.client_id for c in copies]
@@ -118,7 +144,6 @@ class VerifyReceiver:
             log.debug("%d copies from %s are unknown to it; they will expire", len(extra), sender)
         return json.dumps({"resync": [*missing, *stale]}).encode()
 
-
     def _renew(self, client: Client, now: int) -> None:
         client.last_renew_ms = now
         if self.on_renew is not None:
@@ -126,6 +151,8 @@ class VerifyReceiver:
 
 
 class VerifyStats:
+    """Counters of the owner's verify rounds (for describe(), metrics and tests)."""
+
     def __init__(self) -> None:
         self.rounds = 0
         self.requests = 0
@@ -134,7 +161,104 @@ class VerifyStats:
         self.last_round: dict[str, dict[str, int]] = {}
 
 
+@dataclass
+class _PeerRound:
+    """What one round did with one peer."""
+
+    requests: int = 1
+    bytes: int = 0
+    mismatched: int = 0
+    resynced: int = 0
+    complete: bool = False
+
+    def as_dict(self) -> dict[str, int]:
+        return {"requests": self.requests, "bytes": self.bytes, "mismatched": self.mismatched,
+                "resynced": self.resynced}
+
+
+class VerifySender:
+    """The owner side: one verify round to every UP/SUSPICIOUS peer, repairs through the sync engine.
+
+    A round with a peer that ends with every difference re-queued clears that peer's "needs
+    full verify" mark (set while it was DOWN or its queue collapsed).
+    """
+
+    def __init__(self, config: Config, clients: ClientManager, members: MemberManager,
+                 responsible: Callable[[Client], bool], transport: PeerTransport, engine: SyncEngine,
+                 is_loaded: Callable[[], bool]) -> None:
+        self.config = config
+        self.clients = clients
+        self.members = members
+        self.responsible = responsible
+        self.transport = transport
+        self.engine = engine
+        self.is_loaded = is_loaded
+        self.stats = VerifyStats()
+
+    async def round(self) -> None:
+        """One verify round to every UP/SUSPICIOUS peer (only after the initial load)."""
+        if not self.is_loaded() or not self.members.is_clustered():
+            return
+        ids, revisions = responsible_revisions(self.clients, self.responsible)
+        body = digest_request(ids, revisions)
+        healthy = set(self.members.healthy_addresses())
+        peers = [m.address for m in self.members.peer_list() if m.address in healthy]
+        self.stats.rounds += 1
+        await asyncio.gather(*(self._verify_peer(p, ids, revisions, body) for p in peers))
+
+    async def _verify_peer(self, target: str, ids: list[str], revisions: list[int], body: bytes) -> None:
+        done = _PeerRound(bytes=len(body))
+        try:
+            await self._exchange(target, ids, revisions, body, done)
+        except (PeerUnavailable, PeerError, TimeoutError, ValueError, KeyError) as exc:
+            log.warning("verify with %s failed: %s", target, exc)
+        if done.complete:
+            queue = self.engine.queues.get(target)
+            if queue is not None:
+                queue.needs_full_verify = False
+        self.stats.requests += done.requests
+        self.stats.bytes_sent += done.bytes
+        self.stats.resynced += done.resynced
+        self.stats.last_round[target] = done.as_dict()
+
+    async def _exchange(self, target: str, ids: list[str], revisions: list[int], body: bytes,
+                        done: _PeerRound) -> None:
+        timeout_ms = self.config.verify_timeout_ms
+        kind, answer = await self.transport.call(target, DIGEST_REQUEST, body, timeout_ms)
+        if kind != DIGEST_RESPONSE:
+            raise PeerError(f"{target} answered {kind}")
+        reply = json.loads(answer)
+        if reply.get("loading"):
+            log.info("verify with %s skipped: it is still loading its snapshot", target)
+            return
+        mismatched = set(reply["mismatched"])
+        if mismatched:
+            detail = detail_request(ids, revisions, bucket_count(len(ids)), mismatched)
+            done.requests += 1
+            done.bytes += len(detail)
+            done.mismatched = len(mismatched)
+            kind, answer = await self.transport.call(target, DETAIL_REQUEST, detail, timeout_ms)
+            if kind != DETAIL_RESPONSE:
+                raise PeerError(f"{target} answered {kind}")
+            resync = json.loads(answer)["resync"]
+            # verify failed for these: ADD to that peer, no delay — at most what its queue has
+            # room for, so a huge repair cannot collapse the queue it is feeding; the rest
+            # is found again by the next round.
+            queue = self.engine.queues.get(target)
+            room = max(self.config.sync_queue_max - (len(queue.pending) if queue is not None else 0), 0)
+            for client_id in resync[:room]:
+                self.engine.enqueue(client_id, records.OP_CHANGE, [target], delay_ms=0)
+            done.resynced = min(len(resync), room)
+            if resync:
+                log.info("verify with %s: %d clients missing or stale there, re-sending %d", target,
+                         len(resync), done.resynced)
+            if len(resync) > room:
+                return
+        done.complete = True
+
+
 def responsible_revisions(clients: ClientManager, responsible: Callable[[Client], bool]) -> tuple[list[str], list[int]]:
+    """(ids, revisions) of the clients this node owns and is responsible for."""
     ids: list[str] = []
     revisions: list[int] = []
     for client in clients:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Generic, Protocol, TypeVar
 
+from shoal.clock import Clock
 from shoal.config import Config
 from shoal.tasks import run_blocking
-from shoal.transport.grpc.connections import Connection, ConnectionManager
-from shoal.transport.grpc.limits import LimitRuleFile
 
 log = logging.getLogger(__name__)
 
@@ -26,17 +26,66 @@ log = logging.getLogger(__name__)
 PROBE_WAVE = 256
 
 
-class Prober(Protocol):
-    async def probe(self, conn: Connection, timeout_ms: int) -> bool: ...
+class KeptConnection(Protocol):
+    """What the scan reads of one connection (the gRPC transport's Connection fits)."""
 
-    async def reset(self, conn: Connection, redirect: str) -> None: ...
+    expelled_at_ms: int | None  # set by the scan when it sends ConnectResetRequest
+
+    @property
+    def connection_id(self) -> str: ...
+
+    @property
+    def registered(self) -> bool: ...
+
+    @property
+    def created_mono_ms(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
 
 
-class ConnectionKeepAlive:
+C = TypeVar("C", bound=KeptConnection)
+C_contra = TypeVar("C_contra", bound=KeptConnection, contravariant=True)
+
+
+class ConnectionTable(Protocol[C]):
+    """What the scan needs of the connection table (the gRPC ConnectionManager fits)."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def by_id(self) -> Mapping[str, C]: ...
+
+    def unregister(self, connection_id: str, reason: str) -> bool: ...
+
+    def over_limit(self) -> list[C]:
+        """Connections to expel under the current limit rules."""
+
+    def idle_connections(self, idle_ms: int) -> list[C]: ...
+
+    def touch(self, conn: C) -> None: ...
+
+
+class Prober(Protocol[C_contra]):
+    """Sends the server → client requests of the scan (the SDK server fits)."""
+
+    async def probe(self, conn: C_contra, timeout_ms: int) -> bool: ...
+
+    async def reset(self, conn: C_contra, redirect: str) -> None: ...
+
+
+class LimitRules(Protocol):
+    """The connection limit rule source, re-read when its file changed (blocking: small file)."""
+
+    def reload_if_changed(self) -> bool: ...
+
+
+class ConnectionKeepAlive(Generic[C]):
     """One scan of the connection table; run it with a Periodic."""
 
-    def __init__(self, config: Config, manager: ConnectionManager, prober: Prober,
-                 limits: LimitRuleFile | None) -> None:
+    def __init__(self, config: Config, manager: ConnectionTable[C], prober: Prober[C],
+                 limits: LimitRules | None) -> None:
         self.config = config
         self.manager = manager
         self.prober = prober

@@ -20,21 +20,21 @@ from typing import Any, Protocol
 
 from shoal.clock import Clock
 from shoal.config import Config
+from shoal.errors import PushGone
 from shoal.model.events import ClientReleased, ClientSubscribedService, EventBus, ServiceChanged
 from shoal.model.keys import ServiceKey
 from shoal.tasks import wait_until_due
 
 log = logging.getLogger(__name__)
 
-
-class PushGone(Exception):
-    """The target connection no longer exists (counts as done, as in Nacos)."""
+__all__ = ["PendingPush", "PushGone", "PushMetrics", "PushSender", "PushService"]
 
 
 class PushSender(Protocol):
     """Delivers one NotifySubscriberRequest and returns the subscriber's ack body.
 
-    Raises PushGone when the connection is gone and TimeoutError when no ack came in time.
+    Raises :class:`shoal.errors.PushGone` (re-exported here) when the connection is gone and
+    TimeoutError when no ack came in time.
     """
 
     async def send_push(self, client_id: str, service_info_json: str, timeout_ms: int) -> bool: ...

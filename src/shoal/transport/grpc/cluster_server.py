@@ -29,6 +29,9 @@ Dispatch = Callable[[str, str, bytes], Awaitable[tuple[str, bytes]]]
 
 
 class ClusterServer:
+    """The cluster port's gRPC server: checks membership identity, hands each request to
+    ``dispatch`` (the DistroProtocol) and turns failures into ErrorResponse payloads."""
+
     def __init__(self, config: Config, dispatch: Dispatch, metrics: Metrics) -> None:
         self.config = config
         self.dispatch = dispatch
@@ -36,6 +39,7 @@ class ClusterServer:
         self._server: Any = None
 
     async def start(self) -> None:
+        """Bind the cluster port (OSError when it is taken) and start serving."""
         server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", 64 * 1024 * 1024),
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -56,6 +60,7 @@ class ClusterServer:
         log.info("cluster gRPC server listening on %s", address)
 
     async def stop(self, grace_s: float) -> None:
+        """Stop serving, letting in-flight requests finish for ``grace_s`` seconds."""
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None

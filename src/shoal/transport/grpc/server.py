@@ -27,11 +27,11 @@ from shoal.errors import (
     NacosError,
     NoHandler,
     ParamCheckFailed,
+    PushGone,
     ServerStarting,
     Unregistered,
 )
 from shoal.metrics import Metrics
-from shoal.push.service import PushGone
 from shoal.transport.grpc import codec
 from shoal.transport.grpc._proto import Payload
 from shoal.transport.grpc.connections import Connection, ConnectionGone, ConnectionManager, is_success

@@ -1,17 +1,14 @@
 """Seams to the cluster: who is responsible for an ``ip:port`` (Nacos DistroFilter) and who the
 members are (``/core/cluster/nodes``).
 
-* :class:`Responsibility` (defined in :mod:`shoal.model.ip_port`, re-exported here) answers
-  ``owner_of("ip:port")``: None when this node handles it, else the owner's HTTP ``ip:port``.
-  Standalone: always None. The Distro mapper plugs in here.
+* :class:`Responsibility` (defined in :mod:`shoal.distro.responsibility`, re-exported here)
+  answers ``owner_of("ip:port")``: None when this node handles it, else the owner's HTTP
+  ``ip:port``. Standalone: always None. The Distro mapper plugs in there.
 * :class:`Forwarder` proxies an HTTP write or beat for an ``ip:port`` this node is not
   responsible for to its owner (same method, path, query and body, ``User-Agent:
   Nacos-Server``) and relays the answer. A request that arrives already forwarded by a peer
   and is still not ours is refused with 400, which stops forwarding loops (spec §6.4).
 * :class:`MemberView` lists the members in Nacos's Member JSON shape; standalone: this node.
-* :class:`ForwardAllTo` is the test hook behind ``shoal.test.forward-all-to``: it names one
-  fixed owner for every ``ip:port``, so forwarding can be shown with two real processes
-  before the Distro mapper exists.
 """
 
 from __future__ import annotations
@@ -24,8 +21,8 @@ import aiohttp
 from aiohttp import web
 
 from shoal import __version__
+from shoal.distro.responsibility import ForwardAllTo, MapperResponsibility, Responsibility, Standalone
 from shoal.errors import ForwardFailed, InvalidParam
-from shoal.model.ip_port import Responsibility, Standalone
 
 log = logging.getLogger(__name__)
 
@@ -37,32 +34,6 @@ SERVER_USER_AGENT = f"Nacos-Server:shoal-{__version__}"
 _PASSED_HEADERS = ("Content-Type", "accessToken", "Authorization", "Client-Version", "RequestId")
 
 
-class ForwardAllTo:
-    """TEST HOOK (``shoal.test.forward-all-to``): one node owns every ``ip:port``."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-
-    def owner_of(self, tag: str) -> str | None:
-        return self.address
-
-
-class Mapper(Protocol):
-    """What a Distro mapper offers (``responsible`` + ``owner_of`` returning an address)."""
-
-    def responsible(self, tag: str) -> bool: ...
-
-    def owner_of(self, tag: str) -> str: ...
-
-
-class MapperResponsibility:
-    """Responsibility over a Distro mapper: None when this node is responsible."""
-
-    def __init__(self, mapper: Mapper) -> None:
-        self.mapper = mapper
-
-    def owner_of(self, tag: str) -> str | None:
-        return None if self.mapper.responsible(tag) else self.mapper.owner_of(tag)
 
 
 class MemberView(Protocol):
