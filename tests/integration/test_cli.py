@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .procs import ServerProcess, free_port_block, http_get
+from shoal.testing import ServerProcess, free_port_block, http_get
 
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:

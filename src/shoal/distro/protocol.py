@@ -67,7 +67,7 @@ class DistroProtocol:
                                         lambda: self.loaded)
         self.verify_stats = VerifyStats()
         self.loaded = not members.is_clustered()
-        self._drop_sync = config.test_drop_sync_count
+        self.test_drop_sync = 0  # TEST HOOK (shoal.config.TestHooks.drop_incoming_sync), set by the node
         self._conf_mtime: int | None = None
         self._load_task: asyncio.Task[None] | None = None
         self._verify_task: asyncio.Task[None] | None = None
@@ -117,8 +117,8 @@ class DistroProtocol:
         if sender and sender != self.members.self_address and sender not in self.members.peers:
             raise Forbidden(f"{sender} is not a member of this cluster")
         if type_name == SYNC_REQUEST:
-            if self._drop_sync > 0:  # test hook: lose this batch on purpose
-                self._drop_sync -= 1
+            if self.test_drop_sync > 0:  # test hook: lose this batch on purpose
+                self.test_drop_sync -= 1
                 log.warning("TEST HOOK: dropped a sync batch from %s", sender)
                 return "DistroSyncResponse", b'{"applied":0}'
             batch = records.decode(body)
