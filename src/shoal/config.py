@@ -414,10 +414,11 @@ class TestHooks:
     ENV: ClassVar[str] = "SHOAL_TEST_HOOKS"
 
     forward_all_to: str = field(default="", metadata={
-        "doc": "treat the node at this ip:port as responsible for every ip:port (HTTP forwarding)",
-        "check": host_port_or_empty})
+        "prop": "SHOAL_TEST_HOOKS.forward_all_to", "check": host_port_or_empty,
+        "doc": "treat the node at this ip:port as responsible for every ip:port (HTTP forwarding)"})
     drop_incoming_sync: int = field(default=0, metadata={
-        "doc": "silently drop this many incoming Distro sync batches", "check": non_negative})
+        "prop": "SHOAL_TEST_HOOKS.drop_incoming_sync", "check": non_negative,
+        "doc": "silently drop this many incoming Distro sync batches"})
 
     @property
     def active(self) -> bool:
