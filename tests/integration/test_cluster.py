@@ -44,9 +44,9 @@ class Cluster:
             server.wait_ready()
         return server
 
-    def start_all(self, hooks: dict[int, TestHooks] | None = None) -> None:
+    def start_all(self, extra: dict[int, list[str]] | None = None, hooks: dict[int, TestHooks] | None = None) -> None:
         for i in range(len(self.ports)):
-            self.start(i, wait=False, hooks=(hooks or {}).get(i))
+            self.start(i, *(extra or {}).get(i, []), wait=False, hooks=(hooks or {}).get(i))
         for server in self.nodes.values():
             server.wait_ready()
 
