@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
 
-.PHONY: serve test lint typecheck unit bench bench-kernels bench-load clean
+.PHONY: serve test lint typecheck unit integration bench clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard ext/*.pyx ext/*.pxd)
 	bash ci/setup.sh
@@ -18,6 +18,14 @@ serve: $(STAMP)
 ## test: lint, type-check, then the whole suite (compiled kernels, then the pure-Python twins)
 test: $(STAMP)
 	bash ci/test.sh
+
+## unit: the in-process suites (unit, kernels, in-memory cluster): no server processes
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q -ra tests/unit tests/kernels tests/cluster $(ARGS)
+
+## integration: the real-process suite (tests/integration, marked `integration`)
+integration: $(STAMP)
+	$(BIN)/python -m pytest -q -ra -m integration tests/integration $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -11,13 +11,7 @@ from cpython.unicode cimport (
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, uint32_t
 
-
-cdef extern from "Python.h":
-    ctypedef unsigned char Py_UCS1
-    ctypedef unsigned short Py_UCS2
-    ctypedef unsigned int Py_UCS4_t "Py_UCS4"
-    # A macro that is a no-op on 3.12+; kept so legacy (non-"ready") strings on 3.11 are safe.
-    int PyUnicode_READY(object o) except -1
+from pyunicode cimport Py_UCS1, Py_UCS2, Py_UCS4_t, PyUnicode_READY
 
 
 cdef long long INT_MAX = 2147483647  # Java Integer.MAX_VALUE

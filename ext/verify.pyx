@@ -14,13 +14,7 @@ from cpython.unicode cimport (
 )
 from libc.stdint cimport uint64_t
 
-
-cdef extern from "Python.h":
-    ctypedef unsigned char Py_UCS1
-    ctypedef unsigned short Py_UCS2
-    ctypedef unsigned int Py_UCS4_t "Py_UCS4"
-    int PyUnicode_READY(object o) except -1
-    bint PyUnicode_IS_ASCII(object o)
+from pyunicode cimport Py_UCS1, Py_UCS2, Py_UCS4_t, PyUnicode_READY, PyUnicode_IS_ASCII
 
 
 cdef uint64_t FNV_OFFSET = 0xCBF29CE484222325ULL

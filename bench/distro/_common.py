@@ -1,9 +1,10 @@
-"""Shared pieces of the Distro benchmarks: `shoal server` processes on 127.0.0.1 that are always
-cleaned up, /proc readings, Prometheus scraping, percentiles and JSON output.
+"""Shared pieces of the Distro benchmarks: signals, GC-pause logging, percentiles, JSON output, py-spy.
 
-Every server is started in its own session with PR_SET_PDEATHSIG, tracked by a
-:class:`ServerSet` (a context manager that kills what it started on any exit), and SIGTERM /
-SIGINT to the benchmark are turned into an exception so the ``finally`` blocks run.
+The `shoal server` processes themselves come from :mod:`shoal.testing` (the same harness as the
+integration tests): every server is started in its own session with PR_SET_PDEATHSIG
+(:func:`server_options`), tracked by a :class:`shoal.testing.ServerSet` (a context manager that
+kills what it started on any exit), and SIGTERM / SIGINT to the benchmark are turned into an
+exception so the ``finally`` blocks run.
 """
 
 from __future__ import annotations
@@ -15,32 +16,18 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-HOST = "127.0.0.1"
-READINESS = "/nacos/v1/console/health/readiness"
-PROMETHEUS = "/nacos/actuator/prometheus"
+from shoal.testing import ServerProcess
+from shoal.testing.procs import DIE_WITH_PARENT
 
-
-def import_load_client() -> Any:
-    """bench/load's Nacos gRPC client module (not a package: put its folder on the path)."""
-    path = str(REPO / "bench" / "load")
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    import nacos_client
-
-    return nacos_client
+REPO = Path(__file__).resolve().parent.parent.parent
 
 
 # --- signals: turn SIGTERM/SIGINT into an exception so cleanup always runs --------------------
@@ -66,67 +53,7 @@ def install_signal_handlers() -> None:
     signal.signal(signal.SIGINT, on_signal)
 
 
-# --- ports --------------------------------------------------------------------------------------
-def free_port_block(offsets: tuple[int, ...] = (0, 1000, 1001), avoid: Sequence[int] = ()) -> int:
-    """A main port P with P+offset free on 127.0.0.1 for every offset (HTTP, SDK gRPC, cluster)."""
-    taken = {p + o for p in avoid for o in offsets}
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            base = int(s.getsockname()[1])
-        if base + max(offsets) >= 65535 or any(base + o in taken for o in offsets):
-            continue
-        ok = True
-        for off in offsets:
-            with socket.socket() as probe:
-                try:
-                    probe.bind((HOST, base + off))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free block of loopback ports")
-
-
-# --- HTTP ---------------------------------------------------------------------------------------
-def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def metric_values(text: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """Every sample of ``name`` in a Prometheus text page, with its labels."""
-    out = []
-    for match in re.finditer(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", text, re.MULTILINE):
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
-        out.append((labels, float(match.group(2))))
-    return out
-
-
 # --- the server process -------------------------------------------------------------------------
-#: Runs first in the new process, then execs the real command in place (same pid): raise the fd
-#: limit and ask for SIGKILL when the benchmark dies (PR_SET_PDEATHSIG survives exec). Doing this
-#: here rather than in a preexec_fn keeps Python code out of the window between fork and exec,
-#: which is unsafe once gRPC threads run in the benchmark (children died with SIGSEGV).
-LAUNCHER = """
-import ctypes, os, resource, signal, sys
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-if hard != resource.RLIM_INFINITY and soft < hard:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-except Exception:
-    pass
-if os.getppid() != int(sys.argv[1]):
-    sys.exit(70)
-os.execv(sys.argv[2], sys.argv[2:])
-"""
-
-
 #: Runs `shoal` as ``python -m shoal`` would, but first hooks gc.callbacks to write one line per
 #: collection of 5 ms or more to stderr (the server log): ``GCPAUSE <epoch s> gen=<g> ms=<ms>``.
 #: A diagnostic only (the node's own code is unchanged).
@@ -148,192 +75,20 @@ runpy.run_module("shoal", run_name="__main__", alter_sys=True)
 GC_PAUSE_RE = re.compile(r"^GCPAUSE (\S+) gen=(\d) ms=(\S+)$", re.MULTILINE)
 
 
-def gc_pauses(server: Server, since: float = 0.0) -> list[tuple[float, int, float]]:
+def gc_pauses(server: ServerProcess, since: float = 0.0) -> list[tuple[float, int, float]]:
     """(epoch s, generation, ms) of the collections a GC-logging server reported."""
     return [(float(t), int(g), float(ms)) for t, g, ms in GC_PAUSE_RE.findall(server.log()) if float(t) >= since]
 
 
 def launched(cmd: list[str]) -> list[str]:
-    """``cmd`` wrapped in :data:`LAUNCHER` (cmd[0] must be an absolute executable path)."""
-    return [sys.executable, "-c", LAUNCHER, str(os.getpid()), *cmd]
+    """``cmd`` wrapped so it dies with this process (cmd[0] must be an absolute executable path)."""
+    return [sys.executable, "-c", DIE_WITH_PARENT, str(os.getpid()), *cmd]
 
 
-class Server:
-    """One `shoal server` process on 127.0.0.1 (HTTP port, SDK gRPC = +1000, cluster = +1001)."""
-
-    def __init__(self, port: int, data_dir: Path, args: list[str], env: dict[str, str] | None = None,
-                 gc_log: bool = False) -> None:
-        self.port = port
-        self.data_dir = data_dir
-        self.log_path = data_dir / "server.log"
-        entry = ["-c", GC_LOGGER] if gc_log else ["-m", "shoal"]
-        self.cmd = [sys.executable, *entry, "server", "--host", HOST, "--port", str(port),
-                    "--data-dir", str(data_dir), *args]
-        self.env = {**os.environ, **(env or {})}
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.started_at = 0.0  # time.time() just before the process was spawned
-
-    @property
-    def grpc_port(self) -> int:
-        return self.port + 1000
-
-    @property
-    def addr(self) -> str:
-        return f"{HOST}:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def url(self, path: str) -> str:
-        return f"http://{HOST}:{self.port}{path}"
-
-    def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log_file:
-            self.started_at = time.time()
-            self.proc = subprocess.Popen(launched(self.cmd), stdout=log_file, stderr=subprocess.STDOUT,
-                                         env=self.env, start_new_session=True)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"server on {self.port} exited with {self.proc.returncode}:\n{self.log_tail()}")
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def log_tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log().splitlines()[-lines:])
-
-    def ready(self) -> bool:
-        self.check_alive()
-        try:
-            return http_get(self.url(READINESS), 0.5)[0] == 200
-        except OSError:
-            return False
-
-    def wait_ready(self, timeout_s: float, interval_s: float = 0.05) -> float:
-        """Poll readiness; returns the time.time() it first answered 200."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.ready():
-                return time.time()
-            time.sleep(interval_s)
-        raise TimeoutError(f"server on {self.port} not ready within {timeout_s:.0f} s:\n{self.log_tail()}")
-
-    def prometheus(self) -> str:
-        status, text = http_get(self.url(PROMETHEUS), 5.0)
-        if status != 200:
-            raise RuntimeError(f"prometheus on {self.port} answered {status}")
-        return text
-
-    def gauge(self, name: str) -> float | None:
-        values = metric_values(self.prometheus(), f"shoal_{name}")
-        return values[0][1] if values else None
-
-    def try_gauge(self, name: str) -> float | None:
-        """The gauge, or None when the node does not answer in time (a stalled event loop)."""
-        try:
-            return self.gauge(name)
-        except (OSError, RuntimeError):
-            return None
-
-    def members(self) -> list[dict[str, Any]]:
-        status, text = http_get(self.url("/nacos/v1/core/cluster/nodes"), 2.0)
-        if status != 200:
-            return []
-        body = json.loads(text)
-        data = body.get("data", body) if isinstance(body, dict) else body
-        return list(data) if isinstance(data, list) else []
-
-    def proc_status(self) -> dict[str, int]:
-        """VmRSS / VmHWM in bytes from /proc/<pid>/status (empty once the process is gone)."""
-        out: dict[str, int] = {}
-        try:
-            text = Path(f"/proc/{self.pid}/status").read_text()
-        except OSError:
-            return out
-        for line in text.splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0]) * 1024
-        return out
-
-    def cpu_s(self) -> float | None:
-        try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def extensions_loaded(self) -> bool | None:
-        try:
-            maps = Path(f"/proc/{self.pid}/maps").read_text()
-        except OSError:
-            return None
-        return "shoal/_ext/" in maps
-
-    def stop(self, timeout_s: float = 10.0) -> int | None:
-        """SIGTERM, then SIGKILL; always reaps the process."""
-        proc = self.proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                proc.wait()
-        return proc.returncode
-
-
-class ServerSet:
-    """Starts servers and stops every one of them when the ``with`` block ends, however it ends."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        self.servers: list[Server] = []
-
-    def start(self, port: int, args: list[str], env: dict[str, str] | None = None, gc_log: bool = False) -> Server:
-        server = Server(port, self.root / f"node-{port}", args, env, gc_log)
-        self.servers.append(server)
-        server.start()
-        return server
-
-    def stop_all(self) -> None:
-        for server in self.servers:
-            with contextlib.suppress(Exception):
-                server.stop()
-        for server in self.servers:  # anything still there is killed outright
-            if server.proc is not None and server.proc.poll() is None:
-                server.proc.kill()
-                server.proc.wait()
-
-    def __enter__(self) -> ServerSet:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop_all()
-
-
-def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.1, what: str = "condition") -> Any:
-    """The integration tests' poll-with-deadline helper (one implementation for both)."""
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from tests.integration.procs import wait_until as poll
-
-    return poll(predicate, timeout_s, interval_s, what)
+def server_options(gc_log: bool = False) -> dict[str, Any]:
+    """Options for :class:`shoal.testing.ServerProcess` / ``ServerSet.start``: the server dies
+    with the benchmark, and with ``gc_log`` its collections of 5 ms or more are logged."""
+    return {"die_with_parent": True, "entry": ["-c", GC_LOGGER] if gc_log else ["-m", "shoal"]}
 
 
 # --- statistics and output ----------------------------------------------------------------------

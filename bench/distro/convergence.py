@@ -18,8 +18,8 @@ Prints one JSON document: p50/p95/p99/max of both, register RTT on A, missed sam
 target (p99 ≤ 100 ms) and whether it was met. Every loop is bounded in count and time; the
 servers are always stopped.
 
-    .venv/bin/python bench/distro/convergence.py                 # 500 instances, 20 ms apart
-    .venv/bin/python bench/distro/convergence.py --instances 2000 --interval-ms 10
+    .venv/bin/python -m bench.distro.convergence              # 500 instances, 20 ms apart
+    .venv/bin/python -m bench.distro.convergence --instances 2000 --interval-ms 10
 """
 
 from __future__ import annotations
@@ -33,19 +33,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    ServerSet,
+from bench.distro._common import (
     emit,
-    free_port_block,
     gc_pauses,
     host_info,
-    import_load_client,
     install_signal_handlers,
     log,
     run_main,
+    server_options,
     summary_ms,
-    wait_until,
 )
+from bench.load import nacos_client
+from shoal.testing import ServerSet, free_port_block, poll_until
 
 TARGET_P99_MS = 100.0
 
@@ -148,7 +147,7 @@ async def open_connections(nc: Any, target: str, count: int, chunk: int = 50) ->
 
 
 async def measure(args: argparse.Namespace, grpc_a: int, grpc_b: int) -> dict[str, Any]:
-    nc = import_load_client()
+    nc = nacos_client
     bench = Convergence(args, nc)
     conns: list[Any] = []
     stop = asyncio.Event()
@@ -271,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(3):
             ports.append(free_port_block(avoid=ports))
         members = ",".join(f"127.0.0.1:{p}" for p in ports)
-        nodes = [servers.start(p, ["--members", members], gc_log=args.gc_log) for p in ports]
+        nodes = [servers.start(p, ["--members", members], **server_options(args.gc_log)) for p in ports]
         for node in nodes:
             node.wait_ready(args.startup_timeout)
 
@@ -282,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                     return False
             return True
 
-        wait_until(all_up, args.startup_timeout, 0.2, "every node to see every member UP")
+        poll_until(all_up, args.startup_timeout, 0.2, "every node to see every member UP")
         log(f"cluster up: {members}")
         a, b = nodes[0], nodes[1]
         report["cluster"] = {"a": a.addr, "b": b.addr, "c": nodes[2].addr}

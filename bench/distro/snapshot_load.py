@@ -17,8 +17,8 @@
 Prints one JSON document; the target is B ready within 10 s of its start for 1,000,000
 instances. Servers are always stopped, also on errors and signals.
 
-    .venv/bin/python bench/distro/snapshot_load.py
-    .venv/bin/python bench/distro/snapshot_load.py --services 200 --instances-per-service 1000
+    .venv/bin/python -m bench.distro.snapshot_load
+    .venv/bin/python -m bench.distro.snapshot_load --services 200 --instances-per-service 1000
 """
 
 from __future__ import annotations
@@ -35,22 +35,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench.distro._common import (
     PySpy,
-    Server,
-    ServerSet,
     emit,
-    free_port_block,
     host_info,
-    http_get,
-    import_load_client,
     install_signal_handlers,
     log,
-    metric_values,
     run_main,
+    server_options,
     summary_ms,
-    wait_until,
 )
+from bench.load import nacos_client
+from shoal.testing import ServerProcess, ServerSet, free_port_block, http_get, metric_values, poll_until
 
 TARGET_LOAD_S = 10.0
 LOADED_RE = re.compile(r"^(\S+ \S+) \S+\s+shoal\.distro\.protocol: loaded a snapshot of (\d+) clients from (\S+)",
@@ -71,7 +67,7 @@ def line_time(line: str) -> float:
         return 0.0
 
 
-def snapshot_pages(server: Server) -> float | None:
+def snapshot_pages(server: ServerProcess) -> float | None:
     """Snapshot pages this node has served (None if it does not answer in time)."""
     try:
         samples = metric_values(server.prometheus(), "shoal_requests_total")
@@ -81,7 +77,7 @@ def snapshot_pages(server: Server) -> float | None:
                      if labels.get("transport") == "cluster" and labels.get("type") == "DistroSnapshotRequest"))
 
 
-def member_state(server: Server, address: str) -> str | None:
+def member_state(server: ServerProcess, address: str) -> str | None:
     for member in server.members():
         if member.get("address") == address:
             return str(member.get("state"))
@@ -119,7 +115,7 @@ async def load_a(nc: Any, conns: list[Any], services: int, per_service: int, bud
 class Sampler:
     """RSS of both nodes every ``interval`` s and a HealthCheck ping to A every ``ping_ms``."""
 
-    def __init__(self, a: Server, b: Server, ping_conn: Any, ping_ms: float) -> None:
+    def __init__(self, a: ServerProcess, b: ServerProcess, ping_conn: Any, ping_ms: float) -> None:
         self.a, self.b = a, b
         self.ping_conn = ping_conn
         self.ping_s = ping_ms / 1000
@@ -158,7 +154,7 @@ class Sampler:
         return [lat for t, lat in self.pings if start <= t <= end]
 
 
-async def wait_ready_async(server: Server, timeout_s: float, interval_s: float = 0.02) -> float:
+async def wait_ready_async(server: ServerProcess, timeout_s: float, interval_s: float = 0.02) -> float:
     deadline = time.monotonic() + timeout_s
     url = server.url("/nacos/v1/console/health/readiness")
     while time.monotonic() < deadline:
@@ -175,21 +171,21 @@ async def wait_ready_async(server: Server, timeout_s: float, interval_s: float =
 
 async def measure(args: argparse.Namespace, servers: ServerSet, ports: list[int], members: str,
                   extra: list[str]) -> dict[str, Any]:
-    nc = import_load_client()
+    nc = nacos_client
     out: dict[str, Any] = {}
     b_addr = f"127.0.0.1:{ports[1]}"
     conf = servers.root / "cluster.conf"
     if args.bootstrap == "members":
-        a = servers.start(ports[0], ["--members", members, *extra])
+        a = servers.start(ports[0], ["--members", members, *extra], **server_options())
         log(f"A started on {a.addr} (members {members}); it serves after its own load timeout")
     else:  # grow: A starts as a one-node cluster (so it is loaded) and learns of B from its cluster.conf
         await asyncio.to_thread(conf.write_text, f"127.0.0.1:{ports[0]}\n")
-        a = servers.start(ports[0], ["--cluster-conf", str(conf), *extra])
+        a = servers.start(ports[0], ["--cluster-conf", str(conf), *extra], **server_options())
         log(f"A started on {a.addr} alone; B is added to its cluster.conf after the load")
     ready_a = await asyncio.to_thread(a.wait_ready, args.startup_timeout)
     out["a_ready_after_s"] = round(ready_a - a.started_at, 2)
     if args.bootstrap == "members":
-        await asyncio.to_thread(wait_until, lambda: member_state(a, b_addr) == "DOWN", 15, 0.2, "A to see B DOWN")
+        await asyncio.to_thread(poll_until, lambda: member_state(a, b_addr) == "DOWN", 15, 0.2, "A to see B DOWN")
 
     conns: list[Any] = []
     stop = asyncio.Event()
@@ -205,14 +201,14 @@ async def measure(args: argparse.Namespace, servers: ServerSet, ports: list[int]
         cpu0 = a.cpu_s() or 0.0
         out["load_a"] = await load_a(nc, conns, args.services, args.instances_per_service, args.load_budget_s)
         out["load_a"]["server_cpu_s"] = round((a.cpu_s() or 0.0) - cpu0, 2)
-        gauge = await asyncio.to_thread(wait_until, lambda: a.try_gauge("instances") == total, 120, 0.5,
+        gauge = await asyncio.to_thread(poll_until, lambda: a.try_gauge("instances") == total, 120, 0.5,
                                         f"A's instances gauge to read {total}")
         out["a_instances_gauge"] = a.gauge("instances")
         out["a_clients_gauge"] = a.gauge("clients")
         del gauge
         if args.bootstrap == "grow":
             await asyncio.to_thread(conf.write_text, f"127.0.0.1:{ports[0]}\n127.0.0.1:{ports[1]}\n")
-            await asyncio.to_thread(wait_until, lambda: member_state(a, b_addr) == "DOWN", 30, 0.2,
+            await asyncio.to_thread(poll_until, lambda: member_state(a, b_addr) == "DOWN", 30, 0.2,
                                     "A to reload its cluster.conf and see B DOWN")
         a_rss_loaded = a.proc_status()
         log(f"A holds {out['a_instances_gauge']:.0f} instances; RSS {a_rss_loaded.get('VmRSS', 0) / 2**20:.0f} MiB")
@@ -222,12 +218,13 @@ async def measure(args: argparse.Namespace, servers: ServerSet, ports: list[int]
         ping_conn = nc.NacosConnection(f"127.0.0.1:{a.grpc_port}")
         await ping_conn.connect(10)
         conns.append(ping_conn)
-        b = Server(ports[1], servers.root / f"node-{ports[1]}", ["--members", members, *extra])
+        b = ServerProcess(ports[1], servers.root / f"node-{ports[1]}", ["--members", members, *extra],
+                          **server_options())
         sampler = Sampler(a, b, ping_conn, args.ping_ms)
         tasks = [asyncio.create_task(sampler.rss_loop(stop)), asyncio.create_task(sampler.ping_loop(stop))]
         await asyncio.sleep(1.0)  # a baseline of pings before B starts
         baseline_end = time.time()
-        servers.servers.append(b)
+        servers.add(b)
         profilers: dict[str, PySpy] = {}
         if args.profile:
             os.makedirs(args.profile, exist_ok=True)

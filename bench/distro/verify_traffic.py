@@ -1,6 +1,6 @@
 """Distro verify traffic per peer per round, in process (no sockets).
 
-Builds two Distro nodes exactly as the cluster tests do (tests/cluster/harness.py: real
+Builds two Distro nodes exactly as the cluster tests do (shoal.testing.SimCluster: real
 DistroProtocol objects on an InMemoryNetwork with a ManualClock), puts ``--clients``
 connection clients with one instance each on A, syncs them to B, then measures:
 
@@ -18,8 +18,8 @@ The parent runs the measurement twice in child processes of itself, once with th
 kernels and once with ``SHOAL_NO_EXTENSIONS=1``, and prints one JSON document with both and
 the CPU times side by side.
 
-    .venv/bin/python bench/distro/verify_traffic.py                  # 100,000 clients, both modes
-    .venv/bin/python bench/distro/verify_traffic.py --modes cython --clients 20000
+    .venv/bin/python -m bench.distro.verify_traffic                  # 100,000 clients, both modes
+    .venv/bin/python -m bench.distro.verify_traffic --modes cython --clients 20000
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import sys
 import time
 from typing import Any
 
-from _common import REPO, emit, host_info, install_signal_handlers, log, run_main
+from bench.distro._common import REPO, emit, host_info, install_signal_handlers, log, run_main
 
 TARGET_IN_SYNC_REQUESTS = 1
 TARGET_IN_SYNC_BYTES = 64 * 1024
@@ -47,14 +47,6 @@ NACOS_VERIFY_TYPE = "Nacos:Naming:v2:ClientData"
 
 
 # --- the child: one measurement with whatever kernels this process has --------------------------
-def _harness() -> Any:
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from tests.cluster.harness import SimCluster
-
-    return SimCluster
-
-
 def client_id(i: int, base_ms: int) -> str:
     """A connection id shaped like Shoal's (and Nacos's): ``<ms>_<ip>_<port>``."""
     return f"{base_ms + i // 50}_10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}_{40000 + i % 20000}"
@@ -208,8 +200,8 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
     from shoal.distro.transport import MEMBER_HEADER
     from shoal.model.instance import InstanceInfo
     from shoal.model.keys import ServiceKey
+    from shoal.testing import SimCluster
 
-    SimCluster = _harness()
     cluster = SimCluster(2)
     a, b = cluster[0], cluster[1]
     recorder = Recorder(cluster.network)
@@ -354,12 +346,12 @@ def run_child(args: argparse.Namespace, pure: bool) -> dict[str, Any]:
     env.pop("SHOAL_NO_EXTENSIONS", None)
     if pure:
         env["SHOAL_NO_EXTENSIONS"] = "1"
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--clients", str(args.clients),
+    cmd = [sys.executable, "-m", "bench.distro.verify_traffic", "--child", "--clients", str(args.clients),
            "--services", str(args.services), "--rounds", str(args.rounds), "--missing", str(args.missing),
            "--stale", str(args.stale), "--seed", str(args.seed)]
     if not args.what_if:
         cmd.append("--no-what-if")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, cwd=REPO)  # the repo root holds `bench`
     try:
         out, _ = proc.communicate(timeout=args.timeout)
     except BaseException:

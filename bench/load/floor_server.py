@@ -19,12 +19,9 @@ import asyncio
 import itertools
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 import grpc
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from shoal.transport.grpc._proto import Metadata, Payload
 

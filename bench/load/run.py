@@ -16,7 +16,6 @@ import platform
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,10 +27,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+import worker as load_worker  # a sibling: run.py is run as a script, so its folder is on the path
 
-import worker as load_worker  # noqa: E402
+from shoal.testing import free_port_block
+
+HERE = Path(__file__).resolve().parent
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PHASES = ("register", "query", "deregister", "push", "idle")
@@ -107,23 +107,6 @@ examples
 
 
 # --- the server process ------------------------------------------------------------------------
-def _free_port_pair(offset: int) -> int:
-    """A port P with P and P+offset both free on 127.0.0.1."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + offset >= 65536:
-            continue
-        try:
-            with socket.socket() as s2:
-                s2.bind(("127.0.0.1", port + offset))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free pair of loopback ports")
-
-
 def _server_preexec() -> None:  # runs in the child between fork and exec
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft < hard:
@@ -159,7 +142,7 @@ class Server:
     def start(
         cls, server_args: Sequence[str], log_level: str, pure: bool = False, ready_timeout_s: float = 30.0
     ) -> Server:
-        port = _free_port_pair(1000)
+        port = free_port_block((0, 1000))
         tmpdir = tempfile.mkdtemp(prefix="shoal-load-")
         argv = [
             "server",

@@ -16,17 +16,13 @@ import os
 import random
 import resource
 import signal
-import sys
 import time
 import traceback
 from array import array
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import nacos_client as nc
+import nacos_client as nc  # a sibling: imported by run.py, whose folder is on the path
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 

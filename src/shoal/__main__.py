@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from shoal import __version__
-from shoal.config import Config
+from shoal.config import Config, TestHooks
 from shoal.errors import ConfigError
 
 log = logging.getLogger("shoal")
@@ -115,13 +115,18 @@ def _cmd_server(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: Config) -> int:
+    from shoal import kernels
     from shoal.app import Node
 
     try:
-        node = Node(config)  # finds this node in the member list, reads cluster.conf
+        hooks = TestHooks.from_env()
+        node = Node(config, hooks=hooks)  # finds this node in the member list, reads cluster.conf
     except ConfigError as exc:
         log.error("invalid configuration: %s", exc)
         return 2
+    if hooks.active:
+        log.warning("TEST HOOKS active (from %s): %s", TestHooks.ENV, hooks)
+    kernels.log_implementations()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

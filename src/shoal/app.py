@@ -10,7 +10,7 @@ from pathlib import Path
 
 from shoal.auth.service import AuthService
 from shoal.clock import Clock, SystemClock
-from shoal.config import Config
+from shoal.config import Config, TestHooks
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.responsibility import ForwardAllTo, MapperResponsibility, Responsibility, Standalone
@@ -21,12 +21,9 @@ from shoal.health.heartbeat import HeartbeatChecker
 from shoal.health.keepalive import ConnectionKeepAlive
 from shoal.metrics import Metrics
 from shoal.model.client import Client, ClientKind
-from shoal.model.clients import ClientManager
-from shoal.model.events import EventBus
 from shoal.model.keys import ServiceKey
-from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
 from shoal.push.service import PushService
-from shoal.service_layer import NamingService
+from shoal.stack import ModelStack
 from shoal.tasks import Periodic, run_blocking
 from shoal.transport.grpc.cluster_server import ClusterServer
 from shoal.transport.grpc.connections import Connection, ConnectionManager
@@ -45,16 +42,17 @@ log = logging.getLogger(__name__)
 class Node:
     """One Shoal node: model, service layer, transports, push and health loops."""
 
-    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+    def __init__(self, config: Config, clock: Clock | None = None, hooks: TestHooks | None = None) -> None:
         self.config = config
         self.clock = clock or SystemClock()
-        self.bus = EventBus()
-        self.clients = ClientManager(self.bus)
-        self.services = ServiceManager()
-        self.index = ServiceIndex(self.bus, self.clock.now_ms)
-        self.storage = ServiceStorage(self.bus, self.index, self.clients.clients, self.services)
-        self.naming = NamingService(config, self.clock, self.bus, self.clients, self.services, self.index,
-                                    self.storage)
+        self.hooks = hooks or TestHooks()
+        self.model = ModelStack.build(config, self.clock)
+        self.bus = self.model.bus
+        self.clients = self.model.clients
+        self.services = self.model.services
+        self.index = self.model.index
+        self.storage = self.model.storage
+        self.naming = self.model.naming
         self.metrics = Metrics()
         self.auth = AuthService(config)
 
@@ -92,11 +90,12 @@ class Node:
             transport = GrpcPeerTransport(self.members.self_address, config.cluster_port_offset, identity)
             self.distro = DistroProtocol(config, self.clock, self.bus, self.clients, self.services, self.members,
                                          transport, self._renew_beats)
+            self.distro.sync_receiver.drop_count = self.hooks.drop_incoming_sync
             self.cluster_server = ClusterServer(config, self.distro.dispatch, self.metrics)
             self.http.members = MemberList(self.members.all_members)
         # Who handles an ip:port (HTTP forwarding, beat checks): the Distro mapper, or this node.
         self.responsibility: Responsibility = (
-            ForwardAllTo(config.test_forward_all_to) if config.test_forward_all_to
+            ForwardAllTo(self.hooks.forward_all_to) if self.hooks.forward_all_to
             else MapperResponsibility(self.distro.mapper) if self.distro is not None else Standalone())
         self.http.forwarder.responsibility = self.responsibility
         self.heartbeats = HeartbeatChecker(config, self.clock, self.clients, self.services, self.naming.beats,

@@ -11,6 +11,11 @@ from typing import Protocol
 
 
 class Clock(Protocol):
+    """Where every component reads time: wall-clock ms for the wire, monotonic ms for deadlines.
+
+    :class:`SystemClock` in a node; :class:`ManualClock` in tests that step engines by hand.
+    """
+
     def now_ms(self) -> int:
         """Wall-clock epoch milliseconds (for wire fields)."""
 
@@ -42,6 +47,7 @@ class ManualClock:
         return self._mono
 
     def advance(self, ms: int) -> None:
+        """Move both readings forward by ``ms`` (never backwards)."""
         if ms < 0:
             raise ValueError("a clock does not go backwards")
         self._wall += ms

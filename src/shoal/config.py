@@ -11,68 +11,141 @@ dedicated flags such as ``--port``).
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from shoal.errors import ConfigError
 
+log = logging.getLogger(__name__)
 
-def _setting(default: Any, prop: str, doc: str) -> Any:
-    return field(default=default, metadata={"prop": prop, "doc": doc})
+#: A constraint on one setting: returns what is wrong with ``value`` ("must be positive"), or None.
+Check = Callable[[Any], str | None]
+
+
+def positive(value: Any) -> str | None:
+    """Constraint: a number above zero."""
+    return None if value > 0 else "must be positive"
+
+
+def non_negative(value: Any) -> str | None:
+    """Constraint: zero or more."""
+    return None if value >= 0 else "must not be negative"
+
+
+def port_number(value: Any) -> str | None:
+    """Constraint: a TCP port (1..65535)."""
+    return None if 0 < value < 65536 else "is not a usable port"
+
+
+def one_of(*choices: str) -> Check:
+    """Constraint: one of ``choices``, compared case-insensitively."""
+
+    def check(value: Any) -> str | None:
+        return None if str(value).lower() in choices else f"must be one of {'/'.join(choices)}"
+
+    return check
+
+
+def host_port_or_empty(value: Any) -> str | None:
+    """Constraint: empty, or ``ip:port``."""
+    return None if not value or ":" in str(value) else "must be ip:port"
+
+
+def _setting(default: Any, prop: str, doc: str, check: Check | None = None) -> Any:
+    """A setting: its default, property name, one-line doc and (optionally) its constraint.
+
+    :meth:`Config.validate` applies every field's ``check``; a new field is validated by
+    declaring its constraint here, next to it, and nowhere else.
+    """
+    return field(default=default, metadata={"prop": prop, "doc": doc, "check": check})
+
+
+def check_fields(obj: Any) -> None:
+    """Raise ConfigError naming the first field of dataclass ``obj`` whose constraint fails."""
+    for f in dataclasses.fields(obj):
+        check: Check | None = f.metadata.get("check")
+        if check is None:
+            continue
+        value = getattr(obj, f.name)
+        problem = check(value)
+        if problem is not None:
+            raise ConfigError(f"{f.metadata.get('prop', f.name)} {problem}, got {value!r}")
 
 
 @dataclass(frozen=True)
 class Config:
-    """Settings of one Shoal node. Build with :meth:`load`; check with :meth:`validate`."""
+    """Settings of one Shoal node: frozen, typed, one field per setting.
+
+    Build with :meth:`load` (defaults < properties file < ``SHOAL_<FIELD>`` environment <
+    overrides) and check with :meth:`validate`. Each field is declared with :func:`_setting`,
+    which carries its property name, its ``--help`` line and its constraint (``check=``);
+    ``validate()`` is derived from those declarations. Fault-injection switches for tests are
+    not settings: see :class:`TestHooks`.
+    """
 
     # --- node and transport -------------------------------------------------------------
     host: str = _setting("0.0.0.0", "server.address", "Address every listener binds to.")
-    port: int = _setting(8848, "server.port", "Main (HTTP) port; gRPC SDK port = port + grpc offset.")
+    port: int = _setting(
+        8848, "server.port", "Main (HTTP) port; gRPC SDK port = port + grpc offset.", check=port_number
+    )
     grpc_port_offset: int = _setting(
         1000, "nacos.server.grpc.port.offset", "Offset of the SDK gRPC port from the main port."
     )
     data_dir: str = _setting("./.data", "nacos.home", "Directory for rule files, keys and exports.")
-    log_level: str = _setting("info", "shoal.log.level", "Log level: debug, info, warning, error.")
+    log_level: str = _setting(
+        "info", "shoal.log.level", "Log level: debug, info, warning, error.",
+        check=one_of("debug", "info", "warning", "error", "critical"),
+    )
     max_inbound_message_size: int = _setting(
         10 * 1024 * 1024,
         "nacos.remote.server.grpc.sdk.max-inbound-message-size",
         "Largest gRPC message accepted from a client, in bytes.",
+        check=positive,
     )
     grpc_permit_keepalive_ms: int = _setting(
         10_000,
         "nacos.remote.server.grpc.sdk.permit-keep-alive-time",
         "Shortest client keepalive-ping interval tolerated (SDKs ping every 60 s).",
+        check=positive,
     )
     shutdown_grace_ms: int = _setting(
-        3000, "shoal.shutdown.grace-ms", "Time given to in-flight calls on SIGTERM before they are cut."
+        3000, "shoal.shutdown.grace-ms", "Time given to in-flight calls on SIGTERM before they are cut.",
+        check=non_negative,
     )
     startup_delay_ms: int = _setting(
         0,
         "shoal.startup.delay-ms",
         "Extra time the node answers 300 (starting) before it serves; for tests of client retry.",
+        check=non_negative,
     )
 
     # --- connections and keep-alive (RuntimeConnectionEjector constants) -----------------
     connection_check_interval_ms: int = _setting(
-        3000, "nacos.remote.server.connection.check-interval-ms", "Keep-alive scan period."
+        3000, "nacos.remote.server.connection.check-interval-ms", "Keep-alive scan period.",
+        check=positive,
     )
     connection_keep_alive_ms: int = _setting(
         20_000,
         "nacos.remote.server.connection.keep-alive-ms",
         "Idle time after which a connection is probed with ClientDetectionRequest.",
+        check=positive,
     )
     client_detection_timeout_ms: int = _setting(
         1000,
         "nacos.remote.server.connection.detection-timeout-ms",
         "How long a probed connection has to answer before it is unregistered.",
+        check=positive,
     )
     connection_setup_timeout_ms: int = _setting(
         20_000,
         "shoal.connection.setup-timeout-ms",
         "A transport that did ServerCheck but never set up its stream is forgotten after this.",
+        check=positive,
     )
     connection_limit_rule_file: str = _setting(
         "",
@@ -83,11 +156,13 @@ class Config:
         "",
         "nacos.remote.server.connection.redirect-address",
         "ip:port sent in ConnectResetRequest to connections expelled by the limit rules.",
+        check=host_port_or_empty,
     )
     push_backlog_per_connection: int = _setting(
         1024,
         "shoal.remote.server.connection.max-pending-requests",
         "Server requests in flight on one connection before new pushes wait (bounded backlog).",
+        check=positive,
     )
 
     # --- naming --------------------------------------------------------------------------
@@ -95,19 +170,24 @@ class Config:
         10,
         "nacos.naming.push.pushTaskDelay",
         "Coalescing window for pushes of one service (Nacos: 500 ms; ours is far lower).",
+        check=non_negative,
     )
     push_task_timeout_ms: int = _setting(
-        5000, "nacos.naming.push.pushTaskTimeout", "Time a subscriber has to acknowledge a push."
+        5000, "nacos.naming.push.pushTaskTimeout", "Time a subscriber has to acknowledge a push.",
+        check=positive,
     )
     push_task_retry_delay_ms: int = _setting(
-        1000, "nacos.naming.push.pushTaskRetryDelay", "Delay before a failed push is retried."
+        1000, "nacos.naming.push.pushTaskRetryDelay", "Delay before a failed push is retried.",
+        check=non_negative,
     )
     push_max_retries: int = _setting(
-        3, "shoal.naming.push.max-retries", "Retries of a failed push to one subscriber before giving up."
+        3, "shoal.naming.push.max-retries", "Retries of a failed push to one subscriber before giving up.",
+        check=non_negative,
     )
     push_enabled: bool = _setting(True, "nacos.naming.push.enabled", "Push service changes to subscribers.")
     push_cache_millis: int = _setting(
-        10_000, "nacos.naming.push.defaultPushCacheMillis", "cacheMillis stamped on pushed ServiceInfo."
+        10_000, "nacos.naming.push.defaultPushCacheMillis", "cacheMillis stamped on pushed ServiceInfo.",
+        check=non_negative,
     )
     param_check_enabled: bool = _setting(
         True, "nacos.core.param.check.enabled", "Apply Nacos's request parameter checker."
@@ -116,19 +196,23 @@ class Config:
         1024,
         "nacos.naming.service.metadata.length",
         "Largest total length of an instance's metadata keys and values.",
+        check=positive,
     )
     empty_service_clean_interval_ms: int = _setting(
-        60_000, "nacos.naming.clean.empty-service.interval", "Period of the empty-service cleaner."
+        60_000, "nacos.naming.clean.empty-service.interval", "Period of the empty-service cleaner.",
+        check=positive,
     )
     empty_service_expired_ms: int = _setting(
         60_000,
         "nacos.naming.clean.empty-service.expired-time",
         "An empty service is removed after this long without publishers.",
+        check=non_negative,
     )
     client_expired_time_ms: int = _setting(
         180_000,
         "nacos.naming.client.expired.time",
         "A synced or idle ip:port client expires after this long without renewal.",
+        check=positive,
     )
 
     # --- heartbeats of ip:port clients (HTTP Open API, 1.x SDKs) -------------------------
@@ -141,31 +225,34 @@ class Config:
     client_beat_interval_ms: int = _setting(
         5000, "shoal.naming.client-beat-interval-ms",
         "SwitchDomain.clientBeatInterval: beat period told to clients without a per-instance value.",
+        check=positive,
     )
     beat_check_interval_ms: int = _setting(
-        5000, "shoal.naming.beat-check-interval-ms", "Period of the heartbeat checker (ClientBeatCheckTaskV2)."
+        5000, "shoal.naming.beat-check-interval-ms", "Period of the heartbeat checker (ClientBeatCheckTaskV2).",
+        check=positive,
     )
     http_forward_timeout_ms: int = _setting(
-        5000, "shoal.http.forward-timeout-ms", "Timeout of an HTTP write forwarded to the responsible node."
-    )
-    test_forward_all_to: str = _setting(
-        "", "shoal.test.forward-all-to", "TEST HOOK: treat the node at this ip:port as responsible for every ip:port."
+        5000, "shoal.http.forward-timeout-ms", "Timeout of an HTTP write forwarded to the responsible node.",
+        check=positive,
     )
 
     # --- auth (Nacos default auth plugin) -------------------------------------------------
     auth_enabled: bool = _setting(False, "nacos.core.auth.enabled", "Require a token on the naming APIs.")
     auth_token_expire_s: int = _setting(
-        18000, "nacos.core.auth.plugin.nacos.token.expire.seconds", "Lifetime of an access token."
+        18000, "nacos.core.auth.plugin.nacos.token.expire.seconds", "Lifetime of an access token.",
+        check=positive,
     )
     auth_token_secret_key: str = _setting(
         "", "nacos.core.auth.plugin.nacos.token.secret.key",
         "Base64 HS256 key (>= 32 bytes); empty = generated once into <data_dir>/auth/token.secret.key.",
     )
     auth_login_max_failures: int = _setting(
-        5, "shoal.auth.login.max-failures", "Failed logins from one source ip before it is refused for a while."
+        5, "shoal.auth.login.max-failures", "Failed logins from one source ip before it is refused for a while.",
+        check=positive,
     )
     auth_login_failure_window_ms: int = _setting(
-        60_000, "shoal.auth.login.failure-window-ms", "Window in which failed logins are counted (and refused)."
+        60_000, "shoal.auth.login.failure-window-ms", "Window in which failed logins are counted (and refused).",
+        check=positive,
     )
 
     # --- Distro cluster ----------------------------------------------------------------
@@ -184,43 +271,55 @@ class Config:
     sync_delay_ms: int = _setting(
         10, "nacos.core.protocol.distro.data.sync.delayMs",
         "Delay that merges changes of one client before they are synced (Nacos: 1000 ms).",
+        check=non_negative,
     )
     sync_timeout_ms: int = _setting(
-        3000, "nacos.core.protocol.distro.data.sync.timeoutMs", "Timeout of one sync request to a peer."
+        3000, "nacos.core.protocol.distro.data.sync.timeoutMs", "Timeout of one sync request to a peer.",
+        check=positive,
     )
     sync_retry_delay_ms: int = _setting(
         3000, "nacos.core.protocol.distro.data.sync.retryDelayMs",
         "Longest back-off between retries of a failed sync (it starts at 100 ms and doubles).",
+        check=positive,
     )
     sync_batch_max: int = _setting(
-        500, "shoal.distro.sync.batch-max", "Most clients carried by one sync request."
+        500, "shoal.distro.sync.batch-max", "Most clients carried by one sync request.",
+        check=positive,
     )
     sync_queue_max: int = _setting(
         100_000, "shoal.distro.sync.queue-max",
         "Pending client keys per peer before the queue collapses to 'needs full verify'.",
+        check=positive,
     )
     verify_interval_ms: int = _setting(
-        5000, "nacos.core.protocol.distro.data.verify.intervalMs", "Period of the revision verify round."
+        5000, "nacos.core.protocol.distro.data.verify.intervalMs", "Period of the revision verify round.",
+        check=positive,
     )
     verify_timeout_ms: int = _setting(
-        3000, "nacos.core.protocol.distro.data.verify.timeoutMs", "Timeout of one verify request."
+        3000, "nacos.core.protocol.distro.data.verify.timeoutMs", "Timeout of one verify request.",
+        check=positive,
     )
     load_retry_delay_ms: int = _setting(
         1000, "nacos.core.protocol.distro.data.load.retryDelayMs",
         "Pause before the snapshot load tries the peers again (Nacos: 30000 ms).",
+        check=positive,
     )
     load_timeout_ms: int = _setting(
         30_000, "nacos.core.protocol.distro.data.load.timeoutMs",
         "A starting node serves after this long even if no peer gave it a snapshot.",
+        check=positive,
     )
     snapshot_chunk_bytes: int = _setting(
-        4 * 1024 * 1024, "shoal.distro.snapshot.chunk-bytes", "Size of one snapshot page (below the message cap)."
+        4 * 1024 * 1024, "shoal.distro.snapshot.chunk-bytes", "Size of one snapshot page (below the message cap).",
+        check=positive,
     )
     member_report_interval_ms: int = _setting(
-        2000, "shoal.member.report-interval-ms", "How often a node reports itself to every peer."
+        2000, "shoal.member.report-interval-ms", "How often a node reports itself to every peer.",
+        check=positive,
     )
     member_fail_access_cnt: int = _setting(
-        3, "nacos.core.member.fail-access-cnt", "Failed reports after which a SUSPICIOUS peer is DOWN."
+        3, "nacos.core.member.fail-access-cnt", "Failed reports after which a SUSPICIOUS peer is DOWN.",
+        check=positive,
     )
     cluster_identity_key: str = _setting(
         "", "nacos.core.auth.server.identity.key", "Header name peers prove the shared cluster identity with."
@@ -228,40 +327,44 @@ class Config:
     cluster_identity_value: str = _setting(
         "", "nacos.core.auth.server.identity.value", "Header value of the shared cluster identity."
     )
-    test_drop_sync_count: int = _setting(
-        0, "shoal.test.drop-incoming-sync", "TEST HOOK: silently drop this many incoming sync batches."
-    )
 
     # --- Arrow snapshots ----------------------------------------------------------------
     export_dir: str = _setting(
         "", "shoal.export.dir", "Write periodic Arrow snapshots here (empty = no periodic export)."
     )
     export_interval_ms: int = _setting(
-        60_000, "shoal.export.interval-ms", "Period of the Arrow snapshot export to the export dir."
+        60_000, "shoal.export.interval-ms", "Period of the Arrow snapshot export to the export dir.",
+        check=positive,
     )
-    export_keep: int = _setting(10, "shoal.export.keep", "Snapshots kept in the export dir (oldest removed).")
+    export_keep: int = _setting(
+        10, "shoal.export.keep", "Snapshots kept in the export dir (oldest removed).", check=positive
+    )
     event_log_capacity: int = _setting(
-        100_000, "shoal.export.event-log-capacity", "Change events kept in memory for the events table."
+        100_000, "shoal.export.event-log-capacity", "Change events kept in memory for the events table.",
+        check=positive,
     )
 
-    # --- Distro and membership timings that were constants (one block; task "distro") -------
+    # --- Distro and membership timings ---------------------------------------------------------
     member_report_timeout_ms: int = _setting(
-        3000, "shoal.member.report-timeout-ms", "Timeout of one member report to a peer."
+        3000, "shoal.member.report-timeout-ms", "Timeout of one member report to a peer.", check=positive
     )
     cluster_conf_reload_interval_ms: int = _setting(
-        5000, "shoal.member.conf-reload-interval-ms", "How often cluster.conf is checked for changes."
+        5000, "shoal.member.conf-reload-interval-ms", "How often cluster.conf is checked for changes.", check=positive
     )
     client_expire_check_interval_ms: int = _setting(
         5000, "shoal.distro.expire-check-interval-ms",
         "How often synced clients unrenewed for nacos.naming.client.expired.time are removed.",
+        check=positive,
     )
     snapshot_session_ttl_ms: int = _setting(
         60_000, "shoal.distro.snapshot.session-ttl-ms",
         "A paged snapshot session is dropped after this long without a page request.",
+        check=positive,
     )
     sync_initial_backoff_ms: int = _setting(
         100, "shoal.distro.sync.initial-backoff-ms",
         "First back-off after a failed sync batch; it doubles up to ...sync.retryDelayMs.",
+        check=positive,
     )
 
     # ------------------------------------------------------------------------------------
@@ -280,48 +383,19 @@ class Config:
         return Path(self.data_dir) / "loader" / "limitRule"
 
     def validate(self) -> Config:
-        """Raise ConfigError naming the first bad setting; return self for chaining."""
+        """Raise ConfigError naming the first bad setting; return self for chaining.
+
+        Every field's own constraint (``check=`` in its declaration) is applied first; what
+        follows here are the rules that involve more than one field.
+        """
+        check_fields(self)
         if bool(self.cluster_identity_key) != bool(self.cluster_identity_value):
             raise ConfigError("nacos.core.auth.server.identity.key and .value must be set together")
         if self.auth_enabled and (self.members or self.cluster_conf) and not self.cluster_identity_key:
             raise ConfigError("with auth on, cluster members must prove a shared identity: set "
                               "nacos.core.auth.server.identity.key and .value on every node")
-        if not 0 < self.port < 65536 or not 0 < self.grpc_port < 65536 or not 0 < self.cluster_port < 65536:
+        if not 0 < self.grpc_port < 65536 or not 0 < self.cluster_port < 65536:
             raise ConfigError(f"server.port {self.port} (+{self.grpc_port_offset}) is not a usable port")
-        if self.log_level.lower() not in ("debug", "info", "warning", "error", "critical"):
-            raise ConfigError(f"shoal.log.level must be debug/info/warning/error, not {self.log_level!r}")
-        positive = (
-            "max_inbound_message_size", "connection_check_interval_ms", "connection_keep_alive_ms",
-            "client_detection_timeout_ms", "connection_setup_timeout_ms", "push_task_timeout_ms",
-            "push_backlog_per_connection", "metadata_max_length", "empty_service_clean_interval_ms",
-            "client_expired_time_ms", "grpc_permit_keepalive_ms", "sync_timeout_ms", "sync_retry_delay_ms",
-            "sync_batch_max", "sync_queue_max", "verify_interval_ms", "verify_timeout_ms", "load_retry_delay_ms",
-            "load_timeout_ms", "snapshot_chunk_bytes", "member_report_interval_ms", "member_fail_access_cnt",
-            "export_interval_ms", "export_keep", "event_log_capacity",
-        )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{prop_of(name)} must be positive, got {getattr(self, name)}")
-        non_negative = (
-            "push_task_delay_ms", "push_task_retry_delay_ms", "push_max_retries", "push_cache_millis",
-            "empty_service_expired_ms", "shutdown_grace_ms", "startup_delay_ms", "sync_delay_ms",
-            "test_drop_sync_count",
-        )
-        for name in non_negative:
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{prop_of(name)} must not be negative, got {getattr(self, name)}")
-        if self.connection_redirect_address and ":" not in self.connection_redirect_address:
-            raise ConfigError("nacos.remote.server.connection.redirect-address must be ip:port")
-        for name in ("client_beat_interval_ms", "beat_check_interval_ms", "http_forward_timeout_ms",
-                     "auth_token_expire_s", "auth_login_max_failures", "auth_login_failure_window_ms"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{prop_of(name)} must be positive, got {getattr(self, name)}")
-        if self.test_forward_all_to and ":" not in self.test_forward_all_to:
-            raise ConfigError("shoal.test.forward-all-to must be ip:port")
-        for name in ("member_report_timeout_ms", "cluster_conf_reload_interval_ms", "client_expire_check_interval_ms",
-                     "snapshot_session_ttl_ms", "sync_initial_backoff_ms"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{prop_of(name)} must be positive, got {getattr(self, name)}")
         return self
 
     # ------------------------------------------------------------------------------------
@@ -348,6 +422,62 @@ class Config:
         """(property, value, doc) for every setting: used by --help and the startup log."""
         for f in _fields():
             yield f.metadata["prop"], getattr(self, f.name), f.metadata["doc"]
+
+
+@dataclass(frozen=True)
+class TestHooks:
+    """Fault injection for the real-process tests; deliberately not part of :class:`Config`.
+
+    Read only from the ``SHOAL_TEST_HOOKS`` environment variable (a JSON object with the field
+    names as keys), never from flags, files or ``-D``, and not shown in ``--help``; a node with
+    any hook active says so at WARNING when it starts.
+    """
+
+    __test__: ClassVar[bool] = False  # not a pytest test class, whatever its name says
+    ENV: ClassVar[str] = "SHOAL_TEST_HOOKS"
+
+    forward_all_to: str = field(default="", metadata={
+        "prop": "SHOAL_TEST_HOOKS.forward_all_to", "check": host_port_or_empty,
+        "doc": "treat the node at this ip:port as responsible for every ip:port (HTTP forwarding)"})
+    drop_incoming_sync: int = field(default=0, metadata={
+        "prop": "SHOAL_TEST_HOOKS.drop_incoming_sync", "check": non_negative,
+        "doc": "silently drop this many incoming Distro sync batches"})
+
+    @property
+    def active(self) -> bool:
+        """Whether any hook changes the node's behaviour."""
+        return self != TestHooks()
+
+    def to_env(self) -> dict[str, str]:
+        """The environment entry that makes a started node read these hooks."""
+        return {self.ENV: json.dumps(dataclasses.asdict(self))}
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> TestHooks:
+        """Parse ``SHOAL_TEST_HOOKS``; no variable means no hooks. Raises ConfigError when malformed."""
+        env = os.environ if env is None else env
+        text = env.get(cls.ENV, "").strip()
+        if not text:
+            return cls()
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"{cls.ENV} is not valid JSON: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{cls.ENV} must be a JSON object")
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in raw.items():
+            f = known.get(key)
+            if f is None:
+                raise ConfigError(f"{cls.ENV}: unknown hook {key!r} (known: {', '.join(known)})")
+            expected = int if f.type in ("int", int) else str
+            if type(value) is not expected:
+                raise ConfigError(f"{cls.ENV}: {key} must be a JSON {expected.__name__}, got {value!r}")
+            values[key] = value
+        hooks = cls(**values)
+        check_fields(hooks)
+        return hooks
 
 
 def _fields() -> tuple[dataclasses.Field[Any], ...]:

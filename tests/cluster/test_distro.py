@@ -11,8 +11,7 @@ from shoal.distro.records import OP_CHANGE
 from shoal.model.client import Client, ClientKind
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
-
-from .harness import SVC, SimCluster
+from shoal.testing import SVC, SimCluster
 
 
 async def test_register_on_a_reaches_every_peer() -> None:

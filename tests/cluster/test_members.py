@@ -10,8 +10,7 @@ import pytest
 from shoal.config import Config
 from shoal.distro.members import MemberManager, MemberState, parse_member_list, read_cluster_conf
 from shoal.errors import ConfigError
-
-from .harness import SimCluster
+from shoal.testing import SimCluster
 
 
 def test_cluster_conf_format(tmp_path: Path) -> None:

@@ -1,4 +1,8 @@
-"""Integration fixtures: real server processes and real nacos-sdk-python clients."""
+"""Integration fixtures: real server processes and real nacos-sdk-python clients.
+
+Every test collected under this directory carries the ``integration`` marker, so
+``pytest -m "not integration"`` runs everything that needs no server process.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,16 @@ from typing import Any
 
 import pytest
 
-from .procs import ServerProcess, kill, start_server
+from shoal.testing import ServerProcess, kill, start_server
+
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The hook sees the whole session's items; mark only the ones that live under this directory.
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture

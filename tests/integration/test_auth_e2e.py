@@ -20,7 +20,8 @@ import pytest
 from v2.nacos import ClientConfigBuilder, GRPCConfig, ListInstanceParam, NacosNamingService, RegisterInstanceParam
 from v2.nacos.common.nacos_exception import NacosException as GrpcNacosException
 
-from .procs import ServerProcess, free_port_block, kill, start_server, wait_until
+from shoal.testing import ServerProcess, free_port_block, kill, poll_until, start_server
+
 from .test_http_sdk import nacos_v1  # noqa: F401  (the 1.x SDK fixture)
 
 PASSWORD = "correct horse battery"
@@ -118,7 +119,7 @@ def test_token_past_its_ttl_is_refused(auth_server: Callable[..., ServerProcess]
     assert status == 200 and answer["tokenTtl"] == 2 and answer["globalAdmin"] is True
     listing = {"serviceName": "any", "accessToken": answer["accessToken"]}
     assert http("GET", server.url("/nacos/v1/ns/instance/list"), listing)[0] == 200
-    wait_until(lambda: http("GET", server.url("/nacos/v1/ns/instance/list"), listing) == (403, "token expired!"),
+    poll_until(lambda: http("GET", server.url("/nacos/v1/ns/instance/list"), listing) == (403, "token expired!"),
                10, 0.1, "the token to expire")
 
 

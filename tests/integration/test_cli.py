@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -9,11 +10,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .procs import ServerProcess, free_port_block, http_get
+from shoal.config import TestHooks
+from shoal.testing import ServerProcess, free_port_block, http_get
 
 
-def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "shoal", *args], capture_output=True, text=True, timeout=timeout)
+def run_cli(*args: str, timeout: float = 30, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shoal", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
 
 
 def test_help_explains_commands_and_settings() -> None:
@@ -24,6 +27,14 @@ def test_help_explains_commands_and_settings() -> None:
     for needle in ("--port", "--data-dir", "--config", "--log-level", "-D PROPERTY=VALUE",
                    "nacos.naming.push.pushTaskDelay", "nacos.remote.server.connection.keep-alive-ms"):
         assert needle in server.stdout
+    assert "shoal.test." not in server.stdout  # test hooks are not settings
+
+
+def test_malformed_test_hooks_stop_the_node_before_it_serves(tmp_path: Path) -> None:
+    port = free_port_block()
+    result = run_cli("server", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(tmp_path),
+                     env={TestHooks.ENV: '{"drop_incoming_sync": -1}'})
+    assert result.returncode == 2 and TestHooks.ENV in result.stderr and "Traceback" not in result.stderr
 
 
 def test_bad_configuration_is_reported_without_traceback(tmp_path: Path) -> None:

@@ -13,8 +13,12 @@ from typing import Any
 import pytest
 from v2.nacos import ListInstanceParam, RegisterInstanceParam, SubscribeServiceParam
 
-from .aio import wait_for
-from .procs import ServerProcess, free_port_block, http_get, kill, start_server
+from shoal.config import TestHooks
+from shoal.distro.snapshot import SNAPSHOT_REQUEST
+from shoal.distro.sync import SYNC_REQUEST
+from shoal.distro.verify import DETAIL_REQUEST
+from shoal.testing import ServerProcess, free_port_block, http_get, kill, start_server, wait_until
+
 from .rawclient import RawClient, register_body
 from .test_sdk_naming import Pushes, spawn_client
 
@@ -32,17 +36,17 @@ class Cluster:
         self.members = ",".join(f"127.0.0.1:{p}" for p in self.ports)
         self.nodes: dict[int, ServerProcess] = {}
 
-    def start(self, i: int, *extra: str, wait: bool = True) -> ServerProcess:
+    def start(self, i: int, *extra: str, wait: bool = True, hooks: TestHooks | None = None) -> ServerProcess:
         server = start_server(self.tmp_path, ["--members", self.members, *FAST, *extra], port=self.ports[i],
-                              wait=False)
+                              env=hooks.to_env() if hooks else None, wait=False)
         self.nodes[i] = server
         if wait:
             server.wait_ready()
         return server
 
-    def start_all(self, extra: dict[int, list[str]] | None = None) -> None:
+    def start_all(self, extra: dict[int, list[str]] | None = None, hooks: dict[int, TestHooks] | None = None) -> None:
         for i in range(len(self.ports)):
-            self.start(i, *(extra or {}).get(i, []), wait=False)
+            self.start(i, *(extra or {}).get(i, []), wait=False, hooks=(hooks or {}).get(i))
         for server in self.nodes.values():
             server.wait_ready()
 
@@ -55,6 +59,11 @@ class Cluster:
         match = re.search(rf"^shoal_{name} (\S+)$", text, re.MULTILINE)
         assert match, f"no shoal_{name} on node {i}"
         return float(match.group(1))
+
+
+def peer_requests(server: ServerProcess, type_name: str, **labels: str) -> float:
+    """How many cluster-port requests of ``type_name`` the node has answered (its Prometheus counter)."""
+    return server.metric("requests_total", transport="cluster", type=type_name, **labels)
 
 
 @pytest.fixture
@@ -87,19 +96,19 @@ async def test_register_replicates_pushes_and_disappears_with_its_client(
     await a.register_instance(RegisterInstanceParam(service_name="repl", ip="10.20.0.1", port=1,
                                                     metadata={"zone": "z1"}))
     for node in (b, c):
-        await wait_for(lambda n=node: _eq(ips(n, "repl"), {("10.20.0.1", 1)}), what="replica")
-    await wait_for(lambda: pushes.latest_ips() == {("10.20.0.1", 1)}, what="push on C for a write on A")
+        await wait_until(lambda n=node: _eq(ips(n, "repl"), {("10.20.0.1", 1)}), what="replica")
+    await wait_until(lambda: pushes.latest_ips() == {("10.20.0.1", 1)}, what="push on C for a write on A")
     [inst] = await b.list_instances(ListInstanceParam(service_name="repl", subscribe=False, healthy_only=None))
     assert inst.metadata == {"zone": "z1"}
 
     child = await asyncio.to_thread(spawn_client, _Addr(cluster.addr(0)), tmp_path, "repl")
     try:
         for node in (b, c):
-            await wait_for(lambda n=node: _eq(ips(n, "repl"), {("10.20.0.1", 1), ("10.6.0.9", 9)}),
+            await wait_until(lambda n=node: _eq(ips(n, "repl"), {("10.20.0.1", 1), ("10.6.0.9", 9)}),
                            what="child's instance everywhere")
         os.kill(child.pid, signal.SIGKILL)
         for node in (b, c):
-            await wait_for(lambda n=node: _eq(ips(n, "repl"), {("10.20.0.1", 1)}), what="killed client gone")
+            await wait_until(lambda n=node: _eq(ips(n, "repl"), {("10.20.0.1", 1)}), what="killed client gone")
     finally:
         child.kill()
         child.wait()
@@ -115,35 +124,37 @@ async def test_lost_node_failover_restart_and_snapshot(cluster_of: Callable[[int
     survivors = [i for i in range(3) if i != home]
     watchers = {i: await sdk(cluster.addr(i)) for i in survivors}
     for i in survivors:
-        await wait_for(lambda w=watchers[i]: _eq(ips(w, "ha"), {("10.30.0.1", 1)}), what="replicated")
+        await wait_until(lambda w=watchers[i]: _eq(ips(w, "ha"), {("10.30.0.1", 1)}), what="replicated")
 
     kill(cluster.nodes[home])  # SIGKILL: no goodbye
     # The survivors keep serving, and the client fails over and registers again on one of them
     # (nacos-sdk-python's redo runs every 30 s). Until the dead node's copies expire or it comes
     # back, a survivor holds both the old synced copy and the new registration.
-    await wait_for(lambda: any(cluster.gauge(i, "connections") == 2 and cluster.gauge(i, "instances") == 2
+    await wait_until(lambda: any(cluster.gauge(i, "connections") == 2 and cluster.gauge(i, "instances") == 2
                                for i in survivors), timeout=45, what="the client to fail over and re-register")
     for i in survivors:
         assert await ips(watchers[i], "ha") == {("10.30.0.1", 1)}
 
+    served = {i: peer_requests(cluster.nodes[i], SNAPSHOT_REQUEST) for i in survivors}
     cluster.start(home)  # restarts on its old port, loads a snapshot, then serves
-    log = cluster.nodes[home].log()
-    assert "loaded a snapshot" in log and "previous run" in log
+    assert sum(peer_requests(cluster.nodes[i], SNAPSHOT_REQUEST) - served[i] for i in survivors) >= 1
     restarted = await sdk(cluster.addr(home))
-    await wait_for(lambda: _eq(ips(restarted, "ha"), {("10.30.0.1", 1)}), what="restarted node agrees")
+    await wait_until(lambda: _eq(ips(restarted, "ha"), {("10.30.0.1", 1)}), what="restarted node agrees")
     # as the owner of its previous run's connection clients it deleted them everywhere
-    await wait_for(lambda: all(cluster.gauge(i, "instances") == 1 for i in range(3)), what="one copy everywhere")
+    await wait_until(lambda: all(cluster.gauge(i, "instances") == 1 for i in range(3)), what="one copy everywhere")
 
 
 async def test_divergence_is_repaired_by_verify(cluster_of: Callable[[int], Cluster], sdk: Any) -> None:
     cluster = cluster_of(3)
-    cluster.start_all(extra={1: ["-D", "shoal.test.drop-incoming-sync=1"]})  # B loses one batch
+    cluster.start_all(hooks={1: TestHooks(drop_incoming_sync=1)})  # B loses one batch
     a, b, c = [await sdk(cluster.addr(i)) for i in range(3)]
     await a.register_instance(RegisterInstanceParam(service_name="heal", ip="10.40.0.1", port=1))
-    await wait_for(lambda: _eq(ips(c, "heal"), {("10.40.0.1", 1)}), what="C in sync")
-    await wait_for(lambda: "dropped a sync batch" in cluster.nodes[1].log(), what="the injected loss")
-    await wait_for(lambda: _eq(ips(b, "heal"), {("10.40.0.1", 1)}), timeout=15, what="verify to repair B")
-    assert "missing or stale there" in cluster.nodes[0].log()
+    await wait_until(lambda: _eq(ips(c, "heal"), {("10.40.0.1", 1)}), what="C in sync")
+    # B answered A's first sync batch (and dropped it): the injected loss happened
+    await wait_until(lambda: peer_requests(cluster.nodes[1], SYNC_REQUEST) >= 1, what="the loss")
+    await wait_until(lambda: _eq(ips(b, "heal"), {("10.40.0.1", 1)}), timeout=15, what="verify to repair B")
+    # the repair came from verify: a peer's digest disagreed with B's and asked B for the detail
+    assert peer_requests(cluster.nodes[1], DETAIL_REQUEST) >= 1
 
 
 async def test_a_200k_instance_snapshot_loads(cluster_of: Callable[[int], Cluster]) -> None:
@@ -161,8 +172,8 @@ async def test_a_200k_instance_snapshot_loads(cluster_of: Callable[[int], Cluste
                 "type": "batchRegisterInstance", "instances": instances})
             assert reply["resultCode"] == 200, reply
         assert cluster.gauge(0, "instances") == 200_000
-        newcomer = await asyncio.to_thread(cluster.start, 1)
-        assert "loaded a snapshot" in newcomer.log()
+        await asyncio.to_thread(cluster.start, 1)
+        assert peer_requests(cluster.nodes[0], SNAPSHOT_REQUEST, code="200") >= 1
         assert cluster.gauge(1, "instances") == 200_000
     finally:
         await loader.close()
@@ -218,7 +229,7 @@ async def test_cluster_port_refuses_strangers_and_a_wrong_identity(cluster_of: C
         await writer.connect()
         _, reply = await writer.call("InstanceRequest", register_body("guarded"))
         assert reply["resultCode"] == 200
-        await wait_for(lambda: cluster.gauge(1, "instances") == 1, what="replication between identified peers")
+        await wait_until(lambda: cluster.gauge(1, "instances") == 1, what="replication between identified peers")
     finally:
         await writer.close()
     status, text = http_get(f"http://127.0.0.1:{node.port}/nacos/v1/core/cluster/nodes")

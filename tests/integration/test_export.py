@@ -15,10 +15,10 @@ from typing import Any
 
 from v2.nacos import RegisterInstanceParam
 
+from shoal.config import TestHooks
+from shoal.distro.sync import SYNC_REQUEST
 from shoal.export.reader import find_snapshots, read_snapshot
-
-from .aio import wait_for
-from .procs import ServerProcess, free_port_block, http_get, kill, start_server
+from shoal.testing import ServerProcess, free_port_block, http_get, kill, poll_until, start_server, wait_until
 
 
 def shoal(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -67,17 +67,19 @@ async def test_consistency_job_names_a_real_divergence(tmp_path: Path, sdk: Any)
     common = ["--members", members, "-D", "nacos.core.protocol.distro.data.verify.intervalMs=600000",
               "-D", "shoal.member.report-interval-ms=300"]
     a = start_server(tmp_path, common, port=ports[0], wait=False)
-    b = start_server(tmp_path, [*common, "-D", "shoal.test.drop-incoming-sync=1"], port=ports[1], wait=False)
+    b = start_server(tmp_path, common, env=TestHooks(drop_incoming_sync=1).to_env(), port=ports[1], wait=False)
     try:
         await asyncio.to_thread(a.wait_ready)
         await asyncio.to_thread(b.wait_ready)
         writer = await sdk(a.addr)
         await writer.register_instance(RegisterInstanceParam(service_name="lost-on-b", ip="10.60.0.1", port=6001))
-        await wait_for(lambda: "dropped a sync batch" in b.log(), what="B to lose the first batch")
+        # B answered (and dropped) the first sync batch, so the next registration travels alone
+        await wait_until(lambda: b.metric("requests_total", transport="cluster", type=SYNC_REQUEST) >= 1,
+                         what="B to lose the first batch")
         # another client: a later change of the first one would carry its whole state to B again
         other = await sdk(a.addr)
         await other.register_instance(RegisterInstanceParam(service_name="everywhere", ip="10.60.0.2", port=6002))
-        await wait_for(lambda: "everywhere" in http_get(b.url("/nacos/v1/ns/service/list?pageNo=1&pageSize=10"))[1],
+        await wait_until(lambda: "everywhere" in http_get(b.url("/nacos/v1/ns/service/list?pageNo=1&pageSize=10"))[1],
                        what="the second registration on B")
         snaps = tmp_path / "snaps"
         for node in (a, b):
@@ -97,7 +99,6 @@ async def test_consistency_job_names_a_real_divergence(tmp_path: Path, sdk: Any)
 
 
 def test_periodic_export_rotates(servers: Callable[..., ServerProcess], tmp_path: Path) -> None:
-    from .procs import wait_until
 
     export_dir = tmp_path / "periodic"
     server = servers("-D", f"shoal.export.dir={export_dir}", "-D", "shoal.export.interval-ms=300",
@@ -106,8 +107,8 @@ def test_periodic_export_rotates(servers: Callable[..., ServerProcess], tmp_path
     def names() -> set[str]:  # published snapshots (temporary directories start with ".")
         return {m.parent.name for m in export_dir.glob("[!.]*/manifest.json")}
 
-    first = wait_until(lambda: names() if len(names()) == 2 else None, 20, what="two snapshots")
-    later = wait_until(lambda: names() if names() and not names() & first else None, 20,
+    first = poll_until(lambda: names() if len(names()) == 2 else None, 20, what="two snapshots")
+    later = poll_until(lambda: names() if names() and not names() & first else None, 20,
                        what="newer snapshots replacing the first two")
     assert len(later) <= 2  # never more than shoal.export.keep
     read_snapshot(export_dir / sorted(later)[-1])  # a complete, readable snapshot

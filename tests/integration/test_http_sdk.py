@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from v2.nacos import ListInstanceParam, RegisterInstanceParam, SubscribeServiceParam
 
-from .aio import wait_for
-from .procs import ServerProcess, wait_until
+from shoal.config import TestHooks
+from shoal.testing import ServerProcess, poll_until, wait_until
 
 # Short beat rules for the instances of these tests (the defaults are proven on a manual clock).
 FAST_BEATS = {"preserved.heart.beat.interval": "300", "preserved.heart.beat.timeout": "1500",
@@ -104,10 +104,10 @@ def test_instance_whose_beats_stop_turns_unhealthy_then_disappears(
         beats_seen = _counter(text, "/nacos/v1/ns/instance/beat")
         return beats_seen >= 10
 
-    wait_until(healthy_while_beating, 20, 0.1, "ten beats with the instance healthy throughout")
+    poll_until(healthy_while_beating, 20, 0.1, "ten beats with the instance healthy throughout")
     client.heartbeats["beating#10.2.0.1#9000"].stop()
-    wait_until(lambda: hosts(client, "beating")[0]["healthy"] is False, 10, 0.05, "the instance to turn unhealthy")
-    wait_until(lambda: hosts(client, "beating") == [], 10, 0.05, "the instance to be removed")
+    poll_until(lambda: hosts(client, "beating")[0]["healthy"] is False, 10, 0.05, "the instance to turn unhealthy")
+    poll_until(lambda: hosts(client, "beating") == [], 10, 0.05, "the instance to be removed")
 
 
 async def test_http_registration_is_pushed_to_grpc_subscribers_and_grpc_is_listed_over_http(
@@ -126,12 +126,12 @@ async def test_http_registration_is_pushed_to_grpc_subscribers_and_grpc_is_liste
     def pushed(predicate: Callable[[list[Any]], bool]) -> bool:
         return bool(pushes) and predicate(pushes[-1])
 
-    await wait_for(lambda: pushed(lambda hs: [(h.ip, h.healthy) for h in hs] == [("10.3.0.1", True)]), 10,
+    await wait_until(lambda: pushed(lambda hs: [(h.ip, h.healthy) for h in hs] == [("10.3.0.1", True)]), 10,
                    "a push with the HTTP-registered instance")
     # no beats: the health flip and then the removal are pushed to the gRPC subscriber too
-    await wait_for(lambda: pushed(lambda hs: [(h.ip, h.healthy) for h in hs] == [("10.3.0.1", False)]), 10,
+    await wait_until(lambda: pushed(lambda hs: [(h.ip, h.healthy) for h in hs] == [("10.3.0.1", False)]), 10,
                    "a push with the instance unhealthy")
-    await wait_for(lambda: pushed(lambda hs: hs == []), 10, "a push without the instance")
+    await wait_until(lambda: pushed(lambda hs: hs == []), 10, "a push without the instance")
 
     assert await grpc_client.register_instance(RegisterInstanceParam(
         service_name="from-grpc", ip="10.3.0.2", port=7001, metadata={"m": "1"}))
@@ -146,7 +146,7 @@ async def test_http_registration_is_pushed_to_grpc_subscribers_and_grpc_is_liste
 def test_writes_are_forwarded_to_the_responsible_node(servers: Callable[..., ServerProcess],
                                                       v1_client: Callable[..., Any]) -> None:
     owner = servers()
-    entry = servers("-D", f"shoal.test.forward-all-to={owner.addr}")
+    entry = servers(env=TestHooks(forward_all_to=owner.addr).to_env())
     via_entry, on_owner = v1_client(entry), v1_client(owner)
     assert via_entry.add_naming_instance("fwd", "10.4.0.1", 80, metadata={"k": "v"})
     assert [h["ip"] for h in hosts(on_owner, "fwd")] == ["10.4.0.1"]

@@ -15,8 +15,8 @@ from typing import Any
 import grpc
 import pytest
 
-from .aio import wait_for
-from .procs import ServerProcess, http_get
+from shoal.testing import ServerProcess, http_get, wait_until
+
 from .rawclient import RawClient, register_body
 
 
@@ -70,7 +70,7 @@ async def test_stream_and_setup_before_server_check_works(raw: Any) -> None:
 async def test_pre_2_3_client_gets_no_setup_ack(raw: Any) -> None:
     client = await raw()
     await client.connect(negotiate=False)
-    await wait_for(lambda: _health_ok(client), what="registration")
+    await wait_until(lambda: _health_ok(client), what="registration")
     kind, body = await client.call("SubscribeServiceRequest", {"namespace": "public", "serviceName": "proto-c",
                                                                "groupName": "DEFAULT_GROUP", "subscribe": True,
                                                                "clusters": ""})
@@ -240,7 +240,7 @@ async def test_node_answers_300_while_starting(servers: Callable[..., ServerProc
                 return await client.call("ServerCheckRequest", {})
             except grpc.aio.AioRpcError:
                 return None  # not listening yet
-        kind, body = await wait_for(starting_answer, what="the gRPC port to answer")
+        kind, body = await wait_until(starting_answer, what="the gRPC port to answer")
         assert kind == "ErrorResponse" and body["errorCode"] == 300
         assert body["message"] == "Server is starting,please try later."
         assert http_get(server.url("/nacos/v1/console/health/readiness"))[0] == 500
@@ -259,8 +259,8 @@ async def test_sigterm_closes_streams_and_exits_zero(servers: Callable[..., Serv
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await client.receive(timeout=5)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        # 0 only once Node.stop() has finished (a stop over its 5 s budget exits 1, a crash otherwise)
         assert await asyncio.to_thread(server.proc.wait, 5) == 0
-        assert "node stopped" in server.log()
     finally:
         await client.close()
 
@@ -282,7 +282,7 @@ async def test_connections_over_a_lowered_limit_are_reset_then_closed(
             await newer.receive(timeout=10)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         assert (await older.call("HealthCheckRequest", {}))[1]["errorCode"] == 0
-        assert "over connection limit" in server.log()
+        assert server.metric("connections_closed_total", reason="over connection limit") >= 1
     finally:
         await older.close()
         await newer.close()

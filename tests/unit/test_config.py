@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
-from shoal.config import Config
+from shoal.config import Config, TestHooks, _setting, positive
 from shoal.errors import ConfigError
 
 
@@ -59,3 +61,82 @@ def test_distro_timings_must_be_positive(prop: str) -> None:
     assert Config.load(env={}, overrides={prop: "1"})
     with pytest.raises(ConfigError, match=f"{prop} must be positive"):
         Config.load(env={}, overrides={prop: "0"})
+
+
+# --- constraints declared next to the fields ---------------------------------------------------
+BAD_CANDIDATES: tuple[object, ...] = (0, -1, 70_000, "", "nohost", "no-such-choice")
+
+
+def _constrained_fields() -> list[dataclasses.Field[object]]:
+    return [f for f in dataclasses.fields(Config) if f.metadata.get("check") is not None]
+
+
+def test_most_numeric_settings_declare_a_constraint() -> None:
+    constrained = {f.name for f in _constrained_fields()}
+    numeric = {f.name for f in dataclasses.fields(Config) if f.type == "int"}
+    offsets = {"grpc_port_offset", "cluster_port_offset"}  # checked through the derived ports
+    assert numeric - offsets <= constrained
+
+
+@pytest.mark.parametrize("f", _constrained_fields(), ids=lambda f: f.name)
+def test_every_declared_constraint_is_enforced(f: dataclasses.Field[object]) -> None:
+    """Driven by the field metadata alone: a constraint added to a field is tested here too."""
+    default = getattr(Config(), f.name)
+    check = f.metadata["check"]
+    assert check(default) is None, "the default must satisfy its own constraint"
+    bad = [v for v in BAD_CANDIDATES if type(v) is type(default) and check(v) is not None]
+    assert bad, f"no candidate value violates {f.name}'s constraint"
+    for value in bad:
+        with pytest.raises(ConfigError, match=re.escape(f.metadata["prop"])):
+            dataclasses.replace(Config(), **{f.name: value}).validate()
+        with pytest.raises(ConfigError, match=re.escape(f.metadata["prop"])):  # and through load()
+            Config.load(env={}, overrides={f.metadata["prop"]: str(value)})
+
+
+def test_a_new_field_is_validated_by_its_declaration_alone() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Extended(Config):
+        new_knob_ms: int = _setting(5, "shoal.new.knob-ms", "A setting added later.", check=positive)
+        free_text: str = _setting("", "shoal.new.free-text", "A setting without a constraint.")
+
+    assert Extended().validate().new_knob_ms == 5
+    assert Extended(free_text="anything").validate().free_text == "anything"
+    with pytest.raises(ConfigError, match=r"shoal\.new\.knob-ms must be positive"):
+        Extended(new_knob_ms=0).validate()
+
+
+def test_cross_field_rules_still_apply() -> None:
+    with pytest.raises(ConfigError, match="not a usable port"):
+        Config(port=65000).validate()  # the SDK port would be 66000
+    with pytest.raises(ConfigError, match="set together"):
+        Config(cluster_identity_key="k").validate()
+
+
+# --- test hooks are not settings -----------------------------------------------------------------
+def test_test_hooks_are_not_settings() -> None:
+    props = [prop for prop, _value, _doc in Config().describe()]
+    assert not [p for p in props if ".test." in p]
+    assert not {f.name for f in dataclasses.fields(TestHooks)} & {f.name for f in dataclasses.fields(Config)}
+    with pytest.raises(ConfigError, match="unknown setting"):
+        Config.load(env={}, overrides={"shoal.test.drop-incoming-sync": "1"})
+
+
+def test_test_hooks_come_only_from_their_environment_variable() -> None:
+    assert TestHooks.from_env({}) == TestHooks() and not TestHooks().active
+    hooks = TestHooks(forward_all_to="127.0.0.1:8848", drop_incoming_sync=2)
+    assert hooks.active
+    assert TestHooks.from_env(hooks.to_env()) == hooks
+    assert TestHooks.from_env({"SHOAL_TEST_HOOKS": '{"drop_incoming_sync": 1}'}).drop_incoming_sync == 1
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{not json", "not valid JSON"),
+    ("[1]", "JSON object"),
+    ('{"drop_everything": 1}', "unknown hook"),
+    ('{"drop_incoming_sync": "1"}', "JSON int"),
+    ('{"drop_incoming_sync": -1}', "must not be negative"),
+    ('{"forward_all_to": "nohost"}', "ip:port"),
+])
+def test_malformed_test_hooks_are_config_errors(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        TestHooks.from_env({"SHOAL_TEST_HOOKS": text})

@@ -25,8 +25,7 @@ from shoal.model.instance import InstanceInfo
 from shoal.model.ip_port import Standalone
 from shoal.model.keys import ServiceKey
 from shoal.service_layer import BEAT_OK, BEAT_RESOURCE_NOT_FOUND
-
-from .conftest import Registry, make_registry
+from shoal.testing import Registry, make_registry
 
 SVC = ServiceKey("public", "DEFAULT_GROUP", "svc")
 CID = "10.0.0.5:8080#true"

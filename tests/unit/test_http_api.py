@@ -17,10 +17,9 @@ from shoal.auth.service import AuthService
 from shoal.metrics import Metrics
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
+from shoal.testing import Registry, make_registry
 from shoal.transport.http.forward import ForwardAllTo
 from shoal.transport.http.server import HttpServer
-
-from .conftest import Registry, make_registry
 
 SVC = ServiceKey("public", "DEFAULT_GROUP", "svc")
 

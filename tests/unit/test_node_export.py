@@ -11,8 +11,7 @@ from shoal.export.reader import read_snapshot
 from shoal.model.client import Client, ClientKind
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
-
-from .conftest import make_registry
+from shoal.testing import make_registry
 
 SVC = ServiceKey("public", "G", "orders")
 

@@ -8,8 +8,7 @@ import json
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
 from shoal.push.service import PushGone, PushService
-
-from .conftest import Registry, make_registry
+from shoal.testing import Registry, make_registry
 
 SVC = ServiceKey("public", "DEFAULT_GROUP", "svc")
 

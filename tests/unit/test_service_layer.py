@@ -10,8 +10,7 @@ from shoal.errors import ClientDisconnected, Code, InvalidParam, ParamCheckFaile
 from shoal.model.events import ClientChanged, ServiceChanged
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
-
-from .conftest import Registry, make_registry
+from shoal.testing import Registry, make_registry
 
 SVC = ServiceKey("public", "DEFAULT_GROUP", "svc")
 

@@ -59,7 +59,7 @@ class DistroProtocol:
         self.engine = SyncEngine(config, clock, members, transport, self._record_of)
         self.processor = DistroProcessor(clock, bus, clients, services, self.mapper, self.engine)
         self.handoff = IpPortHandoff(clock, clients, members, self.mapper, self.engine.enqueue)
-        self.sync_receiver = SyncReceiver(self.processor.apply, config.test_drop_sync_count)
+        self.sync_receiver = SyncReceiver(self.processor.apply)
         self.verifier = VerifySender(config, clients, members, self.mapper.responsible_client, transport,
                                      self.engine, self._is_loaded)
         self.snapshots = SnapshotServer(clock, clients, members.self_address, config.snapshot_chunk_bytes,

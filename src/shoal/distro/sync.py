@@ -193,7 +193,7 @@ class SyncEngine:
 class SyncReceiver:
     """The receiving side: decode a peer's batch and apply it as that peer's copies.
 
-    ``drop_count`` is the ``shoal.test.drop-incoming-sync`` test hook: that many batches are
+    ``drop_count`` is the ``drop_incoming_sync`` test hook (``shoal.config.TestHooks``): that many batches are
     acknowledged and silently lost, so verify has something to repair.
     """
 

@@ -8,12 +8,15 @@ the twin in ``shoal.kernels.<name>_py``. The twin is the specification; tests ru
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 
 #: Set SHOAL_NO_EXTENSIONS=1 to force the pure-Python twins (it also skips the build).
 NO_EXTENSIONS: bool = os.environ.get("SHOAL_NO_EXTENSIONS", "") not in ("", "0")
 
 KERNELS: tuple[str, ...] = ("expiry", "ownership", "verify", "syncser", "payload")
+
+log = logging.getLogger(__name__)
 
 _chosen: dict[str, str] = {}
 _failures: dict[str, str] = {}
@@ -47,3 +50,16 @@ def implementation() -> dict[str, str]:
 def load_failures() -> dict[str, str]:
     """Import errors of compiled kernels that fell back to Python (empty when all loaded)."""
     return dict(_failures)
+
+
+def log_implementations() -> dict[str, str]:
+    """Log which implementation every kernel is bound to (INFO), and each compiled kernel that
+    failed to import (WARNING, with the import error) unless the twins were asked for."""
+    chosen = implementation()
+    log.info("kernels: %s%s", ", ".join(f"{name}={impl}" for name, impl in sorted(chosen.items())),
+             " (SHOAL_NO_EXTENSIONS is set)" if NO_EXTENSIONS else "", extra={"kernels": chosen})
+    if not NO_EXTENSIONS:
+        for name, error in sorted(load_failures().items()):
+            log.warning("compiled kernel %s failed to import, using its pure-Python twin: %s", name, error,
+                        extra={"kernel": name, "import_error": error})
+    return chosen

@@ -1,29 +1,36 @@
-"""N Distro nodes in one process on an in-memory network and one manual clock."""
+"""N Distro nodes in one process on an in-memory network and one manual clock.
+
+Each node is a real :class:`~shoal.stack.ModelStack` with a real
+:class:`~shoal.distro.protocol.DistroProtocol`; only the peer transport is the in-memory
+:class:`~shoal.distro.transport.InMemoryNetwork`, and time moves only when told to.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from shoal.clock import ManualClock
-from shoal.config import Config
 from shoal.distro.members import MemberManager
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.transport import InMemoryNetwork
 from shoal.model.client import Client, ClientKind
 from shoal.model.clients import ClientManager
-from shoal.model.events import EventBus
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
-from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
+from shoal.model.services import ServiceManager, ServiceStorage
 from shoal.service_layer import NamingService
+from shoal.stack import ModelStack
+from shoal.testing.model import config_with
 
+#: The service the helpers register into unless told otherwise.
 SVC = ServiceKey("public", "DEFAULT_GROUP", "svc")
 
 
 @dataclass
 class SimNode:
+    """One simulated node: its model, its member view and its Distro protocol."""
+
     address: str
     clients: ClientManager
     services: ServiceManager
@@ -33,44 +40,45 @@ class SimNode:
     distro: DistroProtocol
 
     def connect(self, client_id: str) -> Client:
+        """Add a native connection client."""
         client = Client(client_id, ClientKind.CONNECTION, native=True, created_ms=0)
         self.clients.add(client)
         return client
 
     def register(self, client_id: str, port: int, service: ServiceKey = SVC, **kw: Any) -> None:
+        """Register 10.0.0.1:``port`` for ``client_id`` (connecting it first if needed)."""
         if self.clients.get(client_id) is None:
             self.connect(client_id)
         self.naming.register_instance(client_id, service, InstanceInfo("10.0.0.1", port, **kw))
 
     def ports(self, service: ServiceKey = SVC) -> list[int]:
+        """Ports of the instances this node lists for ``service``, sorted."""
         return sorted(i.port for i in self.storage.view(service).instances)
 
 
 class SimCluster:
+    """``size`` loaded nodes 10.9.0.<i>:8848 sharing one ManualClock and one InMemoryNetwork."""
+
     def __init__(self, size: int, **overrides: Any) -> None:
         self.clock = ManualClock()
         self.network = InMemoryNetwork()
-        self.config = dataclasses.replace(Config(), **overrides).validate()
+        self.config = config_with(**overrides)
         self.addresses = [f"10.9.0.{i + 1}:8848" for i in range(size)]
         self.nodes: dict[str, SimNode] = {}
         for address in self.addresses:
             self.add_node(address, self.addresses, loaded=True)
 
     def add_node(self, address: str, member_list: list[str], loaded: bool) -> SimNode:
-        bus = EventBus()
-        clients = ClientManager(bus)
-        services = ServiceManager()
-        index = ServiceIndex(bus, self.clock.now_ms)
-        storage = ServiceStorage(bus, index, clients.clients, services)
-        naming = NamingService(self.config, self.clock, bus, clients, services, index, storage)
+        """Build a node at ``address`` that knows ``member_list`` and attach it to the network."""
+        model = ModelStack.build(self.config, self.clock)
         ip, port = address.split(":")
         members = MemberManager(ip, int(port), self.clock.now_ms, self.config.member_fail_access_cnt)
         members.set_members([(a.split(":")[0], int(a.split(":")[1])) for a in member_list])
-        distro = DistroProtocol(self.config, self.clock, bus, clients, services, members,
+        distro = DistroProtocol(self.config, self.clock, model.bus, model.clients, model.services, members,
                                 self.network.transport(address))
         distro.loaded = loaded
         self.network.attach(address, distro.dispatch)
-        node = SimNode(address, clients, services, storage, naming, members, distro)
+        node = SimNode(address, model.clients, model.services, model.storage, model.naming, members, distro)
         self.nodes[address] = node
         return node
 
@@ -87,4 +95,5 @@ class SimCluster:
                         pass
 
     def calls(self, type_name: str) -> list[tuple[str, str, str, int]]:
+        """The network calls of request type ``type_name``: (sender, target, type, size)."""
         return [c for c in self.network.calls if c[2] == type_name]

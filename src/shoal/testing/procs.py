@@ -1,0 +1,323 @@
+"""Real ``shoal server`` processes on free loopback ports, always cleaned up.
+
+Used by the integration tests and the benchmarks alike: :func:`free_port_block` finds a main
+port whose SDK (+1000) and cluster (+1001) ports are free too, :class:`ServerProcess` starts
+one node in its own session with its log in its data dir, and :class:`ServerSet` stops every
+server it started when its ``with`` block ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from shoal.testing.wait import poll_until
+
+HOST = "127.0.0.1"
+READINESS = "/nacos/v1/console/health/readiness"
+PROMETHEUS = "/nacos/actuator/prometheus"
+
+#: Runs first in the new process, then execs the real command in place (same pid): raise the fd
+#: limit and ask for SIGKILL when the starting *thread* dies (PR_SET_PDEATHSIG survives exec).
+#: Doing this here rather than in a preexec_fn keeps Python code out of the window between fork
+#: and exec, which is unsafe once gRPC threads run in the parent.
+DIE_WITH_PARENT = """
+import ctypes, os, resource, signal, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if hard != resource.RLIM_INFINITY and soft < hard:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+except Exception:
+    pass
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(70)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def free_port_block(offsets: tuple[int, ...] = (0, 1000, 1001), avoid: Sequence[int] = ()) -> int:
+    """A main port P with P+offset free on 127.0.0.1 for every offset (HTTP, SDK gRPC, cluster),
+    not overlapping the blocks of the main ports in ``avoid``."""
+    taken = {p + o for p in avoid for o in offsets}
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            base = int(s.getsockname()[1])
+        if base + max(offsets) >= 65535 or any(base + o in taken for o in offsets):
+            continue
+        ok = True
+        for off in offsets:
+            with socket.socket() as probe:
+                try:
+                    probe.bind((HOST, base + off))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free block of loopback ports")
+
+
+def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
+    """(status, body) of a GET; HTTP errors are answers too, only transport errors raise."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return int(resp.status), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode()
+
+
+def metric_values(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """Every sample of ``name`` in a Prometheus text page, with its labels."""
+    out = []
+    for match in re.finditer(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", text, re.MULTILINE):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
+        out.append((labels, float(match.group(2))))
+    return out
+
+
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels`` (0 when there are none)."""
+    return sum(value for have, value in metric_values(text, name)
+               if all(have.get(k) == v for k, v in labels.items()))
+
+
+class ServerProcess:
+    """One ``shoal server`` on 127.0.0.1: HTTP on ``port``, SDK gRPC on +1000, cluster on +1001.
+
+    Created stopped; :meth:`start` spawns it in its own session with stdout and stderr in
+    ``<data_dir>/server.log``. ``entry`` replaces ``-m shoal`` (e.g. ``["-c", code]``);
+    ``die_with_parent`` wraps the command in :data:`DIE_WITH_PARENT` (only from a thread that
+    outlives the server: the kernel signals when the starting thread exits).
+    """
+
+    def __init__(self, port: int, data_dir: Path, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+                 *, entry: Sequence[str] = ("-m", "shoal"), die_with_parent: bool = False) -> None:
+        self.port = port
+        self.data_dir = data_dir
+        self.log_path = data_dir / "server.log"
+        self.args = [sys.executable, *entry, "server", "--host", HOST, "--port", str(port),
+                     "--data-dir", str(data_dir), *args]
+        self.env = {**os.environ, **(env or {})}
+        self.die_with_parent = die_with_parent
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0  #: time.time() just before the process was spawned
+
+    # --- addresses ----------------------------------------------------------------------------
+    @property
+    def grpc_port(self) -> int:
+        return self.port + 1000
+
+    @property
+    def cluster_port(self) -> int:
+        return self.port + 1001
+
+    @property
+    def addr(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def url(self, path: str) -> str:
+        return f"http://{HOST}:{self.port}{path}"
+
+    # --- the process --------------------------------------------------------------------------
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            raise RuntimeError(f"server on {self.port} was not started")
+        return self._proc
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def start(self) -> ServerProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = ([sys.executable, "-c", DIE_WITH_PARENT, str(os.getpid()), *self.args]
+               if self.die_with_parent else self.args)
+        with open(self.log_path, "wb") as log_file:
+            self.started_at = time.time()
+            self._proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env=self.env, start_new_session=True)
+        return self
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def check_alive(self) -> None:
+        """Raise AssertionError (with the log's tail) if the process has exited."""
+        if self._proc is not None and self._proc.poll() is not None:
+            raise AssertionError(f"server on {self.port} exited with {self._proc.returncode}:\n{self.log_tail()}")
+
+    def log(self) -> str:
+        """The server's output so far (for failure messages and diagnostics, not for assertions)."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    def ready(self) -> bool:
+        self.check_alive()
+        try:
+            return http_get(self.url(READINESS), 0.5)[0] == 200
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout: float = 20, interval: float = 0.05) -> float:
+        """Poll readiness until it answers 200; returns the time.time() it did."""
+        poll_until(self.ready, timeout, interval, what=f"server on {self.port} to be ready")
+        return time.time()
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 10) -> int:
+        """SIGTERM and wait; a server that does not stop in time is killed and the call fails."""
+        self.signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"server did not stop within {timeout}s:\n{self.log_tail()}") from None
+
+    def kill(self) -> None:
+        """SIGKILL (if still running) and reap."""
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+            self._proc.wait()
+
+    # --- what it reports ----------------------------------------------------------------------
+    def prometheus(self) -> str:
+        status, text = http_get(self.url(PROMETHEUS), 5.0)
+        if status != 200:
+            raise RuntimeError(f"prometheus on {self.port} answered {status}")
+        return text
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of ``shoal_<name>`` with ``labels`` (0 when there are none)."""
+        return metric_sum(self.prometheus(), f"shoal_{name}", **labels)
+
+    def gauge(self, name: str) -> float | None:
+        values = metric_values(self.prometheus(), f"shoal_{name}")
+        return values[0][1] if values else None
+
+    def try_gauge(self, name: str) -> float | None:
+        """The gauge, or None when the node does not answer in time (a stalled event loop)."""
+        try:
+            return self.gauge(name)
+        except (OSError, RuntimeError):
+            return None
+
+    def members(self) -> list[dict[str, Any]]:
+        """The node's member list (/nacos/v1/core/cluster/nodes), empty if it does not answer 200."""
+        status, text = http_get(self.url("/nacos/v1/core/cluster/nodes"), 2.0)
+        if status != 200:
+            return []
+        body = json.loads(text)
+        data = body.get("data", body) if isinstance(body, dict) else body
+        return list(data) if isinstance(data, list) else []
+
+    def proc_status(self) -> dict[str, int]:
+        """VmRSS / VmHWM in bytes from /proc/<pid>/status (empty once the process is gone)."""
+        out: dict[str, int] = {}
+        try:
+            text = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return out
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0]) * 1024
+        return out
+
+    def cpu_s(self) -> float | None:
+        """User + system CPU seconds of the process so far (None once it is gone)."""
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def extensions_loaded(self) -> bool | None:
+        """Whether the compiled kernels are mapped into the process (None once it is gone)."""
+        try:
+            maps = Path(f"/proc/{self.pid}/maps").read_text()
+        except OSError:
+            return None
+        return "shoal/_ext/" in maps
+
+
+def start_server(root: Path, args: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
+                 wait: bool = True, port: int | None = None, **options: Any) -> ServerProcess:
+    """Start a server on ``port`` (default: a free block) with its data dir under ``root``;
+    with ``wait``, return once it is ready (killing it if it never gets there)."""
+    port = port or free_port_block()
+    server = ServerProcess(port, root / f"node-{port}", list(args or []), env, **options).start()
+    if wait:
+        try:
+            server.wait_ready()
+        except BaseException:
+            server.kill()
+            raise
+    return server
+
+
+def kill(server: ServerProcess) -> None:
+    """SIGKILL ``server`` if it still runs, and reap it."""
+    server.kill()
+
+
+class ServerSet:
+    """Starts servers under ``root`` and stops every one of them when the ``with`` block ends."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.servers: list[ServerProcess] = []
+
+    def add(self, server: ServerProcess) -> ServerProcess:
+        """Track a server created elsewhere (started or not) so it is stopped with the others."""
+        self.servers.append(server)
+        return server
+
+    def start(self, port: int | None = None, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+              wait: bool = False, **options: Any) -> ServerProcess:
+        """Start (and track) a server; ``options`` go to :class:`ServerProcess`."""
+        port = port or free_port_block(avoid=[s.port for s in self.servers])
+        server = self.add(ServerProcess(port, self.root / f"node-{port}", args, env, **options))
+        server.start()
+        if wait:
+            server.wait_ready()
+        return server
+
+    def stop_all(self) -> None:
+        """SIGTERM every server, then SIGKILL whatever is still there."""
+        for server in self.servers:
+            if server.alive():
+                with contextlib.suppress(Exception):
+                    server.stop()
+        for server in self.servers:
+            server.kill()
+
+    def __enter__(self) -> ServerSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
