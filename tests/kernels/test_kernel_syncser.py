@@ -312,7 +312,7 @@ def test_huge_batch(syncser: ModuleType) -> None:
 def test_named_positions_address_the_decoded_fields(syncser: ModuleType) -> None:
     """The index constants documented next to the record aliases name the fields both
     implementations decode (distro code indexes records only through them)."""
-    from shoal.kernels import syncser as selector
+    from shoal.kernels import syncser_layout as selector
 
     [record] = syncser.decode_batch(GOLDEN)
     service = record[selector.CLIENT_SERVICES][0]
