@@ -187,7 +187,7 @@ class AuthService:
 
     async def identity_from_credentials(self, username: str, password: str, source: str) -> Identity:
         """Clients that send ``username``/``password`` on every call instead of a token
-        (spec §9.20): checked once with bcrypt, then remembered for the token lifetime."""
+        (docs/protocol.md §5.6): checked once with bcrypt, then remembered for the token lifetime."""
         digest = hmac.digest(self._credential_key, f"{username}\0{password}".encode(), hashlib.sha256)
         cached = self._credentials.get(digest)
         now = self._monotonic_ms()

@@ -1,4 +1,4 @@
-"""Connection limit rules (Nacos 2.0–2.2 ConnectionLimitRule, seeds §6.2).
+"""Connection limit rules (Nacos 2.0–2.2 ConnectionLimitRule, docs/protocol.md §2.7).
 
 The rule file is JSON: ``countLimit`` (all SDK connections), ``countLimitPerClientIpDefault``,
 ``countLimitPerClientIp`` {ip: n}, ``countLimitPerClientApp`` {app: n}, ``monitorIpList``;
