@@ -55,6 +55,9 @@ class AdminExists(Conflict):
 
 @dataclass(frozen=True, slots=True)
 class Identity:
+    """Who a request is from once its token or credentials check out (Nacos ``NacosUser``):
+    the user name and whether it is a global admin, which passes every permission check."""
+
     username: str
     global_admin: bool
 
@@ -100,6 +103,9 @@ class LoginLimiter:
 
 
 class HasHeaders(Protocol):
+    """What the gRPC request filter needs from a call's context: its merged headers, looked up by
+    name (the gRPC server's ``RequestContext`` provides it), so auth never imports a transport."""
+
     def header(self, name: str, default: str = "") -> str: ...
 
 
