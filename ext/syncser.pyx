@@ -13,7 +13,7 @@ from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DATA, PyUnicode_G
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
-from shoal.kernels.syncser_py import SyncDecodeError
+from shoal.kernels.syncser_layout import SyncDecodeError
 
 
 cdef extern from "Python.h":

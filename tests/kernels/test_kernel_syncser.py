@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from shoal.kernels import NO_EXTENSIONS
-from shoal.kernels.syncser_py import SyncDecodeError
+from shoal.kernels.syncser_layout import SyncDecodeError
 
 
 def uv(n: int) -> bytes:

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shoal.kernels import NO_EXTENSIONS
-from shoal.kernels.syncser_py import SyncDecodeError
+from shoal.kernels.syncser_layout import SyncDecodeError
 
 pytestmark = [
     pytest.mark.c_extension,

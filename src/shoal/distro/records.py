@@ -6,7 +6,8 @@ import struct
 from collections.abc import Iterable
 
 from shoal.kernels import syncser
-from shoal.kernels.syncser import INSTANCE_METADATA, SERVICE_INSTANCES, ClientRecord, InstanceRecord, ServiceTuple
+from shoal.kernels.syncser import ClientRecord, InstanceRecord, ServiceTuple
+from shoal.kernels.syncser_layout import INSTANCE_METADATA, SERVICE_INSTANCES
 from shoal.model.client import Client, ClientKind, Publication
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey

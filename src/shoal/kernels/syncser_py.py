@@ -40,71 +40,17 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import Final
 
-__all__ = [
-    "CLIENT_ID",
-    "CLIENT_OP",
-    "CLIENT_REVISION",
-    "CLIENT_SERVICES",
-    "FORMAT_VERSION",
-    "INSTANCE_CLUSTER",
-    "INSTANCE_ENABLED",
-    "INSTANCE_HEALTHY",
-    "INSTANCE_ID",
-    "INSTANCE_IP",
-    "INSTANCE_LAST_BEAT",
-    "INSTANCE_METADATA",
-    "INSTANCE_PORT",
-    "INSTANCE_WEIGHT",
-    "MAGIC",
-    "SERVICE_GROUP",
-    "SERVICE_INSTANCES",
-    "SERVICE_IS_BATCH",
-    "SERVICE_NAME",
-    "SERVICE_NAMESPACE",
-    "ClientRecord",
-    "InstanceRecord",
-    "ServiceTuple",
-    "SyncDecodeError",
-    "decode_batch",
-    "encode_batch",
-]
+from shoal.kernels.syncser_layout import (
+    FORMAT_VERSION,
+    MAGIC,
+    ClientRecord,
+    InstanceRecord,
+    ServiceTuple,
+    SyncDecodeError,
+)
 
-# The records are plain tuples (the compiled kernel builds and reads them fastest that way).
-# Unpack them, or index them with the named positions below — never with bare numbers.
-
-#: (ip, port, weight, healthy, enabled, cluster, instance_id, metadata, last_beat_ms)
-InstanceRecord = tuple[str, int, float, bool, bool, str, str, dict[str, str], int]
-INSTANCE_IP: Final = 0
-INSTANCE_PORT: Final = 1
-INSTANCE_WEIGHT: Final = 2
-INSTANCE_HEALTHY: Final = 3
-INSTANCE_ENABLED: Final = 4
-INSTANCE_CLUSTER: Final = 5
-INSTANCE_ID: Final = 6
-INSTANCE_METADATA: Final = 7
-INSTANCE_LAST_BEAT: Final = 8
-#: (namespace, group, service, is_batch, instances)
-ServiceTuple = tuple[str, str, str, bool, list[InstanceRecord]]
-SERVICE_NAMESPACE: Final = 0
-SERVICE_GROUP: Final = 1
-SERVICE_NAME: Final = 2
-SERVICE_IS_BATCH: Final = 3
-SERVICE_INSTANCES: Final = 4
-#: (op, client_id, revision, services)
-ClientRecord = tuple[int, str, int, list[ServiceTuple]]
-CLIENT_OP: Final = 0
-CLIENT_ID: Final = 1
-CLIENT_REVISION: Final = 2
-CLIENT_SERVICES: Final = 3
-
-MAGIC = b"SHSY"
-FORMAT_VERSION = 1
-
-
-class SyncDecodeError(ValueError):
-    """The bytes are not a valid sync batch (both implementations raise this very class)."""
+__all__ = ["ClientRecord", "InstanceRecord", "ServiceTuple", "SyncDecodeError", "decode_batch", "encode_batch"]
 
 
 _HEADER = MAGIC + bytes([FORMAT_VERSION])

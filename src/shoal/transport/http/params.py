@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from aiohttp import web
 from multidict import MultiDictProxy
@@ -17,6 +17,7 @@ from shoal.errors import InvalidParam, MissingParam
 from shoal.model.keys import DEFAULT_CLUSTER, DEFAULT_GROUP, GROUP_SEPARATOR, ServiceKey, normalise_namespace
 from shoal.service_layer import parse_metadata
 
+_N = TypeVar("_N", int, float)
 FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
 
 
@@ -65,15 +66,7 @@ class Params:
 
     def integer(self, name: str, default: int | None = None, low: int | None = None,
                 high: int | None = None) -> int:
-        value = self.text(name)
-        if not value:
-            if default is None:
-                raise MissingParam(name)
-            return default
-        try:
-            number = int(value)
-        except ValueError:
-            raise InvalidParam(f"Param '{name}' must be an integer, got {value!r}.") from None
+        number = self._parsed(name, default, int, "an integer")
         if (low is not None and number < low) or (high is not None and number > high):
             raise InvalidParam(f"Param '{name}' must be between {low} and {high}, got {number}.")
         return number
@@ -83,18 +76,22 @@ class Params:
         return self.integer(name, default)
 
     def number(self, name: str, default: float | None = None) -> float:
+        number = self._parsed(name, default, float, "a number")
+        if not math.isfinite(number):
+            raise InvalidParam(f"Param '{name}' must be a finite number, got {self.text(name)!r}.")
+        return number
+
+    def _parsed(self, name: str, default: _N | None, convert: Callable[[str], _N], what: str) -> _N:
+        """The parameter converted, the default when blank, MissingParam when blank without one."""
         value = self.text(name)
         if not value:
             if default is None:
                 raise MissingParam(name)
             return default
         try:
-            number = float(value)
+            return convert(value)
         except ValueError:
-            raise InvalidParam(f"Param '{name}' must be a number, got {value!r}.") from None
-        if not math.isfinite(number):
-            raise InvalidParam(f"Param '{name}' must be a finite number, got {value!r}.")
-        return number
+            raise InvalidParam(f"Param '{name}' must be {what}, got {value!r}.") from None
 
     def weight(self, default: float | None = 1.0) -> float | None:
         """A finite number, or None when absent and no default (its range is the service layer's rule)."""
