@@ -3,12 +3,12 @@
 One :class:`NacosConnection` is one Nacos connection: its own grpc.aio channel (one HTTP/2
 transport; ``grpc.use_local_subchannel_pool`` keeps channels from sharing a subchannel), the
 ServerCheck unary call, the bi stream with ConnectionSetupRequest and the wait for
-SetupAckRequest (spec §2.2). A reader task answers the server's requests on the stream
+SetupAckRequest (docs/protocol.md §2.2). A reader task answers the server's requests on the stream
 (ClientDetectionRequest, NotifySubscriberRequest) with a 200 response echoing ``requestId``
 and hands every push to an optional callback together with its receive time.
 
 It uses Shoal's own Payload classes (a private descriptor pool), never the SDK's generated
-ones, and sends the request bodies real Java clients send (spec §3.4).
+ones, and sends the request bodies real Java clients send (docs/protocol.md §3.4).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Distro protocol logic on an in-memory network with a manual clock (spec §5–6, seeds)."""
+"""Distro protocol logic on an in-memory network with a manual clock (docs/protocol.md §6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Nacos gRPC protocol at the byte level, including every kind of bad input (spec §1–2).
+"""The Nacos gRPC protocol at the byte level, including every kind of bad input (docs/protocol.md §1–§2).
 
 Each bad request must get its documented answer while the connection, the node and the other
 clients go on working.

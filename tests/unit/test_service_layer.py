@@ -1,4 +1,4 @@
-"""Naming use cases against the in-memory model (spec §3.4–3.9)."""
+"""Naming use cases against the in-memory model (docs/protocol.md §3.4–§3.9)."""
 
 from __future__ import annotations
 

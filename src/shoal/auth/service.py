@@ -55,6 +55,9 @@ class AdminExists(Conflict):
 
 @dataclass(frozen=True, slots=True)
 class Identity:
+    """Who a request is from once its token or credentials check out (Nacos ``NacosUser``):
+    the user name and whether it is a global admin, which passes every permission check."""
+
     username: str
     global_admin: bool
 
@@ -100,6 +103,9 @@ class LoginLimiter:
 
 
 class HasHeaders(Protocol):
+    """What the gRPC request filter needs from a call's context: its merged headers, looked up by
+    name (the gRPC server's ``RequestContext`` provides it), so auth never imports a transport."""
+
     def header(self, name: str, default: str = "") -> str: ...
 
 
@@ -187,7 +193,7 @@ class AuthService:
 
     async def identity_from_credentials(self, username: str, password: str, source: str) -> Identity:
         """Clients that send ``username``/``password`` on every call instead of a token
-        (spec §9.20): checked once with bcrypt, then remembered for the token lifetime."""
+        (docs/protocol.md §5.6): checked once with bcrypt, then remembered for the token lifetime."""
         digest = hmac.digest(self._credential_key, f"{username}\0{password}".encode(), hashlib.sha256)
         cached = self._credentials.get(digest)
         now = self._monotonic_ms()

@@ -82,6 +82,9 @@ def resource_pattern(resource: str) -> re.Pattern[str]:
 
 @dataclass(frozen=True, slots=True)
 class Permission:
+    """One grant of an action (``r``, ``w`` or ``rw``) on a resource pattern
+    (``namespace:group:naming/service``, ``*`` wildcards) to a role (Nacos ``PermissionInfo``)."""
+
     role: str
     resource: str
     action: str

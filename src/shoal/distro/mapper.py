@@ -1,4 +1,4 @@
-"""Responsibility (Nacos DistroMapper, spec §6.4).
+"""Responsibility (Nacos DistroMapper, docs/protocol.md §6.3).
 
 A connection client belongs to the node its connection lives on. An ip:port client belongs to
 ``healthy[distro_hash(ip:port) % len(healthy)]`` over the sorted UP+SUSPICIOUS member list, with

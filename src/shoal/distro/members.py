@@ -61,7 +61,7 @@ class Member:
         return f"{self.ip}:{self.port}"
 
     def to_nacos(self) -> dict[str, Any]:
-        """Nacos's Member JSON shape (spec §5.4)."""
+        """Nacos's Member JSON shape (docs/protocol.md §6.2)."""
         return {
             "ip": self.ip,
             "port": self.port,

@@ -5,7 +5,7 @@ the owner's HTTP ``ip:port``. The protocol and the standalone answer live in
 :mod:`shoal.model.ip_port` (re-exported here); this module adds the clustered answers:
 
 * :class:`MapperResponsibility` asks the Distro mapper (the production answer of a cluster);
-* :class:`ForwardAllTo` is the test hook behind ``shoal.test.forward-all-to``: one fixed owner
+* :class:`ForwardAllTo` is the test hook ``forward_all_to`` (``SHOAL_TEST_HOOKS``): one fixed owner
   for every ``ip:port``, so forwarding can be shown with two real processes.
 
 HTTP forwarding (transport) and the beat checker (health) import them from here, so neither
@@ -40,7 +40,7 @@ class MapperResponsibility:
 
 
 class ForwardAllTo:
-    """TEST HOOK (``shoal.test.forward-all-to``): one node owns every ``ip:port``."""
+    """TEST HOOK (``TestHooks.forward_all_to``): one node owns every ``ip:port``."""
 
     def __init__(self, address: str) -> None:
         self.address = address

@@ -33,6 +33,9 @@ LastBeat = Callable[[str, ServiceKey], int | None]
 
 
 class NodeExporter:
+    """Builds this node's Arrow snapshot from the model, a chunk of clients at a time, handing
+    each chunk to the writer off the loop; used by the export route and the periodic export."""
+
     def __init__(self, node: str, clock: Clock, clients: ClientManager, services: ServiceManager,
                  index: ServiceIndex, storage: ServiceStorage, changelog: ChangeLog,
                  owner_of: Callable[[Client], str | None], last_beat: LastBeat | None = None) -> None:

@@ -41,6 +41,9 @@ class SnapshotVersionError(SnapshotError):
 
 @dataclass(frozen=True, slots=True)
 class Manifest:
+    """A validated ``manifest.json``: who took the snapshot and when, and for each table its
+    file name and row count."""
+
     path: Path
     schema_version: int
     node: str

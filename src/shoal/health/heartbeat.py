@@ -1,4 +1,4 @@
-"""Heartbeat checker for ip:port clients (Nacos ClientBeatCheckTaskV2, spec §6.7).
+"""Heartbeat checker for ip:port clients (Nacos ClientBeatCheckTaskV2, docs/protocol.md §4.3).
 
 Every ``beat-check-interval-ms`` (5 s) one call of the expiry kernel over the beat table finds
 the instances past a deadline. For each, unless health checking is switched off, another node

@@ -1,4 +1,5 @@
-"""Connection keep-alive and limit enforcement (Nacos NacosRuntimeConnectionEjector, seeds §6.2).
+"""Connection keep-alive and limit enforcement (Nacos NacosRuntimeConnectionEjector,
+docs/protocol.md §2.6, §2.7).
 
 Every ``check-interval-ms`` (3 s): reload the limit rule if its file changed; unregister
 connections expelled on the previous round that are still here (a client that ignored

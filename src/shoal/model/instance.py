@@ -42,7 +42,7 @@ class InstanceInfo:
         return f"{self.ip}:{self.port}"
 
     def to_nacos(self, service: ServiceKey, ephemeral: bool = True) -> dict[str, Any]:
-        """The Instance JSON object Nacos 2.x emits (spec §3.2), derived keys included."""
+        """The Instance JSON object Nacos 2.x emits (docs/protocol.md §3.2), derived keys included."""
         md = self.metadata
         out: dict[str, Any] = {
             "instanceId": self.instance_id,

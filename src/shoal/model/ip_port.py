@@ -144,7 +144,7 @@ class BeatTable:
         return True
 
     def renew_client(self, client_id: str, beat_ms: int) -> int:
-        """Renew every publication of a client (Distro verify of an ip:port client, spec §6.3)."""
+        """Renew every publication of a client (Distro verify of an ip:port client, docs/protocol.md §6.5)."""
         client = self._clients.get(client_id)
         if client is None:
             return 0

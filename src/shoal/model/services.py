@@ -32,7 +32,8 @@ from shoal.model.keys import ServiceKey
 @dataclass(slots=True)
 class ServiceRecord:
     """A service singleton. ``has_metadata`` is true once created/updated through the service
-    API; only then do the selector and the protection threshold apply (spec §3.9)."""
+    API; only then does the protection threshold apply (docs/protocol.md §3.9; a selector is
+    checked by the service API but neither kept nor applied)."""
 
     key: ServiceKey
     created_ms: int
@@ -171,7 +172,7 @@ class ServiceView:
         healthy_only: bool,
         record: ServiceRecord | None,
     ) -> Selection:
-        """Nacos ServiceUtil.selectInstancesWithHealthyProtection for one reader (spec §3.9):
+        """Nacos ServiceUtil.selectInstancesWithHealthyProtection for one reader (docs/protocol.md §3.9):
         cluster filter (empty = all), enabled only, healthy-only, then — only for services with
         metadata — the protection threshold, which returns the kept hosts with unhealthy ones
         shown healthy when ``healthy/total <= threshold``."""
@@ -255,7 +256,7 @@ def service_info_json(
     cache_millis: int,
     grouped_name: bool = False,
 ) -> str:
-    """ServiceInfo JSON (spec §3.3). ``name`` is bare for gRPC and ``group@@name`` for HTTP;
+    """ServiceInfo JSON (docs/protocol.md §3.3). ``name`` is bare for gRPC and ``group@@name`` for HTTP;
     both ``allIPs`` (2.x) and ``allIps`` (3.x) are emitted; lastRefTime is always fresh."""
     head = json.dumps(
         {

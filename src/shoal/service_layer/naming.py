@@ -5,7 +5,7 @@ operator metrics).
 Both transports (gRPC SDK and HTTP Open API) parse their wire format into these calls and
 shape the answers; all validation (:mod:`shoal.service_layer.validation`) and every error
 (:mod:`shoal.errors`) comes from here so the two cannot drift apart.
-Mirrors EphemeralClientOperationServiceImpl + the request handlers' checks (spec §3.4–3.7).
+Mirrors EphemeralClientOperationServiceImpl + the request handlers' checks (docs/protocol.md §3.4–§3.7).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class NamingService:
     # --- validation (the one rule set: service_layer.validation) ------------------------
     def check_params(self, service: ServiceKey | None = None, clusters: str | None = None,
                      instances: Sequence[InstanceInfo] = ()) -> None:
-        """Nacos's parameter checker (spec §3.7); raises ParamCheckFailed (answered 500/400)."""
+        """Nacos's parameter checker (docs/protocol.md §3.7); raises ParamCheckFailed (answered 500/400)."""
         self.validator.check_params(service, clusters, instances)
 
     @staticmethod

@@ -2,7 +2,7 @@
 
 Both transports only parse field types; every range and shape rule (port, weight, cluster
 name, ip, metadata, the names of namespace/group/service) is checked here, once, with the
-error class that carries its wire codes (spec §3.7, NamingUtils.checkInstanceIsLegal).
+error class that carries its wire codes (docs/protocol.md §3.7, NamingUtils.checkInstanceIsLegal).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class InstanceValidator:
 
     def check_params(self, service: ServiceKey | None = None, clusters: str | None = None,
                      instances: Sequence[InstanceInfo] = ()) -> None:
-        """Nacos's parameter checker (spec §3.7); raises ParamCheckFailed (answered 500/400)."""
+        """Nacos's parameter checker (docs/protocol.md §3.7); raises ParamCheckFailed (answered 500/400)."""
         if not self.config.param_check_enabled:
             return
         if service is not None:

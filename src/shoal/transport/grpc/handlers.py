@@ -28,6 +28,6 @@ class Handler(NamedTuple):
     handle: Callable[[RequestContext, dict[str, Any]], str]
 
 
-# Requests that only peers may send (spec §1.6 step 1): refused on the SDK port.
+# Requests that only peers may send (docs/protocol.md §1.6 step 1): refused on the SDK port.
 CLUSTER_ONLY_TYPES = frozenset({"DistroDataRequest", "MemberReportRequest", "ServerLoaderInfoRequest",
                                 "ServerReloadRequest"})

@@ -1,4 +1,4 @@
-"""Connection limit rules (Nacos 2.0–2.2 ConnectionLimitRule, seeds §6.2).
+"""Connection limit rules (Nacos 2.0–2.2 ConnectionLimitRule, docs/protocol.md §2.7).
 
 The rule file is JSON: ``countLimit`` (all SDK connections), ``countLimitPerClientIpDefault``,
 ``countLimitPerClientIp`` {ip: n}, ``countLimitPerClientApp`` {app: n}, ``monitorIpList``;
@@ -18,6 +18,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ConnectionLimitRule:
+    """One parsed limit rule file (Nacos 2.0–2.2 ``ConnectionLimitRule``); -1 means unlimited,
+    and ``limit_for`` picks the per-ip, per-app or default limit for a client."""
+
     count_limit: int = -1
     count_limit_per_ip_default: int = -1
     count_limit_per_ip: dict[str, int] = field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""Answer shapes of the Open API generations, and typed errors → wire (spec §7.1).
+"""Answer shapes of the Open API generations, and typed errors → wire (docs/protocol.md §5.1).
 
 * v1: success is plain text ``ok`` or a JSON object; an error is the HTTP status of its code
   with a plain-text message.

@@ -1,5 +1,5 @@
 """Auth endpoints of the Nacos default plugin (UserController, RoleController,
-PermissionController) under ``/nacos/v1/auth`` (spec §7.5)."""
+PermissionController) under ``/nacos/v1/auth`` (docs/protocol.md §5.6)."""
 
 from __future__ import annotations
 

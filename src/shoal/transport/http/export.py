@@ -28,10 +28,16 @@ CHUNK = 1024 * 1024
 
 
 class Exporter(Protocol):
+    """What the export route needs from the node: write one snapshot directory under a given
+    directory (:class:`shoal.export.node_export.NodeExporter` in a node)."""
+
     async def export(self, out_dir: Path) -> SnapshotInfo: ...
 
 
 class ExportRoutes:
+    """The Shoal-only ``GET /nacos/v1/shoal/export`` handler: takes a snapshot into a scratch
+    directory and streams it back as a tar (no Nacos counterpart)."""
+
     def __init__(self, exporter: Exporter, scratch_dir: Path) -> None:
         self.exporter = exporter
         self.scratch_dir = scratch_dir

@@ -7,7 +7,7 @@ members are (``/core/cluster/nodes``).
 * :class:`Forwarder` proxies an HTTP write or beat for an ``ip:port`` this node is not
   responsible for to its owner (same method, path, query and body, ``User-Agent:
   Nacos-Server``) and relays the answer. A request that arrives already forwarded by a peer
-  and is still not ours is refused with 400, which stops forwarding loops (spec §6.4).
+  and is still not ours is refused with 400, which stops forwarding loops (docs/protocol.md §5.5).
 * :class:`MemberView` lists the members in Nacos's Member JSON shape; standalone: this node.
 """
 
@@ -37,7 +37,7 @@ _PASSED_HEADERS = ("Content-Type", "accessToken", "Authorization", "Client-Versi
 
 
 class MemberView(Protocol):
-    """The cluster members, each as Nacos's Member JSON object (spec §5.4)."""
+    """The cluster members, each as Nacos's Member JSON object (docs/protocol.md §6.2)."""
 
     def members(self) -> list[dict[str, Any]]: ...
 

@@ -1,7 +1,7 @@
 """Naming Open API handlers, v1 (``/nacos/v1/ns``) and v2 (``/nacos/v2/ns``).
 
 Mirrors Nacos's InstanceController / InstanceControllerV2, ServiceController /
-ServiceControllerV2, OperatorController and ClientInfoControllerV2 (spec §7.2–7.3) on top of
+ServiceControllerV2, OperatorController and ClientInfoControllerV2 (docs/protocol.md §5.2) on top of
 the transport-neutral service layer, so an HTTP registration is an ip:port client of the same
 model as the gRPC clients (each sees the other's instances, and both are pushed).
 """
@@ -117,7 +117,7 @@ class NamingRoutes:
     async def v1_service_create(self, request: web.Request, p: Params) -> web.Response:
         service = p.v1_service()
         check_selector(p)
-        # Nacos 1.x/2.x: a service created through this API is persistent (spec §9.17).
+        # Nacos 1.x/2.x: a service created through this API is persistent (docs/protocol.md §5.2).
         self.naming.create_service(service, p.number("protectThreshold", 0.0), p.metadata() or {}, ephemeral=False)
         return ok_text()
 

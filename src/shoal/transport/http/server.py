@@ -188,7 +188,7 @@ class HttpServer:
 
     async def _identity(self, request: web.Request, params: Params) -> Identity:
         """Token from ``accessToken`` (param or header) or ``Authorization: Bearer``; else
-        ``username``/``password`` sent with the request (spec §9.20)."""
+        ``username``/``password`` sent with the request (docs/protocol.md §5.6)."""
         assert self.auth is not None
         token = params.text("accessToken") or request.headers.get("accessToken", "")
         if not token:
