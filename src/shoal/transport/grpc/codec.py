@@ -27,7 +27,11 @@ def encode(type_name: str, body_json: str) -> Any:
 
 def decode_body(payload: Any) -> dict[str, Any]:
     """The request body as a dict; anything else is a 502 (Nacos's answer to a bad body)."""
-    raw = payload.body.value
+    return parse_body(payload.body.value)
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """``body.value`` bytes as a dict; anything else is a 502 (BadRequestBody)."""
     try:
         body = _decoder.decode(raw.decode("utf-8")) if raw else {}
     except (UnicodeDecodeError, ValueError) as exc:
