@@ -316,6 +316,7 @@ class H2Connection(asyncio.Protocol):
     # --- shutdown --------------------------------------------------------------------------
     def goaway(self) -> None:
         if not self.lost:
+            self.flush()  # what the streams were told (e.g. UNAVAILABLE) goes out before the GOAWAY
             self.session.goaway()
             self.flush()
 
