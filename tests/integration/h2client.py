@@ -49,6 +49,20 @@ class StreamResult:
     def message(self) -> str:
         return self.trailers.get("grpc-message", self.headers.get("grpc-message", ""))
 
+    def take_messages(self) -> list[tuple[str, dict[str, Any]]]:
+        """The complete messages received since the last take (they are dropped from ``data``)."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        view, at = bytes(self.data), 0
+        while len(view) - at >= 5:
+            _, size = struct.unpack(">BI", view[at:at + 5])
+            if len(view) - at - 5 < size:
+                break
+            type_name, _, _, body = payload_codec.decode(view[at + 5:at + 5 + size])
+            out.append((type_name, json.loads(body) if body else {}))
+            at += 5 + size
+        del self.data[:at]
+        return out
+
     def messages(self) -> list[tuple[str, dict[str, Any]]]:
         """The gRPC messages received, decoded as Nacos payloads (type, JSON body)."""
         out, buf = [], bytes(self.data)
@@ -63,8 +77,12 @@ class StreamResult:
 class H2Client:
     """One TCP connection = one HTTP/2 session = one Nacos connection."""
 
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    def __init__(self, port: int, rcvbuf: int = 0) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf:  # a small receive buffer makes a client that stops reading stall the server fast
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(5)
+        self.sock.connect(("127.0.0.1", port))
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
         self.streams: dict[int, StreamResult] = {}
         self.pings: list[bytes] = []
@@ -88,7 +106,13 @@ class H2Client:
         return stream_id
 
     def send(self, stream_id: int, data: bytes, end: bool = False) -> None:
-        self.conn.send_data(stream_id, data, end_stream=end)
+        size = self.conn.max_outbound_frame_size
+        chunks = [data[i:i + size] for i in range(0, len(data), size)] or [b""]
+        for i, chunk in enumerate(chunks):
+            need = len(chunk)
+            self.wait(lambda n=need: self.conn.local_flow_control_window(stream_id) >= n,  # type: ignore[misc]
+                      what="send window")
+            self.conn.send_data(stream_id, chunk, end_stream=end and i == len(chunks) - 1)
         self.flush()
 
     def call(self, path: str, message: bytes, timeout: float = 5) -> StreamResult:

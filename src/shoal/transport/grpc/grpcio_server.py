@@ -42,6 +42,7 @@ class GrpcioStreamSink:
         self._queue: deque[bytes] = deque()
         self._queued = 0
         self._writer: asyncio.Task[None] | None = None
+        self.stuck = False
 
     def send(self, data: bytes) -> None:
         if self.abort is not None:
@@ -56,18 +57,19 @@ class GrpcioStreamSink:
 
     async def _drain(self) -> None:
         try:
-            while self._queue:
+            while self._queue and self.abort is None:
                 data = self._queue[0]
-                try:
-                    async with asyncio.timeout(self.stall_s):
-                        await self.context.write(data)
-                except TimeoutError:
+                write = asyncio.ensure_future(self.context.write(data))
+                done, _ = await asyncio.wait((write,), timeout=self.stall_s)
+                if not done:
+                    # grpc cannot cancel a started write: leave it to end with the transport (the
+                    # keep-alive ping closes a peer that stopped reading) and give up the connection.
+                    self.stuck = True
+                    write.add_done_callback(_consume)
                     self.on_fail(f"peer read nothing for {self.stall_s:g} s")
                     return
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # the call is over (client gone): the handler ends it
-                    log.debug("stream write failed: %s", exc)
+                if write.exception() is not None:  # the call is over (client gone): the handler ends it
+                    log.debug("stream write failed: %s", write.exception())
                     return
                 self._queue.popleft()
                 self._queued -= len(data)
@@ -80,17 +82,24 @@ class GrpcioStreamSink:
         self.abort = (status, message)
         self.stop()
         task = self.handler_task
+        if self.stuck:  # no status can be sent behind a stuck write: the call ends with its transport
+            return
         if task is not None and task is not asyncio.current_task() and not task.done():
             task.cancel()  # the handler ends the call with this status
 
     def stop(self) -> None:
-        """Drop queued output and stop the writer."""
+        """Drop queued output and stop the writer (unless its write is stuck in grpc)."""
         writer = self._writer
-        if writer is not None and writer is not asyncio.current_task():
+        if writer is not None and writer is not asyncio.current_task() and not self.stuck:
             writer.cancel()
         self._writer = None
         self._queue.clear()
         self._queued = 0
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved: no "exception never retrieved" noise
 
 
 class GrpcioServer:
@@ -113,6 +122,9 @@ class GrpcioServer:
             ("grpc.http2.min_recv_ping_interval_without_data_ms", self.config.grpc_permit_keepalive_ms),
             ("grpc.http2.max_ping_strikes", 0),
             ("grpc.keepalive_permit_without_calls", 1),
+            # a peer that stops reading stops answering pings too: grpc then drops its transport
+            ("grpc.keepalive_time_ms", self.config.write_stall_timeout_ms),
+            ("grpc.keepalive_timeout_ms", self.config.write_stall_timeout_ms),
             ("grpc.so_reuseport", 0),
         ]
         server = grpc.aio.server(options=options)
@@ -165,7 +177,7 @@ class GrpcioServer:
         finally:
             sink.stop()
             streams.stream_ended(conn)
-        if sink.abort is not None:  # ended by the server: tell the client why, so it reconnects
+        if sink.abort is not None and not sink.stuck:  # ended by the server: tell the client why
             status, message = sink.abort
             with contextlib.suppress(asyncio.CancelledError):
                 await context.abort(_STATUS.get(status, grpc.StatusCode.UNAVAILABLE), message)
