@@ -14,9 +14,11 @@ finish within the grace time, then closes every socket.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
+import socket
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
@@ -96,6 +98,10 @@ class H2Connection(asyncio.Protocol):
         self.transport = tcp
         self.peer = _peer_string(tcp.get_extra_info("peername"))
         tcp.set_write_buffer_limits(high=256 * 1024)
+        sock = tcp.get_extra_info("socket")
+        if sock is not None:  # a peer that vanished without a FIN is found by TCP keep-alive
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self.session = h2grpc.H2Session(self.server.max_message)
         self.server.connections.add(self)
         self.flush()
