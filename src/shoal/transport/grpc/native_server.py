@@ -119,11 +119,16 @@ class H2Connection(asyncio.Protocol):
         self.flush()
 
     def pause_writing(self) -> None:
+        # The peer is not reading: stop reading its requests too, so their answers cannot pile up.
         self.paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
         self._arm_stall_timer()
 
     def resume_writing(self) -> None:
         self.paused = False
+        if self.transport is not None and not self.lost:
+            self.transport.resume_reading()
         self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
