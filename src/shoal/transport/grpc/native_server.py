@@ -209,6 +209,10 @@ class H2Connection(asyncio.Protocol):
         except PayloadDecodeError as exc:
             self.session.send_trailers(call.stream_id, h2grpc.INTERNAL, str(exc))
             return
+        except Exception:  # the service answers its own errors; this is a bug: never a traceback to the peer
+            log.exception("unexpected failure answering a call from %s", self.peer)
+            self.session.send_trailers(call.stream_id, h2grpc.INTERNAL, "server error")
+            return
         if isinstance(reply, bytes):
             self.session.reply(call.stream_id, reply)
         elif inspect.isawaitable(reply):
@@ -219,6 +223,9 @@ class H2Connection(asyncio.Protocol):
             data = await reply
         except PayloadDecodeError as exc:
             self.session.send_trailers(call.stream_id, h2grpc.INTERNAL, str(exc))
+        except Exception:
+            log.exception("unexpected failure answering a call from %s", self.peer)
+            self.session.send_trailers(call.stream_id, h2grpc.INTERNAL, "server error")
         else:
             self.session.reply(call.stream_id, data)
         call.task = None
