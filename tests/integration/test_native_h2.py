@@ -11,6 +11,7 @@ import pytest
 
 from shoal.transport.grpc.transports import native_available
 
+pytest.importorskip("h2", reason="the h2 dev dependency drives HTTP/2 frames directly")
 from .h2client import STREAM, UNARY, H2Client, grpc_frame, nacos
 from .procs import ServerProcess, kill, start_server
 from .rawclient import register_body
