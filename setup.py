@@ -20,8 +20,10 @@ def _ext_modules() -> list:
     from setuptools import Extension
 
     sources = sorted((ROOT / "ext").glob("*.pyx"))
+    # h2grpc (the native gRPC transport) alone links libnghttp2.
     modules = [
-        Extension(f"shoal._ext.{src.stem}", [str(src.relative_to(ROOT))], extra_compile_args=["-O3"])
+        Extension(f"shoal._ext.{src.stem}", [str(src.relative_to(ROOT))], extra_compile_args=["-O3"],
+                  libraries=["nghttp2"] if src.stem == "h2grpc" else [])
         for src in sources
     ]
     print(f"shoal: building {len(modules)} Cython kernels: {', '.join(s.stem for s in sources)}")

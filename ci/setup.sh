@@ -6,6 +6,16 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 # Some machines list package mirrors that do not exist; pip warns once per package about them.
 pip_quiet() { "$@" 2>&1 | { grep -v "^WARNING: Location '.*' is ignored" || true; }; }
+# The native gRPC transport (ext/h2grpc.pyx) links libnghttp2: install its headers if we can.
+if [ "${SHOAL_NO_EXTENSIONS:-0}" = "0" ] && [ ! -f /usr/include/nghttp2/nghttp2.h ]; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq libnghttp2-dev >/dev/null
+  else
+    echo "ci/setup.sh: libnghttp2's headers are missing: install libnghttp2-dev (Debian/Ubuntu) or" \
+         "libnghttp2-devel (Fedora), or build without extensions (SHOAL_NO_EXTENSIONS=1)" >&2
+    exit 1
+  fi
+fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 pip_quiet .venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel
 pip_quiet .venv/bin/python -m pip install --quiet -e '.[dev,analytics]'

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole suite: lint and types over src/, every test with the compiled kernels, then the
 # kernel, unit and in-memory cluster tests again on the pure-Python twins (SHOAL_NO_EXTENSIONS=1),
-# the same set as `make unit` (no server processes: -m "not integration" excludes those anywhere).
+# the same set as `make unit` (no server processes: -m "not integration" excludes those anywhere),
+# and the real-process integration tests again with the gRPC ports on grpc.aio (the default is native).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -9,3 +10,4 @@ echo "== ruff"; $BIN/ruff check src tests bench
 echo "== mypy"; $BIN/mypy
 echo "== pytest (compiled kernels)"; $BIN/python -m pytest -q -ra "$@"
 echo "== pytest (pure-Python kernels)"; SHOAL_NO_EXTENSIONS=1 $BIN/python -m pytest -q -ra -m "not integration" tests/unit tests/kernels tests/cluster
+echo "== pytest integration (grpcio transport)"; SHOAL_REMOTE_TRANSPORT=grpcio $BIN/python -m pytest -q -ra tests/integration

@@ -31,6 +31,7 @@ from shoal.transport.grpc.limits import LimitRuleFile
 from shoal.transport.grpc.naming_handlers import NamingConnectionListener, naming_handlers
 from shoal.transport.grpc.peer_client import GrpcPeerTransport
 from shoal.transport.grpc.server import SdkServer
+from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http.api import Api
 from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import MemberList
@@ -56,6 +57,7 @@ class Node:
         self.metrics = Metrics()
         self.auth = AuthService(config)
 
+        self.grpc_transport = transport_name(config)  # a bad or unbuilt choice is a ConfigError here
         self.limits = LimitRuleFile(config.limit_rule_path)
         self.sdk_connections = ConnectionManager(config, self.clock, self.limits, source="sdk")
         # A naming connection's client is created and released by the service layer.

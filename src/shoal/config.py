@@ -367,6 +367,24 @@ class Config:
         check=positive,
     )
 
+    # --- gRPC transports (native over libnghttp2, or grpc.aio) -----------------------------
+    remote_transport: str = _setting(
+        "", "shoal.remote.transport",
+        "gRPC server transport of both gRPC ports: native (libnghttp2) or grpcio; empty = native when built.",
+    )
+    cluster_max_inbound_message_size: int = _setting(
+        64 * 1024 * 1024, "nacos.remote.server.grpc.cluster.max-inbound-message-size",
+        "Largest gRPC message accepted from a peer on the cluster port, in bytes.",
+    )
+    outbound_queue_bytes: int = _setting(
+        4 * 1024 * 1024, "shoal.remote.outbound-queue-bytes",
+        "Unsent bytes queued to one connection's stream before the connection is closed.",
+    )
+    write_stall_timeout_ms: int = _setting(
+        30_000, "shoal.remote.write-stall-timeout-ms",
+        "A connection whose peer reads nothing of its queued output for this long is closed.",
+    )
+
     # ------------------------------------------------------------------------------------
     @property
     def grpc_port(self) -> int:

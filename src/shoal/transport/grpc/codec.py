@@ -1,5 +1,5 @@
 """Payload ⇄ JSON: ``metadata.type`` is the Java simple class name, the body an ``Any`` whose
-``value`` is UTF-8 JSON and whose ``type_url`` stays empty (spec §1.2)."""
+``value`` is UTF-8 JSON and whose ``type_url`` stays empty (docs/protocol.md §1.3)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,11 @@ def encode(type_name: str, body_json: str) -> Any:
 
 def decode_body(payload: Any) -> dict[str, Any]:
     """The request body as a dict; anything else is a 502 (Nacos's answer to a bad body)."""
-    raw = payload.body.value
+    return parse_body(payload.body.value)
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """``body.value`` bytes as a dict; anything else is a 502 (BadRequestBody)."""
     try:
         body = _decoder.decode(raw.decode("utf-8")) if raw else {}
     except (UnicodeDecodeError, ValueError) as exc:
@@ -61,7 +65,7 @@ def error(result_code: int, error_code: int, message: str, fields: Mapping[str, 
 
 
 def server_request(fields: Mapping[str, Any], request_id: str, raw: Mapping[str, str] | None = None) -> str:
-    """A server→client request body: always ``headers:{}`` and the request id (spec §9.19)."""
+    """A server→client request body: always ``headers:{}`` and the request id (docs/protocol.md §2.4)."""
     head = {"headers": {}, "requestId": request_id, **fields}
     text = _dumps(head)
     if not raw:

@@ -2,13 +2,19 @@
 
 A connection is one HTTP/2 transport, identified by the peer address gRPC reports for every
 call on it (``ipv4:ip:port``): the unary ServerCheck and the bi stream of one client share it,
-in whatever order they arrive (spec §2.1, §9.18). The id is ``<epochMillis>_<ip>_<port>``.
+in whatever order they arrive (docs/protocol.md §2.1, §2.2). The id is ``<epochMillis>_<ip>_<port>``.
 A connection is *registered* once ConnectionSetupRequest arrived on its stream; only then are
 naming requests served (else 301). Server→client requests (pushes, probes) travel on the
 stream with a process-wide request id and are matched to the client's response by that id.
 
 Last-active stamps live in one int64 array indexed by a per-connection slot, so the keep-alive
 scan is a single call of the expiry kernel over the whole table.
+
+Messages to a client go through its stream's :class:`StreamSink`, which the transport
+provides (grpc.aio or native). A sink never blocks: it queues serialized Payload bytes, one
+stream write at a time, bounded by ``shoal.remote.outbound-queue-bytes``; a sink whose queue
+is over that bound, or whose peer has read nothing for ``shoal.remote.write-stall-timeout-ms``,
+asks the manager to close the connection (one log line, from :meth:`ConnectionManager.unregister`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any, Protocol
 from shoal.clock import Clock
 from shoal.config import Config
 from shoal.kernels import expiry
+from shoal.kernels import payload as payload_codec
 from shoal.transport.grpc import codec
 from shoal.transport.grpc._proto import Payload
 from shoal.transport.grpc.limits import LimitRuleFile
@@ -36,8 +43,18 @@ class ConnectionGone(Exception):
     """The connection was unregistered or its stream is closed."""
 
 
-class StreamWriter(Protocol):
-    async def write(self, message: Any) -> None: ...
+#: gRPC status the server ends a client's stream with when it drops the connection.
+UNAVAILABLE = 14
+
+
+class StreamSink(Protocol):
+    """The server→client half of one bi stream, as a transport provides it."""
+
+    def send(self, data: bytes) -> None:
+        """Queue one serialized Payload; raises ConnectionGone if the stream is over or full."""
+
+    def close(self, status: int, message: str) -> None:
+        """End the stream with this gRPC status (idempotent)."""
 
 
 @dataclass(eq=False)
@@ -59,9 +76,7 @@ class Connection:
     labels: dict[str, str] = field(default_factory=dict)
     app: str = "-"
     source: str = "sdk"
-    stream: StreamWriter | None = None
-    stream_task: asyncio.Task[Any] | None = None
-    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    stream: StreamSink | None = None
     pending: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
     expelled_at_ms: int | None = None
     closed: bool = False
@@ -183,9 +198,8 @@ class ConnectionManager:
             if not future.done():
                 future.set_exception(ConnectionGone(reason))
         conn.pending.clear()
-        task = conn.stream_task
-        if task is not None and task is not asyncio.current_task() and not task.done():
-            task.cancel()  # the stream handler answers UNAVAILABLE so the client reconnects
+        if conn.stream is not None:  # ended UNAVAILABLE so the client reconnects
+            conn.stream.close(UNAVAILABLE, f"connection unregistered by server: {reason}")
         if conn.registered:
             count = self._per_ip.get(conn.client_ip, 1) - 1
             if count > 0:
@@ -246,14 +260,16 @@ class ConnectionManager:
     def next_request_id(self) -> str:
         return str(next(self._request_ids))
 
-    async def write(self, conn: Connection, message: Any) -> None:
+    def send(self, conn: Connection, data: bytes) -> None:
+        """Queue one serialized Payload on the connection's stream (never blocks)."""
         stream = conn.stream
         if conn.closed or stream is None:
             raise ConnectionGone(f"connection {conn.connection_id} has no open stream")
-        async with conn.write_lock:
-            if conn.closed:
-                raise ConnectionGone(f"connection {conn.connection_id} closed")
-            await stream.write(message)
+        stream.send(data)
+
+    async def write(self, conn: Connection, data: bytes) -> None:
+        """:meth:`send` for callers that await (kept for the probe/reset paths)."""
+        self.send(conn, data)
 
     async def request(self, connection_id: str, type_name: str, fields: Mapping[str, Any],
                       timeout_ms: int, raw: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -269,18 +285,19 @@ class ConnectionManager:
         conn.pending[request_id] = future
         try:
             async with asyncio.timeout(timeout_ms / 1000):
-                await self.write(conn, codec.encode(type_name, codec.server_request(fields, request_id, raw)))
+                self.send(conn, payload_codec.encode(
+                    type_name, codec.server_request(fields, request_id, raw).encode()))
                 return await future
         finally:
             conn.pending.pop(request_id, None)
 
-    def on_response(self, conn: Connection, payload: Any) -> None:
+    def on_response(self, conn: Connection, type_name: str, raw_body: bytes) -> None:
         """A response the client sent on its stream: refresh activity, resolve its request."""
         self.touch(conn)
         try:
-            body = json.loads(payload.body.value) if payload.body.value else {}
+            body = json.loads(raw_body) if raw_body else {}
         except ValueError:
-            log.warning("unparseable %s on the stream of %s", payload.metadata.type, conn.connection_id)
+            log.warning("unparseable %s on the stream of %s", type_name, conn.connection_id)
             return
         if not isinstance(body, dict):
             return
@@ -318,4 +335,5 @@ def is_success(body: Mapping[str, Any]) -> bool:
     return body.get("resultCode") == 200
 
 
-__all__ = ["Connection", "ConnectionGone", "ConnectionListener", "ConnectionManager", "Payload", "is_success"]
+__all__ = ["Connection", "ConnectionGone", "ConnectionListener", "ConnectionManager", "Payload", "StreamSink",
+           "is_success"]

@@ -1,23 +1,25 @@
-"""The SDK gRPC server (Nacos GrpcSdkServer + GrpcRequestAcceptor + GrpcBiStreamRequestAcceptor).
+"""The SDK gRPC service (Nacos GrpcSdkServer + GrpcRequestAcceptor + GrpcBiStreamRequestAcceptor).
 
-Unary dispatch follows Nacos's order exactly (spec §1.6): cluster-only type → 502; node not
+This is the transport-neutral core: serialized Payload bytes in, Payload bytes out. The
+transport (``shoal.remote.transport``: native over libnghttp2, or grpc.aio) only frames
+calls and hands them here, identifying the connection by its peer address; see
+``transports.py``.
+
+Unary dispatch follows Nacos's order exactly (docs/protocol.md §1.6): cluster-only type → 502; node not
 serving → 300; ServerCheck answered without registration; unknown type → 302; unregistered
 connection → 301; unparseable body → 502; then the parameter filter (typed response 500/400)
 and the handler, whose NacosError becomes an ErrorResponse with resultCode == errorCode. An
-unexpected exception is logged once and answered 500: it never reaches grpc, the connection
-or the loop.
+unexpected exception is logged once and answered 500: it never reaches the transport, the
+connection or the loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
-
-import grpc
 
 from shoal.config import Config
 from shoal.errors import (
@@ -31,11 +33,12 @@ from shoal.errors import (
     ServerStarting,
     Unregistered,
 )
+from shoal.kernels.payload import PayloadDecodeError, decode, encode
 from shoal.metrics import Metrics
 from shoal.transport.grpc import codec
-from shoal.transport.grpc._proto import Payload
-from shoal.transport.grpc.connections import Connection, ConnectionGone, ConnectionManager, is_success
+from shoal.transport.grpc.connections import Connection, ConnectionGone, ConnectionManager, StreamSink, is_success
 from shoal.transport.grpc.handlers import CLUSTER_ONLY_TYPES, Handler, RequestContext
+from shoal.transport.grpc.transports import GrpcTransport, make_transport
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,7 @@ class AuthFilter(Protocol):
     def check_setup(self, headers: dict[str, str]) -> None: ...
 
 
-#: Abilities we advertise in SetupAckRequest: only what is implemented (spec §2.3).
+#: Abilities we advertise in SetupAckRequest: only what is implemented (docs/protocol.md §2.3).
 SERVER_ABILITIES = {"supportPersistentInstanceByGrpc": False}
 
 
@@ -67,62 +70,39 @@ class SdkServer:
         self.metrics = metrics
         self.port = port
         self.source = source
-        self._server: Any = None
+        self._transport: GrpcTransport | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
-        options = [
-            ("grpc.max_receive_message_length", self.config.max_inbound_message_size),
-            ("grpc.max_send_message_length", -1),
-            ("grpc.http2.min_recv_ping_interval_without_data_ms", self.config.grpc_permit_keepalive_ms),
-            ("grpc.http2.max_ping_strikes", 0),
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.so_reuseport", 0),
-        ]
-        server = grpc.aio.server(options=options)
-        unary = grpc.unary_unary_rpc_method_handler(
-            self._unary, request_deserializer=Payload.FromString, response_serializer=Payload.SerializeToString)
-        stream = grpc.stream_stream_rpc_method_handler(
-            self._bi_stream, request_deserializer=Payload.FromString, response_serializer=Payload.SerializeToString)
-        server.add_generic_rpc_handlers([
-            grpc.method_handlers_generic_handler("Request", {"request": unary}),
-            grpc.method_handlers_generic_handler("BiRequestStream", {"requestBiStream": stream}),
-        ])
-        address = f"{self.config.host}:{self.port}"
-        try:
-            bound = server.add_insecure_port(address)
-        except RuntimeError as exc:  # grpc reports a failed bind this way
-            raise OSError(f"cannot listen on {address} for gRPC: {exc}") from None
-        if bound == 0:
-            raise OSError(f"cannot listen on {address} for gRPC (address in use?)")
-        await server.start()
-        self._server = server
-        log.info("%s gRPC server listening on %s", self.source, address)
+        transport = make_transport(self.config, self.port, f"{self.source} gRPC", self, self,
+                                   self.config.max_inbound_message_size)
+        await transport.start()
+        self._transport = transport
 
     async def stop(self, grace_s: float) -> None:
-        if self._server is None:
+        if self._transport is None:
             return
         self.manager.close_all("server shutting down")
-        await self._server.stop(grace_s)
-        self._server = None
+        await self._transport.stop(grace_s)
+        self._transport = None
 
     # --- unary --------------------------------------------------------------------------
-    async def _unary(self, payload: Any, context: Any) -> Any:
-        type_name = payload.metadata.type
+    def unary(self, data: bytes, peer: str) -> bytes:
+        """Answer one /Request/request call; raises PayloadDecodeError for bytes that are no Payload."""
+        type_name, headers, _client_ip, raw = decode(data)
         handler = self.handlers.get(type_name)
         label = type_name if handler is not None or type_name == "ServerCheckRequest" else "unknown"
         try:
-            reply_type, body, code = self._dispatch(payload, context, type_name, handler)
-        except Exception:  # the last line of defence: never let grpc see an exception
-            log.exception("unexpected failure answering %s from %s", type_name, context.peer())
+            reply_type, body, code = self._dispatch(peer, type_name, headers, raw, handler)
+        except Exception:  # the last line of defence: never let the transport see an exception
+            log.exception("unexpected failure answering %s from %s", type_name, peer)
             code = NacosError.code
             reply_type, body = "ErrorResponse", codec.error(code, code, "server error")
         self.metrics.request("grpc", label, code)
-        return codec.encode(reply_type, body)
+        return encode(reply_type, body.encode())
 
-    def _dispatch(self, payload: Any, context: Any, type_name: str,
+    def _dispatch(self, peer: str, type_name: str, headers: dict[str, str], raw: bytes,
                   handler: Handler | None) -> tuple[str, str, int]:
-        peer = context.peer()
         try:
             if self.source == "sdk" and type_name in CLUSTER_ONLY_TYPES:
                 raise BadRequestBody(f" invoke {type_name} from sdk is forbidden")
@@ -139,11 +119,11 @@ class SdkServer:
             if found is None or not found.registered:
                 raise Unregistered()
             conn = found
-            body = codec.decode_body(payload)
+            body = codec.parse_body(raw)
         except NacosError as exc:  # refused before any handler ran: resultCode 500
             return "ErrorResponse", codec.error(Code.SERVER_ERROR, exc.code, exc.message), exc.code
         self.manager.touch(conn)
-        ctx = RequestContext(conn, _merge_headers(body.get("headers"), payload.metadata.headers))
+        ctx = RequestContext(conn, _merge_headers(body.get("headers"), headers))
         try:
             if self.auth is not None:
                 self.auth.check_request(ctx, type_name, body)
@@ -156,44 +136,57 @@ class SdkServer:
             return "ErrorResponse", codec.error(exc.code, exc.code, exc.message), exc.code
 
     # --- bi stream ----------------------------------------------------------------------
-    async def _bi_stream(self, request_iterator: Any, context: Any) -> None:
-        peer = context.peer()
+    def open_stream(self, peer: str, sink: StreamSink) -> Connection:
+        """A bi stream opened on this transport: its connection, whose stream is now ``sink``."""
         conn = self.manager.ensure(peer)
         if conn.stream is not None:
             self.manager.unregister(conn.connection_id, "replaced by a new stream on the same transport")
             conn = self.manager.ensure(peer)
-        conn.stream = context
-        conn.stream_task = asyncio.current_task()
-        try:
-            async for payload in request_iterator:
-                type_name = payload.metadata.type
-                if type_name == "ConnectionSetupRequest":
-                    refusal = self._setup(conn, payload)
-                    if refusal is not None:
-                        self.manager.unregister(conn.connection_id, refusal)
-                        await context.abort(grpc.StatusCode.UNAVAILABLE, refusal)
-                    if self._wants_setup_ack(payload):
-                        await self.manager.write(conn, codec.encode(
-                            "SetupAckRequest", codec.dumps(
-                                {"headers": {}, "abilityTable": SERVER_ABILITIES, "module": "internal"})))
-                elif type_name.endswith("Response"):
-                    self.manager.on_response(conn, payload)
-                else:
-                    log.debug("ignoring %s sent on the stream of %s", type_name, conn.connection_id)
-        except asyncio.CancelledError:
-            if conn.closed:  # unregistered by us: end the stream with an error so the client reconnects
-                await context.abort(grpc.StatusCode.UNAVAILABLE, "connection unregistered by server")
-            raise
-        except ConnectionGone:
-            pass
-        finally:
-            if not conn.closed:
-                self.manager.unregister(conn.connection_id, "stream closed by client")
+        conn.stream = sink
+        return conn
 
-    def _setup(self, conn: Connection, payload: Any) -> str | None:
+    def stream_message(self, conn: Connection, data: bytes) -> None:
+        """One message the client sent on its stream (setup, or a response to our request)."""
+        if conn.closed:
+            return
+        try:
+            type_name, headers, client_ip, raw = decode(data)
+        except PayloadDecodeError as exc:
+            log.warning("undecodable message on the stream of %s: %s", conn.connection_id, exc)
+            return
+        if type_name == "ConnectionSetupRequest":
+            refusal = self._setup(conn, headers, client_ip, raw)
+            if refusal is not None:
+                self.manager.unregister(conn.connection_id, refusal)  # ends the stream UNAVAILABLE
+                return
+            if self._wants_setup_ack(raw):
+                with contextlib.suppress(ConnectionGone):
+                    self.manager.send(conn, encode("SetupAckRequest", codec.dumps(
+                        {"headers": {}, "abilityTable": SERVER_ABILITIES, "module": "internal"}).encode()))
+        elif type_name.endswith("Response"):
+            self.manager.on_response(conn, type_name, raw)
+        else:
+            log.debug("ignoring %s sent on the stream of %s", type_name, conn.connection_id)
+
+    def stream_ended(self, conn: Connection, reason: str = "stream closed by client") -> None:
+        """The stream is over (client end, reset, or transport gone): drop its connection."""
+        if not conn.closed:
+            self.manager.unregister(conn.connection_id, reason)
+
+    def eject(self, conn: Connection, reason: str) -> None:
+        """Close a connection whose transport cannot take more output (slow or stuck reader)."""
+        self.manager.unregister(conn.connection_id, reason)
+
+    def transport_closed(self, peer: str) -> None:
+        """The TCP connection is gone: forget a connection that never opened its stream."""
+        conn = self.manager.for_peer(peer)
+        if conn is not None and conn.stream is None:
+            self.manager.unregister(conn.connection_id, "transport closed")
+
+    def _setup(self, conn: Connection, headers: dict[str, str], client_ip: str, raw: bytes) -> str | None:
         """Apply ConnectionSetupRequest; the reason to refuse it, or None once registered."""
         try:
-            body = codec.decode_body(payload)
+            body = codec.parse_body(raw)
         except BadRequestBody as exc:
             return f"bad ConnectionSetupRequest: {exc.message}"
         labels = body.get("labels")
@@ -202,12 +195,12 @@ class SdkServer:
         conn.tenant = str(body.get("tenant") or "")
         conn.app = conn.labels.get("AppName") or "-"
         conn.source = conn.labels.get("source") or "sdk"
-        conn.client_ip = payload.metadata.clientIp or conn.remote_ip
+        conn.client_ip = client_ip or conn.remote_ip
         if conn.source == "sdk" and not self.is_serving():
             return "server is starting"
         if self.auth is not None:
             try:
-                self.auth.check_setup(_merge_headers(body.get("headers"), payload.metadata.headers))
+                self.auth.check_setup(_merge_headers(body.get("headers"), headers))
             except Forbidden as exc:
                 return f"refused: {exc.message}"
         limit = self.manager.check_limit(conn.client_ip, conn.app)
@@ -218,10 +211,10 @@ class SdkServer:
         return None
 
     @staticmethod
-    def _wants_setup_ack(payload: Any) -> bool:
+    def _wants_setup_ack(raw: bytes) -> bool:
         # Only clients that sent a (non-null) abilityTable negotiate; pre-2.3 ones get nothing.
         try:
-            return codec.decode_body(payload).get("abilityTable") is not None
+            return codec.parse_body(raw).get("abilityTable") is not None
         except BadRequestBody:
             return False
 
@@ -252,12 +245,12 @@ class SdkServer:
             ip, _, port = redirect.rpartition(":")
             fields.update(serverIp=ip, serverPort=port)
         with contextlib.suppress(ConnectionGone):
-            await self.manager.write(conn, codec.encode(
-                "ConnectResetRequest", codec.server_request(fields, self.manager.next_request_id())))
+            self.manager.send(conn, encode(
+                "ConnectResetRequest", codec.server_request(fields, self.manager.next_request_id()).encode()))
 
 
-def _merge_headers(body_headers: Any, metadata_headers: Any) -> dict[str, str]:
-    """Body headers then metadata headers (which win), case-insensitively (spec §1.2)."""
+def _merge_headers(body_headers: Any, metadata_headers: dict[str, str]) -> dict[str, str]:
+    """Body headers then metadata headers (which win), case-insensitively (docs/protocol.md §1.3)."""
     merged: dict[str, str] = {}
     if isinstance(body_headers, dict):
         for key, value in body_headers.items():

@@ -1,0 +1,463 @@
+# cython: language_level=3
+"""One server-side HTTP/2 session (libnghttp2) speaking gRPC framing.
+
+``feed(data)`` parses what the peer sent and returns the events it produced, in order, as
+tuples ``(kind, stream_id, a, b)``:
+
+* ``EV_HEADERS``: a new request stream; ``a`` is the ``:path``, ``b`` a dict of the other
+  headers (lower-case names, ``grpc-timeout``, ``grpc-encoding``, ``content-type``...).
+* ``EV_MESSAGE``: one complete gRPC message (the 5-byte prefix stripped, reassembled across
+  DATA frames); ``a`` is its bytes.
+* ``EV_HALF_CLOSE``: the client ended its side of the stream.
+* ``EV_CLOSED``: the stream is gone (``a`` = the HTTP/2 error code: 0 after a normal end,
+  else the peer's RST_STREAM code or ours).
+* ``EV_FAILED``: the session itself ended the call (``a`` = gRPC status, ``b`` = message).
+
+Events raised while writing (a stream closing once its END_STREAM went out) are kept for
+``take_events()``.
+
+A message whose declared size is over the limit is answered RESOURCE_EXHAUSTED without
+buffering it; a compressed message is answered UNIMPLEMENTED (we never offer compression).
+Both end the stream; its later DATA is dropped. PING, SETTINGS and flow control are
+nghttp2's (window updates follow consumption automatically).
+
+Replies: ``send_message`` queues one message (sending the response headers first when
+needed), ``send_trailers`` ends the stream with a status (a trailers-only response when no
+message was sent), ``reply`` does both for a unary call. ``pending_output()`` returns the
+bytes to write to the socket.
+"""
+
+from _nghttp2 cimport *
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.string cimport memcpy
+from libc.stdint cimport int32_t, uint8_t, uint32_t
+
+EV_HEADERS = 1
+EV_MESSAGE = 2
+EV_HALF_CLOSE = 3
+EV_CLOSED = 4
+EV_FAILED = 5
+
+# gRPC status codes used here
+DEADLINE_EXCEEDED = 4
+RESOURCE_EXHAUSTED = 8
+UNIMPLEMENTED = 12
+INTERNAL = 13
+UNAVAILABLE = 14
+
+
+class H2Error(Exception):
+    """The peer broke HTTP/2 (bad preface, protocol error): the connection must be closed."""
+
+
+cdef bytes _percent_encode(str message):
+    cdef bytes raw = message.encode("utf-8", "replace")
+    cdef bytearray out = bytearray()
+    cdef unsigned char c
+    for c in raw:
+        if 0x20 <= c <= 0x7E and c != 0x25:
+            out.append(c)
+        else:
+            out += b"%%%02X" % c
+    return bytes(out)
+
+
+cdef class _Stream:
+    """Per-stream state: inbound reassembly and the outbound message queue."""
+    cdef int32_t sid
+    cdef dict headers
+    cdef Py_ssize_t header_bytes
+    # inbound
+    cdef bytearray buf        # bytes of the message being reassembled (prefix included until parsed)
+    cdef Py_ssize_t need      # body bytes still expected; -1 while reading the 5-byte prefix
+    cdef bint discard         # answered with an error: drop further DATA
+    # outbound
+    cdef list out             # queued bytes objects
+    cdef Py_ssize_t out_off   # offset into out[0]
+    cdef Py_ssize_t out_bytes # unsent bytes in out
+    cdef bint headers_sent
+    cdef bint deferred
+    cdef bint trailer_due
+    cdef bint ended           # trailers submitted
+    cdef int status
+    cdef str message
+
+    def __cinit__(self, int32_t sid):
+        self.sid = sid
+        self.headers = {}
+        self.header_bytes = 0
+        self.buf = bytearray()
+        self.need = -1
+        self.out = []
+        self.out_off = 0
+        self.out_bytes = 0
+
+
+cdef int _on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) noexcept:
+    cdef H2Session self = <H2Session>user_data
+    if frame.hd.type == NGHTTP2_HEADERS and frame.headers.cat == NGHTTP2_HCAT_REQUEST:
+        try:
+            self.streams[frame.hd.stream_id] = _Stream(frame.hd.stream_id)
+        except BaseException:
+            return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+cdef int _on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
+                    const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data) noexcept:
+    cdef H2Session self = <H2Session>user_data
+    cdef _Stream st
+    if frame.hd.type != NGHTTP2_HEADERS or frame.headers.cat != NGHTTP2_HCAT_REQUEST:
+        return 0  # client trailers carry nothing we use
+    try:
+        st = self.streams.get(frame.hd.stream_id)
+        if st is None:
+            return 0
+        st.header_bytes += namelen + valuelen + 32
+        if st.header_bytes > self.max_header_list:
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE  # resets this stream only
+        st.headers[(<const char*>name)[:namelen].decode("latin-1")] = \
+            (<const char*>value)[:valuelen].decode("utf-8", "replace")
+    except BaseException:
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+cdef int _on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) noexcept:
+    cdef H2Session self = <H2Session>user_data
+    cdef _Stream st
+    cdef int32_t sid = frame.hd.stream_id
+    try:
+        if frame.hd.type == NGHTTP2_HEADERS and frame.headers.cat == NGHTTP2_HCAT_REQUEST:
+            st = self.streams.get(sid)
+            if st is not None:
+                path = st.headers.pop(":path", "")
+                self.events.append((EV_HEADERS, sid, path, st.headers))
+                st.headers = None
+        elif frame.hd.type == NGHTTP2_GOAWAY:
+            self.peer_goaway = True
+        if (frame.hd.type == NGHTTP2_DATA or frame.hd.type == NGHTTP2_HEADERS) and \
+                frame.hd.flags & NGHTTP2_FLAG_END_STREAM:
+            st = self.streams.get(sid)
+            if st is not None and not st.discard:
+                self.events.append((EV_HALF_CLOSE, sid, None, None))
+    except BaseException:
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+cdef int _on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream_id, const uint8_t *data,
+                        size_t length, void *user_data) noexcept:
+    cdef H2Session self = <H2Session>user_data
+    cdef _Stream st
+    try:
+        st = self.streams.get(stream_id)
+        if st is None or st.discard:
+            return 0
+        self._reassemble(st, <const char*>data, length)
+    except BaseException:
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+cdef int _on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t error_code,
+                          void *user_data) noexcept:
+    cdef H2Session self = <H2Session>user_data
+    try:
+        st = self.streams.pop(stream_id, None)
+        if st is not None:
+            self.backlog -= (<_Stream>st).out_bytes
+            self.events.append((EV_CLOSED, stream_id, error_code, None))
+    except BaseException:
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+cdef ssize_t _read_data(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
+                        uint32_t *data_flags, nghttp2_data_source *source, void *user_data) noexcept:
+    cdef H2Session self = <H2Session>user_data
+    cdef _Stream st
+    cdef bytes chunk
+    cdef Py_ssize_t n, take, written = 0
+    try:
+        st = self.streams.get(stream_id)
+        if st is None:
+            data_flags[0] = NGHTTP2_DATA_FLAG_EOF
+            return 0
+        while st.out and <size_t>written < length:
+            chunk = <bytes>st.out[0]
+            n = PyBytes_GET_SIZE(chunk) - st.out_off
+            take = n if <size_t>n <= length - written else <Py_ssize_t>(length - written)
+            memcpy(buf + written, PyBytes_AS_STRING(chunk) + st.out_off, take)
+            written += take
+            if take == n:
+                st.out.pop(0)
+                st.out_off = 0
+            else:
+                st.out_off += take
+        st.out_bytes -= written
+        self.backlog -= written
+        if not st.out:
+            if st.trailer_due:
+                st.trailer_due = False
+                data_flags[0] = NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM
+                self._submit_trailer(st)
+            elif written == 0:
+                st.deferred = True
+                return NGHTTP2_ERR_DEFERRED
+        return written
+    except BaseException:
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+
+
+cdef class H2Session:
+    """A server HTTP/2 session carrying gRPC calls; fed bytes, producing events and bytes."""
+    cdef nghttp2_session *session
+    cdef readonly dict streams
+    cdef list events
+    cdef readonly Py_ssize_t max_message
+    cdef Py_ssize_t max_header_list
+    cdef readonly Py_ssize_t backlog     # queued, not yet framed outbound message bytes
+    cdef readonly bint peer_goaway
+    cdef readonly bint goaway_sent
+
+    def __cinit__(self, Py_ssize_t max_message=4 * 1024 * 1024, int max_concurrent_streams=1000,
+                  int max_header_list=16384, int window=1024 * 1024):
+        cdef nghttp2_session_callbacks *cbs
+        cdef nghttp2_option *opt
+        cdef nghttp2_settings_entry iv[3]
+        cdef int rv
+        self.session = NULL
+        self.streams = {}
+        self.events = []
+        self.max_message = max_message
+        self.max_header_list = max_header_list
+        self.backlog = 0
+        if nghttp2_session_callbacks_new(&cbs) != 0:
+            raise MemoryError()
+        nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, _on_begin_headers)
+        nghttp2_session_callbacks_set_on_header_callback(cbs, _on_header)
+        nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, _on_frame_recv)
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, _on_data_chunk)
+        nghttp2_session_callbacks_set_on_stream_close_callback(cbs, _on_stream_close)
+        if nghttp2_option_new(&opt) != 0:
+            nghttp2_session_callbacks_del(cbs)
+            raise MemoryError()
+        nghttp2_option_set_max_reserved_remote_streams(opt, 0)
+        nghttp2_option_set_max_send_header_block_length(opt, 64 * 1024)
+        nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096)
+        nghttp2_option_set_max_outbound_ack(opt, 1000)
+        nghttp2_option_set_max_settings(opt, 32)
+        rv = nghttp2_session_server_new2(&self.session, cbs, <void*>self, opt)
+        nghttp2_option_del(opt)
+        nghttp2_session_callbacks_del(cbs)
+        if rv != 0:
+            raise MemoryError(nghttp2_strerror(rv).decode())
+        iv[0].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS
+        iv[0].value = max_concurrent_streams
+        iv[1].settings_id = NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE
+        iv[1].value = window
+        iv[2].settings_id = NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE
+        iv[2].value = max_header_list
+        nghttp2_submit_settings(self.session, NGHTTP2_FLAG_NONE, iv, 3)
+        nghttp2_session_set_local_window_size(self.session, NGHTTP2_FLAG_NONE, 0, window * 4)
+
+    def __dealloc__(self):
+        if self.session != NULL:
+            nghttp2_session_del(self.session)
+            self.session = NULL
+
+    # --- input ---------------------------------------------------------------------------
+    def feed(self, bytes data):
+        """Parse bytes from the peer; the events they produced. Raises H2Error on a broken peer."""
+        cdef ssize_t rv = nghttp2_session_mem_recv(self.session, <const uint8_t*>PyBytes_AS_STRING(data),
+                                                   <size_t>PyBytes_GET_SIZE(data))
+        events = self.events
+        self.events = []
+        if rv < 0:
+            raise H2Error(nghttp2_strerror(<int>rv).decode())
+        return events
+
+    cdef int _reassemble(self, _Stream st, const char *data, Py_ssize_t length) except -1:
+        cdef Py_ssize_t have, take, size
+        cdef int flag
+        cdef const unsigned char *p
+        cdef bytearray buf = st.buf
+        while length > 0:
+            if st.need < 0:  # reading the prefix
+                have = len(buf)
+                if have == 0 and length >= 5:
+                    p = <const unsigned char*>data
+                    flag = p[0]
+                    size = (<Py_ssize_t>p[1] << 24) | (p[2] << 16) | (p[3] << 8) | p[4]
+                    data += 5
+                    length -= 5
+                else:
+                    take = min(5 - have, length)
+                    buf += data[:take]
+                    data += take
+                    length -= take
+                    if len(buf) < 5:
+                        return 0
+                    flag = buf[0]
+                    size = (<Py_ssize_t>buf[1] << 24) | (buf[2] << 16) | (buf[3] << 8) | buf[4]
+                    del buf[:]
+                if flag & 1:
+                    self._fail(st, UNIMPLEMENTED, "compressed messages are not supported (no grpc-encoding)")
+                    return 0
+                if size > self.max_message:
+                    self._fail(st, RESOURCE_EXHAUSTED,
+                               f"message of {size} bytes is over the limit of {self.max_message} bytes")
+                    return 0
+                if size <= length:  # whole message in this chunk: one copy
+                    self.events.append((EV_MESSAGE, st.sid, PyBytes_FromStringAndSize(data, size), None))
+                    data += size
+                    length -= size
+                    continue
+                st.need = size
+            take = min(st.need, length)
+            buf += data[:take]
+            data += take
+            length -= take
+            st.need -= take
+            if st.need == 0:
+                self.events.append((EV_MESSAGE, st.sid, bytes(buf), None))
+                del buf[:]
+                st.need = -1
+        return 0
+
+    cdef void _fail(self, _Stream st, int status, str message):
+        st.discard = True
+        del st.buf[:]
+        st.need = -1
+        self.send_trailers(st.sid, status, message)
+        # tell the owner the call is over; nghttp2 reports the close itself later
+        self.events.append((EV_FAILED, st.sid, status, message))
+
+    # --- output --------------------------------------------------------------------------
+    cdef int _submit_headers(self, _Stream st) except -1:
+        cdef nghttp2_nv nva[2]
+        cdef nghttp2_data_provider prd
+        _nv(&nva[0], b":status", b"200")
+        _nv(&nva[1], b"content-type", b"application/grpc")
+        prd.source.ptr = NULL
+        prd.read_callback = _read_data
+        rv = nghttp2_submit_response(self.session, st.sid, nva, 2, &prd)
+        if rv != 0:
+            raise H2Error(nghttp2_strerror(rv).decode())
+        st.headers_sent = True
+        return 0
+
+    cdef int _submit_trailer(self, _Stream st) except -1:
+        cdef nghttp2_nv nva[2]
+        cdef bytes status = str(st.status).encode()
+        cdef bytes message = _percent_encode(st.message or "")
+        _nv(&nva[0], b"grpc-status", status)
+        if message:
+            _nv(&nva[1], b"grpc-message", message)
+        nghttp2_submit_trailer(self.session, st.sid, nva, 2 if message else 1)
+        st.ended = True
+        return 0
+
+    def send_message(self, int32_t stream_id, bytes message):
+        """Queue one gRPC message on the stream; False if the stream is gone or ended."""
+        cdef _Stream st = self.streams.get(stream_id)
+        if st is None or st.ended or st.trailer_due:
+            return False
+        cdef Py_ssize_t size = PyBytes_GET_SIZE(message)
+        cdef bytes prefix = bytes((0, (size >> 24) & 0xFF, (size >> 16) & 0xFF, (size >> 8) & 0xFF, size & 0xFF))
+        st.out.append(prefix)
+        st.out.append(message)
+        st.out_bytes += size + 5
+        self.backlog += size + 5
+        if not st.headers_sent:
+            self._submit_headers(st)
+        elif st.deferred:
+            st.deferred = False
+            nghttp2_session_resume_data(self.session, stream_id)
+        return True
+
+    def send_trailers(self, int32_t stream_id, int status, str message=""):
+        """End the stream with a gRPC status (trailers-only when nothing was sent yet)."""
+        cdef _Stream st = self.streams.get(stream_id)
+        cdef nghttp2_nv nva[4]
+        cdef bytes status_b, message_b
+        if st is None or st.ended or st.trailer_due:
+            return False
+        st.status = status
+        st.message = message
+        if st.headers_sent:
+            st.trailer_due = True
+            if st.deferred:
+                st.deferred = False
+                nghttp2_session_resume_data(self.session, stream_id)
+            return True
+        status_b = str(status).encode()
+        message_b = _percent_encode(message)
+        _nv(&nva[0], b":status", b"200")
+        _nv(&nva[1], b"content-type", b"application/grpc")
+        _nv(&nva[2], b"grpc-status", status_b)
+        if message_b:
+            _nv(&nva[3], b"grpc-message", message_b)
+        st.headers_sent = True
+        st.ended = True
+        nghttp2_submit_response(self.session, stream_id, nva, 4 if message_b else 3, NULL)
+        return True
+
+    def reply(self, int32_t stream_id, bytes message):
+        """A unary answer: headers, the message and an OK status."""
+        if self.send_message(stream_id, message):
+            self.send_trailers(stream_id, 0, "")
+
+    def reset(self, int32_t stream_id, uint32_t error_code=NGHTTP2_CANCEL):
+        """RST_STREAM (e.g. CANCEL after a deadline when the client has not half-closed)."""
+        if stream_id in self.streams:
+            nghttp2_submit_rst_stream(self.session, NGHTTP2_FLAG_NONE, stream_id, error_code)
+
+    def goaway(self, uint32_t error_code=NGHTTP2_NO_ERROR):
+        """GOAWAY naming the last stream we processed: no new streams, current ones finish."""
+        if not self.goaway_sent:
+            self.goaway_sent = True
+            nghttp2_submit_goaway(self.session, NGHTTP2_FLAG_NONE,
+                                  nghttp2_session_get_last_proc_stream_id(self.session), error_code, NULL, 0)
+
+    def pending_output(self):
+        """Everything nghttp2 wants to write now, as one bytes object (b"" when nothing)."""
+        cdef const uint8_t *data
+        cdef ssize_t n
+        cdef list parts = []
+        while True:
+            n = nghttp2_session_mem_send(self.session, &data)
+            if n < 0:
+                raise H2Error(nghttp2_strerror(<int>n).decode())
+            if n == 0:
+                break
+            parts.append(PyBytes_FromStringAndSize(<const char*>data, n))
+        if not parts:
+            return b""
+        if len(parts) == 1:
+            return parts[0]
+        return b"".join(parts)
+
+    def take_events(self):
+        """Events produced outside ``feed`` (streams closed while writing), or None."""
+        if not self.events:
+            return None
+        events = self.events
+        self.events = []
+        return events
+
+    def is_done(self):
+        """True when the session neither reads nor writes any more (close the socket)."""
+        return not nghttp2_session_want_read(self.session) and not nghttp2_session_want_write(self.session)
+
+    def open_streams(self):
+        return len(self.streams)
+
+
+cdef inline void _nv(nghttp2_nv *nv, bytes name, bytes value):
+    nv.name = <uint8_t*>PyBytes_AS_STRING(name)
+    nv.namelen = PyBytes_GET_SIZE(name)
+    nv.value = <uint8_t*>PyBytes_AS_STRING(value)
+    nv.valuelen = PyBytes_GET_SIZE(value)
+    nv.flags = NGHTTP2_NV_FLAG_NONE

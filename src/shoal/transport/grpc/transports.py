@@ -1,0 +1,97 @@
+"""Which gRPC server transport serves a port, and what a transport calls into.
+
+Both gRPC ports can run on either transport (``shoal.remote.transport``):
+
+* ``native``: HTTP/2 by libnghttp2 in the ``h2grpc`` Cython extension, one asyncio Protocol
+  per TCP connection, a unary call answered synchronously (no task per request);
+* ``grpcio``: grpc.aio.
+
+The default is native when the extension is built (and ``SHOAL_NO_EXTENSIONS`` is unset).
+A transport hands raw Payload bytes to a :class:`UnaryService` and, on the SDK port, the bi
+streams to a :class:`StreamService`; the connection is identified by its peer address
+(``ipv4:ip:port``), one per TCP connection.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Awaitable
+from typing import Protocol
+
+from shoal.config import Config
+from shoal.errors import ConfigError
+from shoal.transport.grpc.connections import Connection, StreamSink
+
+log = logging.getLogger(__name__)
+
+NATIVE = "native"
+GRPCIO = "grpcio"
+
+
+class UnaryService(Protocol):
+    """Answers /Request/request: Payload bytes in, Payload bytes out (or an awaitable of them).
+
+    Raises PayloadDecodeError when the request is not a Payload."""
+
+    def unary(self, data: bytes, peer: str) -> bytes | Awaitable[bytes]: ...
+
+
+class StreamService(Protocol):
+    """Serves /BiRequestStream/requestBiStream over a transport-provided :class:`StreamSink`."""
+
+    def open_stream(self, peer: str, sink: StreamSink) -> Connection: ...
+
+    def stream_message(self, conn: Connection, data: bytes) -> None: ...
+
+    def stream_ended(self, conn: Connection, reason: str = ...) -> None: ...
+
+    def eject(self, conn: Connection, reason: str) -> None: ...
+
+    def transport_closed(self, peer: str) -> None: ...
+
+
+class GrpcTransport(Protocol):
+    """A listening gRPC server on one port."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self, grace_s: float) -> None: ...
+
+
+def native_available() -> bool:
+    """True when the h2grpc extension is built and extensions are not switched off."""
+    if os.environ.get("SHOAL_NO_EXTENSIONS", "") not in ("", "0"):
+        return False
+    try:
+        importlib.import_module("shoal._ext.h2grpc")
+    except ImportError:
+        return False
+    return True
+
+
+def transport_name(config: Config) -> str:
+    """The transport the gRPC ports run on; ConfigError for a bad or unavailable choice."""
+    wanted = config.remote_transport or (NATIVE if native_available() else GRPCIO)
+    if wanted not in (NATIVE, GRPCIO):
+        raise ConfigError(f"shoal.remote.transport must be {NATIVE} or {GRPCIO}, not {wanted!r}")
+    if wanted == NATIVE and not native_available():
+        raise ConfigError("shoal.remote.transport=native needs the h2grpc extension (built with libnghttp2; "
+                          "not available with SHOAL_NO_EXTENSIONS=1)")
+    for name in ("max_inbound_message_size", "cluster_max_inbound_message_size", "outbound_queue_bytes",
+                 "write_stall_timeout_ms"):
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
+    return wanted
+
+
+def make_transport(config: Config, port: int, label: str, unary: UnaryService, streams: StreamService | None,
+                   max_message: int) -> GrpcTransport:
+    """The configured transport for one port (not started)."""
+    name = transport_name(config)
+    if name == NATIVE:
+        from shoal.transport.grpc.native_server import NativeGrpcServer
+        return NativeGrpcServer(config, port, label, unary, streams, max_message)
+    from shoal.transport.grpc.grpcio_server import GrpcioServer
+    return GrpcioServer(config, port, label, unary, streams, max_message)
