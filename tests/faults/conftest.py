@@ -15,8 +15,9 @@ def fault_cluster(tmp_path: Path) -> Iterator[Callable[..., FaultCluster]]:
     """Factory of :class:`FaultCluster`; every node (stopped ones included) is killed at teardown."""
     made: list[FaultCluster] = []
 
-    def factory(size: int = 3) -> FaultCluster:
-        cluster = FaultCluster(tmp_path, size)
+    def factory(size: int = 3, *base: str) -> FaultCluster:
+        """``size`` nodes; ``base`` are `shoal server` arguments every node gets."""
+        cluster = FaultCluster(tmp_path, size, base=base)
         made.append(cluster)
         return cluster
 

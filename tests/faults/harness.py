@@ -42,14 +42,15 @@ from typing import Any
 from integration.procs import ServerProcess, http_get, kill, wait_until
 
 __all__ = ["FaultCluster", "HostedServer", "Partition", "PartitionUnavailable", "RssSampler", "error_lines",
-           "freeze", "http_post", "http_put", "kill9", "owner_index", "rss_kb", "thaw", "tracebacks", "wait_until"]
+           "freeze", "http_post", "http_put", "kill9", "owner_index", "rss_kb", "start_hosted", "thaw", "tracebacks",
+           "until", "wait_until"]
 
 TRACEBACK = "Traceback (most recent call last)"
 _ERROR_LINE = re.compile(r"^\S+ \S+ (ERROR|CRITICAL)\s", re.MULTILINE)
 
-#: Settings every fault cluster uses: fast Distro verify only; member failure detection stays at
-#: Nacos's defaults unless a test asks otherwise, because several faults are about those timings.
-BASE = ["-D", "nacos.core.protocol.distro.data.verify.intervalMs=1000"]
+#: Fast member failure detection, for tests whose fault is not about those timings (several are:
+#: they keep Nacos's defaults, a report every 2 s and DOWN after 3 failed ones).
+FAST_MEMBERS = ["-D", "shoal.member.report-interval-ms=300", "-D", "nacos.core.member.fail-access-cnt=2"]
 
 
 def _free_port_on(host: str, offsets: tuple[int, ...] = (0, 1000, 1001)) -> int:
@@ -126,8 +127,9 @@ def start_hosted(data_root: Path, host: str, port: int, args: list[str], env: di
 class FaultCluster:
     """``size`` real nodes on 127.0.0.2, 127.0.0.3, ... sharing one member list."""
 
-    def __init__(self, tmp_path: Path, size: int = 3, first_host: int = 2) -> None:
+    def __init__(self, tmp_path: Path, size: int = 3, first_host: int = 2, base: tuple[str, ...] = ()) -> None:
         self.tmp_path = tmp_path
+        self.base = list(base)
         self.hosts = [f"127.0.0.{first_host + i}" for i in range(size)]
         self.ports = [_free_port_on(h) for h in self.hosts]
         self.members = ",".join(f"{h}:{p}" for h, p in zip(self.hosts, self.ports, strict=True))
@@ -142,7 +144,7 @@ class FaultCluster:
         if old is not None:
             self.retired.append(old)
         server = start_hosted(self.tmp_path, self.hosts[i], self.ports[i],
-                              ["--members", self.members, *BASE, *extra])
+                              ["--members", self.members, *self.base, *extra])
         self.nodes[i] = server
         if wait:
             server.wait_ready()
