@@ -41,9 +41,9 @@ from typing import Any
 
 from integration.procs import ServerProcess, http_get, kill, wait_until
 
-__all__ = ["FaultCluster", "HostedServer", "Partition", "PartitionUnavailable", "RssSampler", "error_lines",
-           "freeze", "http_post", "http_put", "kill9", "owner_index", "rss_kb", "start_hosted", "thaw", "tracebacks",
-           "until", "wait_until"]
+__all__ = ["FAST_MEMBERS", "FaultCluster", "HostedServer", "Partition", "PartitionUnavailable", "RssSampler",
+           "error_lines", "free_port_on", "freeze", "http_post", "http_put", "kill9", "owner_index", "rss_kb",
+           "start_hosted", "thaw", "tracebacks", "until", "wait_until"]
 
 TRACEBACK = "Traceback (most recent call last)"
 _ERROR_LINE = re.compile(r"^\S+ \S+ (ERROR|CRITICAL)\s", re.MULTILINE)
@@ -53,7 +53,7 @@ _ERROR_LINE = re.compile(r"^\S+ \S+ (ERROR|CRITICAL)\s", re.MULTILINE)
 FAST_MEMBERS = ["-D", "shoal.member.report-interval-ms=300", "-D", "nacos.core.member.fail-access-cnt=2"]
 
 
-def _free_port_on(host: str, offsets: tuple[int, ...] = (0, 1000, 1001)) -> int:
+def free_port_on(host: str, offsets: tuple[int, ...] = (0, 1000, 1001)) -> int:
     """A main port whose port+offsets are free on ``host`` (and on the wildcard) right now."""
     for _ in range(200):
         with socket.socket() as s:
@@ -131,7 +131,7 @@ class FaultCluster:
         self.tmp_path = tmp_path
         self.base = list(base)
         self.hosts = [f"127.0.0.{first_host + i}" for i in range(size)]
-        self.ports = [_free_port_on(h) for h in self.hosts]
+        self.ports = [free_port_on(h) for h in self.hosts]
         self.members = ",".join(f"{h}:{p}" for h, p in zip(self.hosts, self.ports, strict=True))
         self.nodes: dict[int, HostedServer] = {}
         self.retired: list[HostedServer] = []
