@@ -39,4 +39,5 @@ def partition() -> Iterator[Partition]:
         yield part
     finally:
         part.close()
-        assert not Partition.leftovers() or all(part.chain not in rule for rule in Partition.leftovers())
+        left = [rule for rule in Partition.leftovers() if part.chain in rule]
+        assert not left, f"iptables rules left behind: {left}"
