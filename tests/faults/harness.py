@@ -11,8 +11,8 @@ What it offers (issue 11):
 * :func:`tracebacks`: tracebacks counted in a node's log (``Traceback (most recent call last)``),
   :func:`error_lines`: log lines at ERROR or CRITICAL.
 * :class:`Partition`: iptables rules in a dedicated chain (``SHOAL-FAULTS-<pid>``) hooked into
-  ``OUTPUT`` that drop every packet sent *to* a node's address (all its ports), so nothing can
-  reach it. Loopback traffic leaves with source 127.0.0.1 whatever the destination, so rules can
+  ``OUTPUT`` that drop every packet sent *to* a node (its address and its three ports), so
+  nothing can reach it. Loopback traffic leaves with source 127.0.0.1 whatever the destination, so rules can
   only blackhole by destination: a blackholed node can still send, but never gets an answer.
   :meth:`Partition.close` removes every rule and the chain, and the fixture calls it even when
   the test fails. Where iptables is missing or the kernel refuses the rule the test is skipped
@@ -179,6 +179,10 @@ class FaultCluster:
         assert match, f"no shoal_{name} on node {i}"
         return float(match.group(1))
 
+    def ports_of(self, i: int) -> tuple[int, int, int]:
+        """Node ``i``'s HTTP, gRPC SDK and cluster ports (what a partition drops)."""
+        return self.ports[i], self.ports[i] + 1000, self.ports[i] + 1001
+
     def instance_ips(self, i: int, service: str) -> set[tuple[str, int]]:
         """The instances of ``service`` on node ``i`` through the HTTP Open API."""
         import json
@@ -323,7 +327,8 @@ class Partition:
         return self
 
     def blackhole(self, host: str, ports: tuple[int, ...] = ()) -> None:
-        """Drop every TCP packet to ``host`` (only to ``ports`` when given)."""
+        """Drop every TCP packet to ``host`` (only to ``ports`` when given, which leaves anyone
+        else's listeners on that address alone)."""
         if not ports:
             self._iptables("-A", self.chain, "-d", f"{host}/32", "-p", "tcp", "-j", "DROP")
         for port in ports:

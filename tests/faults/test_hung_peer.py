@@ -67,7 +67,7 @@ def test_writes_for_a_hung_owner_succeed(fault_cluster: Callable[..., FaultClust
     sampler = RssSampler(cluster.nodes[a].pid)
     rss_before = rss_kb(cluster.nodes[a].pid)
     if part is not None:  # nothing reaches C, while C's own reports still reach A and B
-        part.blackhole(cluster.hosts[c])
+        part.blackhole(cluster.hosts[c], cluster.ports_of(c))
     else:
         freeze(cluster.nodes[c])
     frozen_at = time.monotonic()

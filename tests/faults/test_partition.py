@@ -41,7 +41,7 @@ def test_a_blackholed_node_rejoins_and_agrees(fault_cluster: Callable[..., Fault
     until(lambda: all(set(before) <= cluster.instance_ips(i, "cut") for i in range(3)), 20, "replicated before")
 
     c = cluster.addr(2)
-    partition.blackhole(cluster.hosts[2])
+    partition.blackhole(cluster.hosts[2], cluster.ports_of(2))
     cut_at = time.monotonic()
     until(lambda: cluster.member_states(0).get(c) != "UP" and cluster.member_states(1).get(c) != "UP", 30,
           "A and B to stop trusting C")

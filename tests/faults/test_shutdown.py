@@ -37,7 +37,7 @@ def test_sigterm_while_loading_a_snapshot_stops_promptly(
     cluster = fault_cluster(2)
     if peer == "blackholed":  # the peer's address drops every packet: connects hang, nothing is refused
         part: Partition = request.getfixturevalue("partition")
-        part.blackhole(cluster.hosts[1])
+        part.blackhole(cluster.hosts[1], cluster.ports_of(1))
     # the peer is never started; Nacos's default load timeout (30 s) applies
     node = cluster.start(0, "-D", "nacos.core.protocol.distro.data.load.timeoutMs=30000", wait=False)
     until(lambda: _loading(cluster), 30, "the node to listen while it loads a snapshot")
