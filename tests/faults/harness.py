@@ -24,6 +24,7 @@ one way to start and kill a server.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -110,10 +111,11 @@ class HostedServer(ServerProcess):
         return int(self.proc.pid)
 
 
-def start_hosted(data_root: Path, host: str, port: int, args: list[str], env: dict[str, str] | None = None,
-                 tag: str = "") -> HostedServer:
-    """Start `shoal server` on ``host:port`` without waiting; its output goes to its log file."""
-    data_dir = data_root / f"node-{host}-{port}{tag}"
+def start_hosted(data_root: Path, host: str, port: int, args: list[str],
+                 env: dict[str, str] | None = None) -> HostedServer:
+    """Start `shoal server` on ``host:port`` without waiting. A restart on the same address reuses
+    the data directory (as a restarted node does) and appends to the same log file."""
+    data_dir = data_root / f"node-{host}-{port}"
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "server.log"
     cmd = [sys.executable, "-m", "shoal", "server", "--host", host, "--port", str(port),
@@ -166,8 +168,6 @@ class FaultCluster:
         """The member list as node ``i`` sees it: address → state."""
         status, text = http_get(self.nodes[i].url("/nacos/v1/core/cluster/nodes"), 3)
         assert status == 200, text
-        import json
-
         data: Any = json.loads(text)
         items = data.get("data", data) if isinstance(data, dict) else data
         return {m["address"]: m["state"] for m in items}
@@ -185,8 +185,6 @@ class FaultCluster:
 
     def instance_ips(self, i: int, service: str) -> set[tuple[str, int]]:
         """The instances of ``service`` on node ``i`` through the HTTP Open API."""
-        import json
-
         status, text = http_get(self.nodes[i].url(f"/nacos/v1/ns/instance/list?serviceName={service}"), 3)
         if status != 200:
             return set()
