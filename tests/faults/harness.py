@@ -18,8 +18,7 @@ What it offers (issue 11):
   the test fails. Where iptables is missing or the kernel refuses the rule the test is skipped
   with the reason.
 
-The process helpers are imported from the integration suite (``integration.procs``) so there is
-one way to start and kill a server.
+The process helpers come from :mod:`shoal.testing`, so there is one way to start and kill a server.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -40,11 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from integration.procs import ServerProcess, http_get, kill, wait_until
+from shoal.testing import ServerProcess, http_get, kill, poll_until
 
 __all__ = ["FAST_MEMBERS", "FaultCluster", "HostedServer", "Partition", "PartitionUnavailable", "RssSampler",
            "error_lines", "free_port_on", "freeze", "http_post", "http_put", "kill9", "owner_index", "rss_kb",
-           "start_hosted", "thaw", "tracebacks", "until", "wait_until"]
+           "start_hosted", "thaw", "tracebacks", "until"]
 
 TRACEBACK = "Traceback (most recent call last)"
 _ERROR_LINE = re.compile(r"^\S+ \S+ (ERROR|CRITICAL)\s", re.MULTILINE)
@@ -78,52 +76,21 @@ def free_port_on(host: str, offsets: tuple[int, ...] = (0, 1000, 1001)) -> int:
     raise RuntimeError(f"no free port block on {host}")
 
 
-@dataclass
 class HostedServer(ServerProcess):
-    """A :class:`ServerProcess` bound to a 127.0.0.x address other than 127.0.0.1."""
+    """A :class:`ServerProcess` bound to a 127.0.0.x address other than 127.0.0.1; a fault test
+    allows it longer to get ready (its peers may be stopped or cut off)."""
 
-    host: str = "127.0.0.1"
-
-    @property
-    def addr(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @property
-    def cluster_port(self) -> int:
-        return self.port + 1001
-
-    def url(self, path: str) -> str:
-        return f"http://{self.host}:{self.port}{path}"
-
-    def ready(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.log()}")
-        try:
-            return http_get(self.url("/nacos/v1/console/health/readiness"), 0.5)[0] == 200
-        except OSError:
-            return False
-
-    def wait_ready(self, timeout: float = 45) -> None:
-        wait_until(self.ready, timeout, interval=0.1, what=f"server on {self.addr} to be ready")
-
-    @property
-    def pid(self) -> int:
-        return int(self.proc.pid)
+    def wait_ready(self, timeout: float = 45, interval: float = 0.1) -> float:
+        return super().wait_ready(timeout, interval)
 
 
 def start_hosted(data_root: Path, host: str, port: int, args: list[str],
                  env: dict[str, str] | None = None) -> HostedServer:
     """Start `shoal server` on ``host:port`` without waiting. A restart on the same address reuses
     the data directory (as a restarted node does) and appends to the same log file."""
-    data_dir = data_root / f"node-{host}-{port}"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log_path = data_dir / "server.log"
-    cmd = [sys.executable, "-m", "shoal", "server", "--host", host, "--port", str(port),
-           "--data-dir", str(data_dir), *args]
-    with open(log_path, "ab") as log_file:
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
-    return HostedServer(proc, port, data_dir, log_path, cmd, host=host)
+    server = HostedServer(port, data_root / f"node-{host}-{port}", args, env, host=host)
+    server.start()
+    return server
 
 
 class FaultCluster:
@@ -358,5 +325,5 @@ class Partition:
 
 
 def until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    """:func:`wait_until` with the harness's default interval."""
-    return wait_until(predicate, timeout, interval=interval, what=what)
+    """:func:`shoal.testing.poll_until` with the harness's default interval."""
+    return poll_until(predicate, timeout, interval=interval, what=what)
