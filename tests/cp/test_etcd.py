@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from shoal.cp.etcd import EtcdError, EtcdStore
-from shoal.cp.store import EventKind, Keyspace, Resync, json_view
+from shoal.cp.store import CpView, EventKind, Keyspace, Resync, json_codec, json_view
 from shoal.cp.supervisor import EtcdSupervisor
 from shoal.errors import CpUnavailable
 
@@ -152,3 +152,19 @@ def test_endpoints_take_host_port_or_urls() -> None:
     assert EtcdStore(["h:2379"], ca_file="/ca.pem").endpoints == ["https://h:2379"]
     with pytest.raises(ValueError):
         EtcdStore([])
+
+
+async def test_a_view_started_while_etcd_is_down_fills_once_it_is_up(
+        etcd: EtcdSupervisor, etcd_store: EtcdStore) -> None:
+    revision = await etcd_store.put(USERS.key("a"), b'"1"')
+    await etcd.stop()
+    decode, encode = json_codec()
+    view = CpView(etcd_store, USERS, decode, encode, retry_delay_ms=100)
+    view.start()
+    try:
+        assert not view.ready
+        await etcd.start()
+        await view.wait_ready(30)
+        assert view.get("a") == "1" and view.revision >= revision
+    finally:
+        await view.stop()

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from shoal.errors import CpUnavailable
+from shoal.errors import NacosError
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ WatchItem = WatchEvent | Resync
 class CpStore(ABC):
     """A linearizable, revisioned key-value store (the CP store of a node).
 
-    Every coroutine may raise :class:`CpUnavailable` (no quorum, no endpoint, timed out);
+    Every coroutine may raise :class:`~shoal.errors.CpUnavailable` (no quorum, no endpoint, timed out);
     :meth:`watch` never does: it retries with back-off until cancelled.
     """
 
@@ -304,19 +304,19 @@ class CpView(Generic[T]):
     async def _run(self) -> None:
         while True:
             try:
-                snapshot = await self.store.range(self.keyspace.prefix)
-            except CpUnavailable as exc:
-                log.warning("CP view %s: initial read failed (%s); retrying", self.keyspace.value, exc)
+                if not self._ready.is_set():
+                    snapshot = await self.store.range(self.keyspace.prefix)
+                    self._apply_resync(Resync(snapshot.revision, snapshot.items))
+                    self._ready.set()
+                async for item in self.store.watch(self.keyspace.prefix, self._revision + 1):
+                    if isinstance(item, Resync):
+                        self._apply_resync(item)
+                    else:
+                        self._apply_event(item)
+                return  # the store was closed
+            except NacosError as exc:  # CpUnavailable, or a refusal such as bad credentials
+                log.warning("CP view %s: %s; retrying in %.1f s", self.keyspace.value, exc, self._retry_delay_s)
                 await asyncio.sleep(self._retry_delay_s)
-                continue
-            break
-        self._apply_resync(Resync(snapshot.revision, snapshot.items))
-        self._ready.set()
-        async for item in self.store.watch(self.keyspace.prefix, snapshot.revision + 1):
-            if isinstance(item, Resync):
-                self._apply_resync(item)
-            else:
-                self._apply_event(item)
 
     def _decoded(self, key: str, raw: bytes) -> T | None:
         try:
