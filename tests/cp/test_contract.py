@@ -168,3 +168,13 @@ async def test_view_skips_undecodable_values(store: CpStore) -> None:
         assert view.get("ok") == 1 and "broken" not in view
     finally:
         await view.stop()
+
+
+async def test_closing_the_store_ends_its_watches(store: CpStore) -> None:
+    revision = await store.put(USERS.key("a"), b"1")
+    watcher = Collector(store, USERS.prefix, revision)
+    await wait_for(lambda: watcher.events(), what="the first event")
+    await store.close()
+    async with asyncio.timeout(15):
+        await watcher._task  # ends by itself, no error
+    assert [e[3] for e in watcher.events()] == [revision]

@@ -88,6 +88,22 @@ def _revision(answer: dict[str, Any]) -> int:
     return int(answer.get("header", {}).get("revision", 0))
 
 
+async def _results(resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    """The ``result`` objects of a gateway stream (newline-delimited JSON); an error raises."""
+    buffer = b""
+    async for chunk in resp.content.iter_any():
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if not line.strip():
+                continue
+            message = json.loads(line)
+            if "error" in message:
+                err = message["error"]
+                raise _EtcdAnswer(int(err.get("grpc_code", 0)), str(err.get("message", err)))
+            yield message.get("result", {})
+
+
 class EtcdError(NacosError):
     """etcd refused a request for a reason other than availability (a bug or a misconfiguration)."""
 
@@ -138,6 +154,7 @@ class EtcdStore(CpStore):
         self._current = 0
         self._token: str | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._streams: set[aiohttp.ClientResponse] = set()  # open watch streams, cut on close()
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -151,6 +168,8 @@ class EtcdStore(CpStore):
 
     async def close(self) -> None:
         session, self._session = self._session, None
+        for stream in list(self._streams):
+            stream.close()  # wakes a watch blocked on its stream; it then sees the store closed
         if session is not None:
             await session.close()
 
@@ -286,7 +305,7 @@ class EtcdStore(CpStore):
         raw = prefix.encode()
         next_revision = from_revision
         backoff = self._backoff_initial_s
-        while True:
+        while self._session is not None:  # a closed store ends its watches
             endpoint = self.endpoints[self._current]
             request = {"create_request": {"key": _b64(raw or b"\0"), "range_end": _b64(prefix_end(raw)),
                                           "start_revision": str(next_revision)}}
@@ -298,20 +317,11 @@ class EtcdStore(CpStore):
                                                 sock_read=self._watch_idle_s)
                 async with self.session.post(endpoint + "/v3/watch", json=request, headers=self._headers(),
                                              timeout=timeout) as resp:
-                    if resp.status != 200:
-                        raise _EtcdAnswer(resp.status, f"HTTP {resp.status}: {(await resp.text())[:200]}")
-                    buffer = b""
-                    async for chunk in resp.content.iter_any():
-                        buffer += chunk
-                        while b"\n" in buffer:
-                            line, buffer = buffer.split(b"\n", 1)
-                            if not line.strip():
-                                continue
-                            message = json.loads(line)
-                            if "error" in message:
-                                err = message["error"]
-                                raise _EtcdAnswer(int(err.get("grpc_code", 0)), str(err.get("message", err)))
-                            result = message.get("result", {})
+                    self._streams.add(resp)
+                    try:
+                        if resp.status != 200:
+                            raise _EtcdAnswer(resp.status, f"HTTP {resp.status}: {(await resp.text())[:200]}")
+                        async for result in _results(resp):
                             compacted = int(result.get("compact_revision", 0))
                             if compacted:
                                 snapshot = await self.range(prefix)
@@ -329,9 +339,13 @@ class EtcdStore(CpStore):
                                 next_revision = kv.mod_revision + 1
                             if result.get("canceled"):
                                 raise _EtcdAnswer(0, str(result.get("cancel_reason") or "watch canceled"))
+                    finally:
+                        self._streams.discard(resp)
             except asyncio.CancelledError:
                 raise
             except aiohttp.ServerTimeoutError:
+                if self._session is None:
+                    return
                 log.debug("etcd watch on %s idle for %g s; reopened", prefix, self._watch_idle_s)
                 continue
             except _EtcdAnswer as exc:
@@ -343,6 +357,8 @@ class EtcdStore(CpStore):
             except (aiohttp.ClientError, OSError, TimeoutError, ValueError, _NotSent, CpUnavailable,
                     EtcdError) as exc:
                 cause = repr(exc)
+            if self._session is None:
+                return
             log.info("etcd watch on %s via %s interrupted (%s); resuming from revision %d",
                      prefix, endpoint, cause, next_revision)
             self._current = (self._current + 1) % len(self.endpoints)
