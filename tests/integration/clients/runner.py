@@ -51,11 +51,11 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
 
 
-def require(ok: bool, what: str) -> None:
+def require(ok: bool, what: str, fix: str = "run `bash ci/setup_clients.sh`") -> None:
     """Skip (developer machine) or fail (CI) when a client's tool is missing."""
     if ok:
         return
-    message = f"{what}: run `bash ci/setup_clients.sh`"
+    message = f"{what}: {fix}"
     if in_ci():
         pytest.fail(f"{message} (in CI every real client must run)", pytrace=False)
     pytest.skip(message)
@@ -138,5 +138,5 @@ def java_command(grpc_port: int, service: str) -> list[str]:
 
 def rust_command(addr: str, service: str) -> list[str]:
     require(importlib.util.find_spec("nacos_sdk_rust_binding_py") is not None,
-            "nacos-sdk-rust-binding-py is not installed (the dev extra: pip install -e '.[dev]')")
+            "nacos-sdk-rust-binding-py is not installed", "install the dev extra (bash ci/setup.sh)")
     return [sys.executable, str(RUST_DRIVER), addr, service]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import traceback
 from importlib.metadata import version
@@ -103,4 +104,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stderr.flush()
+    # The binding has no shutdown and its runtime threads outlive asyncio.run; a normal interpreter
+    # exit can then abort (SIGABRT) while they call back into Python. Leave without finalising.
+    os._exit(code)
