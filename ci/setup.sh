@@ -25,4 +25,6 @@ pip_quiet .venv/bin/python -m pip install --quiet -e '.[dev,analytics]'
 # integration tests put on sys.path. Its dependencies are those of 3.x, already installed.
 [ -f .venv/nacos-v1/nacos/client.py ] || \
   pip_quiet .venv/bin/python -m pip install --quiet --no-deps --target .venv/nacos-v1 'nacos-sdk-python==2.0.11'
+# The real clients of the integration suite that are not Python packages (grpc-js, grpc-java).
+bash ci/setup_clients.sh
 .venv/bin/python -c 'import shoal.kernels as k; print("shoal installed; kernels:", k.implementation())'
