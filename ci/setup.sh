@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates ./.venv and installs Shoal in editable mode with its dev tools; compiles ext/*.pyx
-# unless SHOAL_NO_EXTENSIONS=1. Needs python3 (3.11+), gcc, the package index and etcd (installed
-# here from Debian's etcd-server when run as root).
+# unless SHOAL_NO_EXTENSIONS=1. Needs python3 (3.11+), gcc, libnghttp2's headers (installed here
+# when run as root) and the package index. What only the tests need is installed by ci/test-deps.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -25,6 +25,4 @@ pip_quiet .venv/bin/python -m pip install --quiet -e '.[dev,analytics]'
 # integration tests put on sys.path. Its dependencies are those of 3.x, already installed.
 [ -f .venv/nacos-v1/nacos/client.py ] || \
   pip_quiet .venv/bin/python -m pip install --quiet --no-deps --target .venv/nacos-v1 'nacos-sdk-python==2.0.11'
-# The real clients of the integration suite that are not Python packages (grpc-js, grpc-java).
-bash ci/setup_clients.sh
 .venv/bin/python -c 'import shoal.kernels as k; print("shoal installed; kernels:", k.implementation())'
