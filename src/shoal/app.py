@@ -22,6 +22,7 @@ from shoal.health.keepalive import ConnectionKeepAlive
 from shoal.metrics import Metrics
 from shoal.model.client import Client, ClientKind
 from shoal.model.keys import ServiceKey
+from shoal.node_metrics import watch_node
 from shoal.push.service import PushService
 from shoal.stack import ModelStack
 from shoal.tasks import Periodic, run_blocking
@@ -114,6 +115,7 @@ class Node:
         self._serving = False
         self._started = False
         self.metrics.add_sizes(self._sizes)
+        watch_node(self.metrics, self)
 
     # --- status -------------------------------------------------------------------------
     def is_serving(self) -> bool:

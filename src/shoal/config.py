@@ -240,6 +240,10 @@ class Config:
         5000, "shoal.http.forward-timeout-ms", "Timeout of an HTTP write forwarded to the responsible node.",
         check=positive,
     )
+    prometheus_sd_enabled: bool = _setting(
+        False, "nacos.prometheus.metrics.enabled",
+        "Serve Prometheus HTTP service discovery at /nacos/prometheus (Nacos's PrometheusController).",
+    )
 
     # --- auth (Nacos default auth plugin) -------------------------------------------------
     auth_enabled: bool = _setting(False, "nacos.core.auth.enabled", "Require a token on the naming APIs.")

@@ -89,6 +89,7 @@ class SdkServer:
     # --- unary --------------------------------------------------------------------------
     def unary(self, data: bytes, peer: str) -> bytes:
         """Answer one /Request/request call; raises PayloadDecodeError for bytes that are no Payload."""
+        started = time.perf_counter()
         type_name, headers, _client_ip, raw = decode(data)
         handler = self.handlers.get(type_name)
         label = type_name if handler is not None or type_name == "ServerCheckRequest" else "unknown"
@@ -98,7 +99,7 @@ class SdkServer:
             log.exception("unexpected failure answering %s from %s", type_name, peer)
             code = NacosError.code
             reply_type, body = "ErrorResponse", codec.error(code, code, "server error")
-        self.metrics.request("grpc", label, code)
+        self.metrics.request("grpc", label, code, time.perf_counter() - started)
         return encode(reply_type, body.encode())
 
     def _dispatch(self, peer: str, type_name: str, headers: dict[str, str], raw: bytes,

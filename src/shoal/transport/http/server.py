@@ -15,6 +15,7 @@ unexpected exception a logged 500. Unknown paths answer 404.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -31,6 +32,7 @@ from shoal.transport.http.auth_routes import IDENTITY_KEY, AuthRoutes
 from shoal.transport.http.forward import Forwarder, MemberView, Responsibility, Standalone, StandaloneMembers
 from shoal.transport.http.naming import NamingRoutes, distro_tag
 from shoal.transport.http.params import Params, read_params
+from shoal.transport.http.prometheus_sd import PrometheusSdRoutes
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,12 @@ class HttpServer:
         route("GET", "/nacos/v2/core/cluster/node/list", self.cluster_nodes_v2, Api.V2, ADMIN)
         if naming is not None:
             self._naming_routes(NamingRoutes(config, naming, status.is_serving, self.forwarder.owner_of))
+            if config.prometheus_sd_enabled:
+                sd = PrometheusSdRoutes(naming, auth)
+                route("GET", "/nacos/prometheus", sd.all_targets, Api.V1)
+                route("GET", "/nacos/prometheus/namespaceId/{namespaceId}", sd.namespace_targets, Api.V1)
+                route("GET", "/nacos/prometheus/namespaceId/{namespaceId}/service/{service}", sd.service_targets,
+                      Api.V1)
         if auth is not None:
             self._auth_routes(AuthRoutes(auth))
 
@@ -148,6 +156,7 @@ class HttpServer:
         metrics, forwarder = self.metrics, self.forwarder
 
         async def serve(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
             try:
                 params = await read_params(request)
                 if auth is not None and self.auth is not None and self.auth.enabled:
@@ -156,7 +165,7 @@ class HttpServer:
                     owner = forwarder.owner_of(distro_tag(params))
                     if owner is not None:
                         response: web.StreamResponse = await forwarder.forward(request, owner)
-                        metrics.request("http", path, response.status)
+                        metrics.request("http", path, response.status, time.perf_counter() - started, method)
                         return response
                 response = await handler(request, params)
             except NacosError as exc:
@@ -166,7 +175,7 @@ class HttpServer:
             except Exception:
                 log.exception("unexpected failure answering %s %s", request.method, request.path)
                 response = web.Response(status=NacosError.http_status, text="server error")
-            metrics.request("http", path, response.status)
+            metrics.request("http", path, response.status, time.perf_counter() - started, method)
             return response
 
         self.app.router.add_route(method, path, serve)
