@@ -359,6 +359,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._requests = _RequestStats()
+        self._entries = self._requests.entries  # the hot path's one lookup
         self.registry.register(self._requests)
         self.pushes = Counter("shoal_push", "Pushes to subscribers by result", ["result"], registry=self.registry)
         self.push_latency = Histogram(
@@ -391,9 +392,9 @@ class Metrics:
         (gRPC, 200 for success) or HTTP status. With ``seconds`` it also lands in the duration
         histogram; ``method`` is the HTTP verb."""
         key = (transport, type_name, code, method)
-        entry = self._requests.entries.get(key)
+        entry = self._entries.get(key)
         if entry is None:
-            entry = self._requests.entries[key] = [0.0] * (6 + len(REQUEST_BUCKETS))
+            entry = self._entries[key] = [0.0] * (6 + len(REQUEST_BUCKETS))
         entry[0] += 1
         if seconds is not None:
             entry[1] += 1
@@ -404,7 +405,7 @@ class Metrics:
 
     def request_count(self, transport: str, type_name: str, code: int) -> int:
         """How many requests of this kind were counted (what the scrape shows)."""
-        return int(sum(entry[0] for (t, n, c, _), entry in self._requests.entries.items()
+        return int(sum(entry[0] for (t, n, c, _), entry in self._entries.items()
                        if (t, n, c) == (transport, type_name, code)))
 
     def push_done(self, result: str, latency_s: float | None) -> None:

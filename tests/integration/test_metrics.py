@@ -306,7 +306,8 @@ async def test_cluster_series_on_three_nodes(three_nodes: list[ServerProcess], s
                          timeout=30, what=f"every member UP seen from {node.port}")
     client = await sdk(a.addr)
     for i in range(3):
-        await client.register_instance(RegisterInstanceParam(service_name=f"c-svc-{i}", ip=f"10.7.0.{i}", port=7000 + i))
+        await client.register_instance(RegisterInstanceParam(service_name=f"c-svc-{i}", ip=f"10.7.0.{i}",
+                                                             port=7000 + i))
     http_register(b, "c-http", "10.7.1.1", 7100)
 
     # Every node counts the whole registry (its own and replicated clients), as the SD API lists it.
