@@ -408,13 +408,17 @@ class Metrics:
         return int(sum(entry[0] for (t, n, c, _), entry in self._entries.items()
                        if (t, n, c) == (transport, type_name, code)))
 
-    def push_done(self, result: str, latency_s: float | None) -> None:
+    def push_done(self, result: str, latency_s: float | None, empty: bool = False) -> None:
+        """One push finished: ``result`` as PushService names it, the change → ack latency of a
+        successful push, and whether it carried no hosts (Nacos's emptyPush)."""
         self.pushes.labels(result).inc()
         push = self._push
         if result in ("success", "failed", "timeout", "gone"):
             push.total += 1
             if result != "success":
                 push.failed += 1
+            if empty:
+                push.empty += 1
         if latency_s is not None:
             self.push_latency.observe(latency_s)
             cost_ms = int(latency_s * 1000)
