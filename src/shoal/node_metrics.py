@@ -32,11 +32,15 @@ def naming_figures(node: Node) -> NamingFigures:
     publishers = {"v1": 0, "v2": 0}
     subscribers = {"v1": 0, "v2": 0}
     ip_count = 0
-    for client in node.clients:
-        version = _VERSION.get(client.kind, "v2")
-        publishers[version] += len(client.publications)
-        subscribers[version] += len(client.subscriptions)
-        ip_count += client.instance_count()
+    for client in node.clients:  # the one pass over every client a scrape makes here
+        version = _VERSION[client.kind]
+        publications = client.publications
+        if publications:
+            publishers[version] += len(publications)
+            for publication in publications.values():
+                ip_count += len(publication.instances)
+        if client.subscriptions:
+            subscribers[version] += len(client.subscriptions)
     by_module: dict[str, int] = {}
     for conn in list(node.sdk_connections.by_id.values()):
         module = conn.module
