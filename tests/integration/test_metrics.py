@@ -23,6 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from v2.nacos import RegisterInstanceParam, SubscribeServiceParam
 
+from shoal.config import TestHooks
 from shoal.testing import ServerProcess, free_port_block, http_get, kill, start_server, wait_until
 
 from .test_cluster import FAST
@@ -279,18 +280,28 @@ def test_prometheus_sd_wants_basic_auth_when_auth_is_on(auth_node: ServerProcess
 
 
 # --- three nodes -------------------------------------------------------------------------------------
-@pytest.fixture
-def three_nodes(tmp_path: Path) -> Iterator[list[ServerProcess]]:
+def start_three(tmp_path: Path, hooks: dict[int, TestHooks] | None = None) -> list[ServerProcess]:
     ports = [free_port_block() for _ in range(3)]
     members = ",".join(f"127.0.0.1:{p}" for p in ports)
-    nodes = [start_server(tmp_path, ["--members", members, *FAST, *SD], port=p, wait=False) for p in ports]
+    nodes = [start_server(tmp_path, ["--members", members, *FAST, *SD], port=p, wait=False,
+                          env=(hooks or {})[i].to_env() if i in (hooks or {}) else None)
+             for i, p in enumerate(ports)]
     try:
         for node in nodes:
             node.wait_ready(40)
-        yield nodes
-    finally:
+    except BaseException:
         for node in nodes:
             kill(node)
+        raise
+    return nodes
+
+
+@pytest.fixture
+def three_nodes(tmp_path: Path) -> Iterator[list[ServerProcess]]:
+    nodes = start_three(tmp_path)
+    yield nodes
+    for node in nodes:
+        kill(node)
 
 
 def member_states(page: Scrape) -> dict[str, str]:
@@ -340,6 +351,24 @@ async def test_cluster_series_on_three_nodes(three_nodes: list[ServerProcess], s
     page = scrape(a)
     assert page.value("shoal_cluster_members", state="UP") == 2
     assert not [s.name for s in page.samples if s.name.endswith("_created")]
+
+
+async def test_verify_repairs_are_counted(tmp_path: Path, sdk: Any) -> None:
+    nodes = start_three(tmp_path, hooks={1: TestHooks(drop_incoming_sync=1)})  # b loses one sync batch
+    try:
+        a, b, _c = nodes
+        client = await sdk(a.addr)
+        await client.register_instance(RegisterInstanceParam(service_name="lost", ip="10.5.0.1", port=1))
+        # a's sync reached b and was dropped; a's next verify round finds b lacking and re-syncs.
+        await wait_until(lambda: scrape(a).value("shoal_distro_verify_repairs_total") >= 1, timeout=30,
+                         what="a verify repair")
+        await wait_until(lambda: scrape(b).naming("ipCount") == 1, timeout=20, what="b repaired")
+        page = scrape(a)
+        assert page.value("shoal_distro_sync_batches_total", peer=b.addr, result="success") >= 2
+        assert page.value("shoal_distro_verify_requests_total") >= page.value("shoal_distro_verify_rounds_total")
+    finally:
+        for node in nodes:
+            kill(node)
 
 
 async def test_dashboard_uses_only_series_a_node_exports(three_nodes: list[ServerProcess], sdk: Any) -> None:
