@@ -385,6 +385,61 @@ class Config:
         "A connection whose peer reads nothing of its queued output for this long is closed.",
     )
 
+    # --- TLS (Nacos RpcServerTlsConfig for the gRPC ports; Spring Boot server.ssl.* for HTTP) ---
+    # Shoal takes PEM files. With TLS on, a port serves TLS only: never plaintext beside it.
+    rpc_tls_enabled: bool = _setting(
+        False, "nacos.remote.server.rpc.tls.enableTls", "Serve the SDK gRPC port over TLS (ALPN h2) only.")
+    rpc_tls_cert_chain_file: str = _setting(
+        "", "nacos.remote.server.rpc.tls.certChainFile", "PEM certificate chain of the SDK gRPC port.")
+    rpc_tls_cert_private_key: str = _setting(
+        "", "nacos.remote.server.rpc.tls.certPrivateKey", "PEM private key of the SDK gRPC port.")
+    rpc_tls_cert_private_key_password: str = _setting(
+        "", "nacos.remote.server.rpc.tls.certPrivateKeyPassword", "Password of an encrypted SDK port key.")
+    rpc_tls_trust_collection_cert_file: str = _setting(
+        "", "nacos.remote.server.rpc.tls.trustCollectionCertFile",
+        "PEM CA certificates client certificates are verified against (needed with mutualAuthEnable).")
+    rpc_tls_mutual_auth_enable: bool = _setting(
+        False, "nacos.remote.server.rpc.tls.mutualAuthEnable", "Refuse SDK clients without a trusted certificate.")
+    rpc_tls_compatibility: bool = _setting(
+        False, "nacos.remote.server.rpc.tls.compatibility",
+        "Nacos: plaintext beside TLS on one port. Shoal never does that; true is refused with TLS on.")
+    peer_tls_enabled: bool = _setting(
+        False, "nacos.remote.peer.rpc.tls.enableTls",
+        "Serve the cluster port over TLS only, and call peers' cluster ports over TLS.")
+    peer_tls_cert_chain_file: str = _setting(
+        "", "nacos.remote.peer.rpc.tls.certChainFile",
+        "PEM certificate chain of the cluster port (also shown to peers when calling them).")
+    peer_tls_cert_private_key: str = _setting(
+        "", "nacos.remote.peer.rpc.tls.certPrivateKey", "PEM private key of the cluster port.")
+    peer_tls_cert_private_key_password: str = _setting(
+        "", "nacos.remote.peer.rpc.tls.certPrivateKeyPassword", "Password of an encrypted cluster port key.")
+    peer_tls_trust_collection_cert_file: str = _setting(
+        "", "nacos.remote.peer.rpc.tls.trustCollectionCertFile",
+        "PEM CA certificates peers are verified against (both ways); empty = the system's CAs.")
+    peer_tls_mutual_auth_enable: bool = _setting(
+        False, "nacos.remote.peer.rpc.tls.mutualAuthEnable", "Refuse peers without a trusted certificate.")
+    peer_tls_compatibility: bool = _setting(
+        False, "nacos.remote.peer.rpc.tls.compatibility",
+        "Nacos: plaintext beside TLS on one port. Shoal never does that; true is refused with TLS on.")
+    http_ssl_enabled: str = _setting(
+        "", "server.ssl.enabled",
+        "Serve the HTTP port over HTTPS only: true/false; unset = on when server.ssl.certificate or "
+        "server.ssl.certificate-private-key is set (as in Spring Boot).", check=one_of("", "true", "false"))
+    http_ssl_certificate: str = _setting("", "server.ssl.certificate", "PEM certificate chain of the HTTP port.")
+    http_ssl_certificate_private_key: str = _setting(
+        "", "server.ssl.certificate-private-key", "PEM private key of the HTTP port.")
+    http_ssl_key_password: str = _setting("", "server.ssl.key-password", "Password of an encrypted HTTP port key.")
+    http_ssl_trust_certificate: str = _setting(
+        "", "server.ssl.trust-certificate",
+        "PEM CA certificates client certificates (and peers, when forwarding) are verified against.")
+    http_ssl_client_auth: str = _setting(
+        "none", "server.ssl.client-auth", "Client certificates on the HTTP port: none, want or need.",
+        check=one_of("none", "want", "need"))
+    http_ssl_key_store: str = _setting(
+        "", "server.ssl.key-store",
+        "Not supported (PKCS12/JKS key stores): give PEM files with server.ssl.certificate and "
+        "server.ssl.certificate-private-key.")
+
     # ------------------------------------------------------------------------------------
     @property
     def grpc_port(self) -> int:
@@ -393,6 +448,14 @@ class Config:
     @property
     def cluster_port(self) -> int:
         return self.port + self.cluster_port_offset
+
+    @property
+    def http_tls_on(self) -> bool:
+        """Whether the HTTP port serves HTTPS (server.ssl.enabled, or unset with a certificate given)."""
+        flag = self.http_ssl_enabled.strip().lower()
+        if flag:
+            return flag == "true"
+        return bool(self.http_ssl_certificate or self.http_ssl_certificate_private_key)
 
     @property
     def limit_rule_path(self) -> Path:
@@ -412,9 +475,41 @@ class Config:
         if self.auth_enabled and (self.members or self.cluster_conf) and not self.cluster_identity_key:
             raise ConfigError("with auth on, cluster members must prove a shared identity: set "
                               "nacos.core.auth.server.identity.key and .value on every node")
+        self._validate_tls()
         if not 0 < self.grpc_port < 65536 or not 0 < self.cluster_port < 65536:
             raise ConfigError(f"server.port {self.port} (+{self.grpc_port_offset}) is not a usable port")
         return self
+
+    def _validate_tls(self) -> None:
+        """TLS settings that cannot work together; the files themselves are read by shoal.tls."""
+        if self.http_ssl_key_store:
+            raise ConfigError("server.ssl.key-store is not supported (PKCS12/JKS): give PEM files with "
+                              "server.ssl.certificate and server.ssl.certificate-private-key")
+        for prefix, enabled, chain, key, trust, mutual, compat in (
+            ("nacos.remote.server.rpc.tls", self.rpc_tls_enabled, self.rpc_tls_cert_chain_file,
+             self.rpc_tls_cert_private_key, self.rpc_tls_trust_collection_cert_file,
+             self.rpc_tls_mutual_auth_enable, self.rpc_tls_compatibility),
+            ("nacos.remote.peer.rpc.tls", self.peer_tls_enabled, self.peer_tls_cert_chain_file,
+             self.peer_tls_cert_private_key, self.peer_tls_trust_collection_cert_file,
+             self.peer_tls_mutual_auth_enable, self.peer_tls_compatibility),
+        ):
+            if not enabled:
+                continue
+            if not chain or not key:
+                raise ConfigError(f"{prefix}.enableTls=true needs {prefix}.certChainFile and {prefix}.certPrivateKey")
+            if mutual and not trust:
+                raise ConfigError(f"{prefix}.mutualAuthEnable=true needs {prefix}.trustCollectionCertFile "
+                                  "(the CA certificates clients are verified against)")
+            if compat:
+                raise ConfigError(f"{prefix}.compatibility=true (plaintext beside TLS) is not supported: "
+                                  "a TLS port serves TLS only")
+        if self.http_tls_on:
+            if not self.http_ssl_certificate or not self.http_ssl_certificate_private_key:
+                raise ConfigError("server.ssl.enabled=true needs server.ssl.certificate and "
+                                  "server.ssl.certificate-private-key (PEM files)")
+            if self.http_ssl_client_auth.lower() != "none" and not self.http_ssl_trust_certificate:
+                raise ConfigError("server.ssl.client-auth needs server.ssl.trust-certificate "
+                                  "(the CA certificates clients are verified against)")
 
     # ------------------------------------------------------------------------------------
     @classmethod

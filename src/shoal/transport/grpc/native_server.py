@@ -26,6 +26,8 @@ from typing import Any
 from shoal._ext import h2grpc
 from shoal.config import Config
 from shoal.kernels.payload import PayloadDecodeError
+from shoal.tls import ALPN_H2, PortTls
+from shoal.tls import describe as describe_tls
 from shoal.transport.grpc.connections import Connection, ConnectionGone
 from shoal.transport.grpc.transports import StreamService, UnaryService
 
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 
 UNARY_PATH = "/Request/request"
 STREAM_PATH = "/BiRequestStream/requestBiStream"
+#: A client that has not finished its TLS handshake by then is dropped.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 
 
@@ -347,8 +351,9 @@ class NativeGrpcServer:
     """One port served by the native transport."""
 
     def __init__(self, config: Config, port: int, label: str, unary: UnaryService,
-                 streams: StreamService | None, max_message: int) -> None:
+                 streams: StreamService | None, max_message: int, tls: PortTls | None = None) -> None:
         self.config = config
+        self.tls = tls
         self.port = port
         self.label = label
         self.unary = unary
@@ -361,12 +366,17 @@ class NativeGrpcServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         address = f"{self.config.host}:{self.port}"
+        # TLS through the loop's SSL transport: H2Connection sees decrypted bytes, and a client that
+        # does not complete a TLS handshake never reaches it (no plaintext beside TLS).
+        ssl_context = self.tls.server_context(alpn=[ALPN_H2]) if self.tls is not None else None
         try:
             self._server = await loop.create_server(functools.partial(H2Connection, self), self.config.host,
-                                                    self.port, reuse_address=True, backlog=1024)
+                                                    self.port, reuse_address=True, backlog=1024, ssl=ssl_context,
+                                                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if ssl_context
+                                                    else None)
         except OSError as exc:
             raise OSError(f"cannot listen on {address} for {self.label}: {exc.strerror or exc}") from None
-        log.info("%s server listening on %s (transport native)", self.label, address)
+        log.info("%s server listening on %s (transport native, %s)", self.label, address, describe_tls(self.tls))
 
     def closed_one(self) -> None:
         if not self.connections and self._all_closed is not None:

@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 
 from shoal.distro.transport import MEMBER_HEADER, PeerError, PeerUnavailable
+from shoal.tls import PortTls
 from shoal.transport.grpc._proto import Metadata, Payload
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,14 @@ class GrpcPeerTransport:
     """A PeerTransport over gRPC: one lazily opened channel per peer, closed by :meth:`close`."""
 
     def __init__(self, self_address: str, port_offset: int, identity: tuple[str, str] | None = None,
-                 max_message: int = MAX_MESSAGE_BYTES) -> None:
+                 max_message: int = MAX_MESSAGE_BYTES, tls: PortTls | None = None) -> None:
         self.self_address = self_address
+        # With the peer TLS settings on, peers are called over TLS only: verified against the
+        # trust file (or the system's CAs), showing our cluster certificate for mutual auth.
+        self._credentials: Any = None
+        if tls is not None:
+            self._credentials = grpc.ssl_channel_credentials(
+                root_certificates=tls.trust, private_key=tls.unencrypted_key(), certificate_chain=tls.cert_chain)
         self.port_offset = port_offset
         self.identity = identity
         self.max_message = max_message
@@ -43,12 +50,13 @@ class GrpcPeerTransport:
         stub = self._stubs.get(target)
         if stub is None:
             ip, _, port = target.rpartition(":")
-            channel = grpc.aio.insecure_channel(
-                f"{ip}:{int(port) + self.port_offset}",
-                options=[("grpc.max_receive_message_length", self.max_message),
-                         ("grpc.max_send_message_length", self.max_message),
-                         ("grpc.initial_reconnect_backoff_ms", INITIAL_RECONNECT_BACKOFF_MS),
-                         ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS)])
+            address = f"{ip}:{int(port) + self.port_offset}"
+            options = [("grpc.max_receive_message_length", self.max_message),
+                       ("grpc.max_send_message_length", self.max_message),
+                       ("grpc.initial_reconnect_backoff_ms", INITIAL_RECONNECT_BACKOFF_MS),
+                       ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS)]
+            channel = (grpc.aio.insecure_channel(address, options=options) if self._credentials is None
+                       else grpc.aio.secure_channel(address, self._credentials, options=options))
             stub = channel.unary_unary("/Request/request", request_serializer=Payload.SerializeToString,
                                        response_deserializer=Payload.FromString)
             self._channels[target] = channel

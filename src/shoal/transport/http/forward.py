@@ -14,6 +14,7 @@ members are (``/core/cluster/nodes``).
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -83,8 +84,10 @@ class Forwarder:
     """Proxies requests to the responsible node with one pooled aiohttp client session;
     an unreachable owner is :class:`~shoal.errors.ForwardFailed` (502)."""
 
-    def __init__(self, responsibility: Responsibility, timeout_ms: int) -> None:
+    def __init__(self, responsibility: Responsibility, timeout_ms: int,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.responsibility = responsibility
+        self.ssl_context = ssl_context  # set: the peers serve HTTPS, verified with this context
         self.timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
         self._session: aiohttp.ClientSession | None = None
 
@@ -100,14 +103,15 @@ class Forwarder:
         if "Nacos-Server" in request.headers.get("User-Agent", ""):
             raise InvalidParam(f"receive invalid redirect request from peer {request.remote}")
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self.timeout, auto_decompress=False)
+            connector = aiohttp.TCPConnector(ssl=self.ssl_context) if self.ssl_context is not None else None
+            self._session = aiohttp.ClientSession(timeout=self.timeout, auto_decompress=False, connector=connector)
         body = await request.read() if request.body_exists else None
         headers = {"User-Agent": SERVER_USER_AGENT}
         for name in _PASSED_HEADERS:
             value = request.headers.get(name)
             if value is not None:
                 headers[name] = value
-        url = f"http://{owner}{request.path_qs}"
+        url = f"{'https' if self.ssl_context is not None else 'http'}://{owner}{request.path_qs}"
         try:
             async with self._session.request(request.method, url, data=body, headers=headers,
                                              allow_redirects=False) as resp:

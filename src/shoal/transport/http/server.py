@@ -26,6 +26,8 @@ from shoal.errors import Forbidden, HttpStatus, NacosError
 from shoal.metrics import Metrics
 from shoal.model.keys import DEFAULT_GROUP, GROUP_SEPARATOR
 from shoal.service_layer import NamingService
+from shoal.tls import PortTls
+from shoal.tls import describe as describe_tls
 from shoal.transport.http.api import Api, core_ok, dumps, error_response, v2_ok
 from shoal.transport.http.auth_routes import IDENTITY_KEY, AuthRoutes
 from shoal.transport.http.forward import Forwarder, MemberView, Responsibility, Standalone, StandaloneMembers
@@ -54,12 +56,15 @@ class HttpServer:
 
     def __init__(self, config: Config, status: NodeStatus, metrics: Metrics, naming: NamingService | None = None,
                  auth: AuthService | None = None, responsibility: Responsibility | None = None,
-                 members: MemberView | None = None) -> None:
+                 members: MemberView | None = None, tls: PortTls | None = None) -> None:
         self.config = config
         self.status = status
         self.metrics = metrics
         self.auth = auth
-        self.forwarder = Forwarder(responsibility or Standalone(), config.http_forward_timeout_ms)
+        self.tls = tls  # None: plaintext
+        # Peers serve HTTPS when this node does (one cluster, one setting): forward over it too.
+        self.forwarder = Forwarder(responsibility or Standalone(), config.http_forward_timeout_ms,
+                                   tls.client_context() if tls is not None else None)
         self.members = members
         self.app = web.Application(client_max_size=config.max_inbound_message_size)
         self._runner: web.AppRunner | None = None
@@ -128,9 +133,11 @@ class HttpServer:
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
+        ssl_context = self.tls.server_context() if self.tls is not None else None
+        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True,
+                           ssl_context=ssl_context)
         await site.start()
-        log.info("HTTP listening on %s:%d", self.config.host, self.config.port)
+        log.info("HTTP listening on %s:%d (%s)", self.config.host, self.config.port, describe_tls(self.tls))
 
     async def stop(self) -> None:
         await self.forwarder.stop()
