@@ -146,12 +146,14 @@ class PortTls:
 
     def _load_identity(self, ctx: ssl.SSLContext) -> None:
         s = self.settings
+        password = s.private_key_password
         try:
-            ctx.load_cert_chain(s.cert_chain_file, s.private_key_file, password=s.private_key_password or None)
+            # a callable, never None: OpenSSL would otherwise prompt on the terminal for an encrypted key
+            ctx.load_cert_chain(s.cert_chain_file, s.private_key_file, password=lambda: password)
         except ssl.SSLError as exc:
+            hint = f"; is {s.password_prop} right?" if b"ENCRYPTED" in self.private_key else ""
             raise TlsConfigError(f"{s.chain_prop} / {s.key_prop}: {s.cert_chain_file} and {s.private_key_file} "
-                                 f"are not a usable certificate and key ({exc.reason or exc}; wrong "
-                                 f"{s.password_prop}?)") from None
+                                 f"are not a usable certificate and key ({exc.reason or exc}{hint})") from None
         except OSError as exc:
             raise TlsConfigError(f"{s.chain_prop} / {s.key_prop}: cannot read {exc.filename}: "
                                  f"{exc.strerror}") from None
