@@ -20,7 +20,7 @@ import grpc
 import pytest
 from v2.nacos import ListInstanceParam, RegisterInstanceParam
 
-from shoal.config import Config
+from shoal.config import Config, TestHooks
 from shoal.errors import ConfigError, TlsConfigError
 from shoal.testing import ServerProcess, ServerSet, free_port_block, http_get, wait_until
 from shoal.tls import NodeTls
@@ -218,6 +218,23 @@ async def test_http_client_auth_need_refuses_clients_without_a_certificate(pki: 
         with pytest.raises(aiohttp.ClientError):
             async with session.get(f"https://127.0.0.1:{node.port}/nacos/v1/console/health/readiness") as resp:
                 await resp.read()
+
+
+async def test_https_node_forwards_writes_to_the_responsible_node_over_https(pki: Pki, cluster: ServerSet) -> None:
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    https = ["-D", f"server.ssl.certificate={pki.server.cert}", "-D", f"server.ssl.certificate-private-key="
+             f"{pki.server.key}", "-D", f"server.ssl.trust-certificate={pki.ca}"]
+    owner = cluster.add(ServerProcess(free_port_block(), cluster.root / "owner", https, https=ctx))
+    owner.start().wait_ready()
+    entry = cluster.add(ServerProcess(free_port_block(avoid=[owner.port]), cluster.root / "entry", https,
+                                      TestHooks(forward_all_to=owner.addr).to_env(), https=ctx))
+    entry.start().wait_ready()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+        async with session.post(entry.url("/nacos/v1/ns/instance"),
+                                params={"serviceName": "tls-fwd", "ip": "10.9.0.4", "port": "80"}) as resp:
+            assert resp.status == 200, await resp.text()
+        async with session.get(owner.url("/nacos/v1/ns/instance/list"), params={"serviceName": "tls-fwd"}) as resp:
+            assert [h["ip"] for h in (await resp.json(content_type=None))["hosts"]] == ["10.9.0.4"]
 
 
 # --- startup: TLS asked for and not possible is exit 2, never plaintext ---------------------------
