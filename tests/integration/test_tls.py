@@ -11,6 +11,7 @@ import logging
 import re
 import ssl
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,12 @@ def rpc_tls(prefix: str, pki: Pki, mutual: bool = False) -> list[str]:
     if mutual:
         args += ["-D", f"{prefix}.mutualAuthEnable=true", "-D", f"{prefix}.trustCollectionCertFile={pki.ca}"]
     return args
+
+
+def https_args(pki: Pki) -> list[str]:
+    """HTTPS on the HTTP port (server.ssl.enabled left unset: on because a certificate is given)."""
+    return ["-D", f"server.ssl.certificate={pki.server.cert}",
+            "-D", f"server.ssl.certificate-private-key={pki.server.key}"]
 
 
 def transport(name: str) -> list[str]:
@@ -187,9 +194,7 @@ async def test_cluster_replicates_over_mutual_tls(name: str, pki: Pki, cluster: 
 # --- the HTTP port --------------------------------------------------------------------------------
 async def test_http_port_serves_https_only(pki: Pki, cluster: ServerSet) -> None:
     client_ctx = ssl.create_default_context(cafile=str(pki.ca))
-    node = cluster.add(ServerProcess(free_port_block(), cluster.root / "https", [
-        "-D", f"server.ssl.certificate={pki.server.cert}",
-        "-D", f"server.ssl.certificate-private-key={pki.server.key}"], https=client_ctx))
+    node = cluster.add(ServerProcess(free_port_block(), cluster.root / "https", https_args(pki), https=client_ctx))
     node.start().wait_ready()
     base = f"https://127.0.0.1:{node.port}"
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
@@ -222,8 +227,7 @@ async def test_http_client_auth_need_refuses_clients_without_a_certificate(pki: 
 
 async def test_https_node_forwards_writes_to_the_responsible_node_over_https(pki: Pki, cluster: ServerSet) -> None:
     ctx = ssl.create_default_context(cafile=str(pki.ca))
-    https = ["-D", f"server.ssl.certificate={pki.server.cert}", "-D", f"server.ssl.certificate-private-key="
-             f"{pki.server.key}", "-D", f"server.ssl.trust-certificate={pki.ca}"]
+    https = [*https_args(pki), "-D", f"server.ssl.trust-certificate={pki.ca}"]
     owner = cluster.add(ServerProcess(free_port_block(), cluster.root / "owner", https, https=ctx))
     owner.start().wait_ready()
     entry = cluster.add(ServerProcess(free_port_block(avoid=[owner.port]), cluster.root / "entry", https,
@@ -235,6 +239,17 @@ async def test_https_node_forwards_writes_to_the_responsible_node_over_https(pki
             assert resp.status == 200, await resp.text()
         async with session.get(owner.url("/nacos/v1/ns/instance/list"), params={"serviceName": "tls-fwd"}) as resp:
             assert [h["ip"] for h in (await resp.json(content_type=None))["hosts"]] == ["10.9.0.4"]
+
+
+def test_export_cli_reads_from_an_https_node(pki: Pki, cluster: ServerSet, tmp_path: Path) -> None:
+    node = cluster.add(ServerProcess(free_port_block(), cluster.root / "export", https_args(pki),
+                                     https=ssl.create_default_context(cafile=str(pki.ca))))
+    node.start().wait_ready()
+    done = subprocess.run([sys.executable, "-m", "shoal", "export", "--addr", f"https://{node.addr}",
+                           "--ca-file", str(pki.ca), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert any((tmp_path / "out").iterdir())
 
 
 # --- startup: TLS asked for and not possible is exit 2, never plaintext ---------------------------
