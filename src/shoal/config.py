@@ -440,6 +440,32 @@ class Config:
         "Not supported (PKCS12/JKS key stores): give PEM files with server.ssl.certificate and "
         "server.ssl.certificate-private-key.")
 
+    # --- CP store (one block; task "cpstore"; checked by shoal.cp.factory) -----------------
+    cp_mode: str = _setting(
+        "", "shoal.cp.mode",
+        "CP store: embedded (SQLite in the data dir), etcd (--cp-endpoints) or managed-etcd (one etcd "
+        "member per node on port - 1000); empty = embedded standalone, etcd with endpoints, else managed-etcd.",
+    )
+    cp_endpoints: str = _setting("", "shoal.cp.endpoints", "etcd client endpoints host:port,... (mode etcd).")
+    cp_tls_ca: str = _setting("", "shoal.cp.tls.ca", "CA file to verify etcd's TLS certificate (https).")
+    cp_tls_cert: str = _setting("", "shoal.cp.tls.cert", "Client certificate file for etcd TLS.")
+    cp_tls_key: str = _setting("", "shoal.cp.tls.key", "Client key file for etcd TLS.")
+    cp_user: str = _setting("", "shoal.cp.auth.user", "etcd user (auth enabled in etcd); empty = no auth.")
+    cp_password: str = _setting("", "shoal.cp.auth.password", "Password of shoal.cp.auth.user.")
+    cp_etcd_binary: str = _setting("/usr/bin/etcd", "shoal.cp.etcd-binary", "etcd binary run in managed-etcd mode.")
+    cp_request_timeout_ms: int = _setting(
+        5000, "shoal.cp.request-timeout-ms", "Bound of one CP store call; past it a write fails as unavailable."
+    )
+    cp_client_port_offset: int = _setting(
+        -1000, "shoal.cp.client-port-offset", "Managed etcd client port offset from the main port."
+    )
+    cp_peer_port_offset: int = _setting(
+        -999, "shoal.cp.peer-port-offset", "Managed etcd peer port offset from the main port."
+    )
+    cp_history_revisions: int = _setting(
+        100_000, "shoal.cp.history-revisions", "Revisions of history kept for watch resume (older compacted)."
+    )
+
     # ------------------------------------------------------------------------------------
     @property
     def grpc_port(self) -> int:
