@@ -16,8 +16,8 @@ Members are the snapshotted nodes plus any owner seen in the data, sorted as Nac
 Movement is computed for the ip:port clients (key: the client id before ``#``): one member joining
 (``--join-member``, default: the next IPv4 address after the highest member) and each member leaving.
 
-Outputs in ``--out``: ``nodes.parquet`` (per owner node), ``skew.parquet``, ``movement.parquet``,
-``balance.png`` and ``summary.txt``.
+Outputs, in the job's own directory (the CLI's default: ``report/balance/``): ``nodes.parquet`` (per
+owner node), ``skew.parquet``, ``movement.parquet``, ``balance.png`` and ``summary.txt``.
 """
 
 from __future__ import annotations

@@ -14,9 +14,10 @@ change as ``sync_applied``, which is reported per node but not counted as churn 
 *Flaps* of an instance (``namespace, group, service, ip, port``): its health flips plus the number
 of complete deregister/register cycles, ``min(registrations, deregistrations)``.
 
-Outputs in ``--out``: ``service_buckets.parquet`` (service x bucket counts), ``flapping.parquet``
-(instances with at least one flap, most first), ``nodes.parquet`` (events per node and kind),
-``churn.png`` and ``summary.txt``.
+Outputs, in the job's own directory (the CLI's default: ``report/churn/``):
+``service_buckets.parquet`` (service x bucket counts; ``bucket_start`` a UTC timestamp),
+``flapping.parquet`` (instances with at least one flap, most first; ``first_at``/``last_at``),
+``nodes.parquet`` (events per node and kind), ``churn.png`` and ``summary.txt``.
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ Relative to the reference, each (identity, node) is ``missing`` (should exist, a
 does not depend on the reference: identities held by every node with identical values / all
 identities held by any node.
 
-Outputs in ``--out``: ``per_service_node.parquet`` (counts per service and node),
-``services.parquet`` (agreement per service), ``diffs.parquet/`` (one row per difference),
-``consistency.png`` and ``summary.txt``.
+Outputs, in the job's own directory (the CLI's default: ``report/consistency/``):
+``per_service_node.parquet`` (counts per service and node), ``services.parquet`` (agreement per
+service), ``diffs.parquet/`` (one row per difference), ``consistency.png`` and ``summary.txt``.
 """
 
 from __future__ import annotations

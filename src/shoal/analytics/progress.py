@@ -211,6 +211,7 @@ class JobProgress:
         self._poll_s = poll_s
         self._prefix = f"shoal-{label.split()[0]}-{uuid.uuid4().hex[:8]}"
         self._current: tuple[str, str] | None = None  # (step name, job group) while a Spark step runs
+        self._lock = threading.Lock()  # the poller never reports a step that has just ended
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -252,14 +253,16 @@ class JobProgress:
         group = f"{self._prefix}-{self.done + 1}"
         saved = {key: sc.getLocalProperty(key) for key in _JOB_GROUP_PROPERTIES}
         sc.setJobGroup(group, f"{self.progress.label}: {name}", interruptOnCancel=False)
-        self._current = (name, group)
-        self.progress.set(self.done, detail=f"{name} ...")
+        with self._lock:
+            self._current = (name, group)
+            self.progress.set(self.done, detail=f"{name} ...")
         try:
             yield
         finally:
+            with self._lock:
+                self._current = None
             for key, value in saved.items():
                 sc.setLocalProperty(key, value)  # type: ignore[arg-type]  # None removes the property
-        self._current = None
         tasks = self._settled_tasks(group)
         self.done += 1
         self.progress.set(self.done, detail=f"{name} done{_fmt_tasks(tasks)}")
@@ -323,8 +326,9 @@ class JobProgress:
             except Exception:  # the session may be stopping; progress must never fail the job
                 log.debug("spark status poll failed", exc_info=True)
                 continue
-            if jobs and self._current == current:
-                self.progress.set(self.done, detail=f"{name}{_fmt_tasks((done, total))}")
+            with self._lock:
+                if jobs and self._current == current:
+                    self.progress.set(self.done, detail=f"{name}{_fmt_tasks((done, total))}")
 
 
 _JOB_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")

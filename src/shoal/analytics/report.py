@@ -83,7 +83,8 @@ def job_dir(path: str | os.PathLike[str], job: str) -> Path:
     existed are recognised by their chart (``<job>.png``)."""
     if job not in JOBS:
         raise ValueError(f"unknown job {job!r}; known: {', '.join(JOBS)}")
-    out = ensure_dir(path)
+    # absolute: Spark resolves relative paths against the JVM's working directory, not Python's
+    out = ensure_dir(Path(path).absolute())
     marker = out / JOB_MARKER
     owner = marker.read_text().strip() if marker.is_file() else None
     if owner is None:
@@ -142,8 +143,17 @@ def new_figure(nrows: int = 1, ncols: int = 1, *, width: float = 11.0, height: f
 
 
 def save_figure(fig: Figure, path: str | os.PathLike[str]) -> Path:
+    """Save as PNG; the title and the messages of empty panels also go into the PNG's text chunks
+    (``Title``, ``Description``), so a chart says what it shows to tools that cannot see it."""
     target = Path(path)
-    fig.savefig(target, dpi=110)
+    title = fig.get_suptitle()
+    empty = [t.get_text().replace("\n", " ") for ax in fig.axes for t in ax.texts if t.get_gid() == _EMPTY_GID]
+    metadata = {"Software": "shoal analytics"}
+    if title:
+        metadata["Title"] = title.replace("\n", "; ")
+    if empty:
+        metadata["Description"] = " | ".join(empty)
+    fig.savefig(target, dpi=110, metadata=metadata)
     return target
 
 
@@ -223,7 +233,10 @@ def empty_panel(ax: Any, title: str, message: str) -> None:
     for spine in ax.spines.values():
         spine.set_color("0.8")
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, fontsize="large",
-            color="0.25", wrap=True)
+            color="0.25", wrap=True, gid=_EMPTY_GID)
+
+
+_EMPTY_GID = "shoal-empty-panel"
 
 
 def fmt_int(n: float) -> str:

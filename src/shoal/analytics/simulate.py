@@ -34,9 +34,10 @@ The model (every number is per verify round; Nacos verifies every 5 s by default
   for Nacos modulo hashing and for a consistent-hash ring (:mod:`shoal.analytics.ring`), next to
   the clients that must move under that scheme (those the joiner gets / the leaver had).
 
-Outputs in ``--out``: ``ownership.parquet`` (per node), ``rounds.parquet`` (per round totals),
-``node_rounds.parquet`` (per round and node), ``movement.parquet``, ``run.parquet`` (parameters,
-elapsed time, rows/s), ``simulate.png`` and ``summary.txt``.
+Outputs, in the job's own directory (the CLI's default: ``report/simulate/``): ``ownership.parquet``
+(per node), ``rounds.parquet`` (per round totals), ``node_rounds.parquet`` (per round and node),
+``movement.parquet``, ``run.parquet`` (parameters, ``started_at``, elapsed time, rows/s),
+``simulate.png`` and ``summary.txt``.
 """
 
 from __future__ import annotations
