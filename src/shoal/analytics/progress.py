@@ -309,7 +309,11 @@ class JobProgress:
         deadline = time.monotonic() + _SETTLE_S
         first_job_by = time.monotonic() + _FIRST_JOB_S
         while True:
-            done, total, jobs, running = self._tasks(group)
+            try:
+                done, total, jobs, running = self._tasks(group)
+            except Exception:  # progress must never fail the job
+                log.debug("spark status query failed", exc_info=True)
+                return None
             now = time.monotonic()
             if (jobs and not running) or now >= deadline or (not jobs and now >= first_job_by):
                 return (done, total) if jobs else None
