@@ -74,15 +74,14 @@ class HeartbeatChecker:
                 self.beats.renew(client_id, service, self.clock.monotonic_ms())
                 stats["skipped"] += 1
                 continue
+            idle_ms = self._idle_ms(client_id, service)  # read first: expiry drops the beat record
             if remove:
                 if self.beats.expire(client, service):
                     stats["removed"] += 1
-                    log.info("[AUTO-DELETE-IP] %s of %s: no beat for %d ms", client_id, service,
-                             self._idle_ms(client_id, service))
+                    log.info("[AUTO-DELETE-IP] %s of %s: no beat for %d ms", client_id, service, idle_ms)
             elif self.beats.set_health(client, service, False):
                 stats["unhealthy"] += 1
-                log.info("[IP-DISABLED] %s of %s: no beat for %d ms", client_id, service,
-                         self._idle_ms(client_id, service))
+                log.info("[IP-DISABLED] %s of %s: no beat for %d ms", client_id, service, idle_ms)
 
     def _idle_ms(self, client_id: str, service: ServiceKey) -> int:
         last = self.beats.last_beat_ms(client_id, service)
