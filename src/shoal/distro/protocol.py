@@ -57,8 +57,8 @@ class DistroProtocol:
         self.loaded = not members.is_clustered()
         self.mapper = DistroMapper(members)
         self.engine = SyncEngine(config, clock, members, transport, self._record_of)
-        self.processor = DistroProcessor(clock, bus, clients, services, self.mapper, self.engine)
         self.handoff = IpPortHandoff(clock, clients, members, self.mapper, self.engine.enqueue)
+        self.processor = DistroProcessor(clock, bus, clients, services, self.mapper, self.engine, self.handoff)
         self.sync_receiver = SyncReceiver(self.processor.apply)
         self.verifier = VerifySender(config, clients, members, self.mapper.responsible_client, transport,
                                      self.engine, self._is_loaded)
@@ -125,6 +125,7 @@ class DistroProtocol:
                 await asyncio.gather(task, return_exceptions=True)
         for periodic in self.periodics:
             await periodic.stop()
+        await self.reporter.stop()
         await self.engine.stop()
         await self.transport.close()
 
@@ -145,7 +146,10 @@ class DistroProtocol:
 
     # --- the concerns' entry points (Periodics, tests) ----------------------------------------
     async def verify_round(self) -> None:
-        """One verify round to every UP/SUSPICIOUS peer (only after the initial load)."""
+        """One verify round to every UP/SUSPICIOUS peer (only after the initial load), and the
+        ip:port clients held pending handoff sent to their responsible nodes again."""
+        if self.loaded:
+            self.handoff.retry()
         await self.verifier.round()
 
     @property

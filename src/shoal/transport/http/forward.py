@@ -8,6 +8,10 @@ members are (``/core/cluster/nodes``).
   responsible for to its owner (same method, path, query and body, ``User-Agent:
   Nacos-Server``) and relays the answer. A request that arrives already forwarded by a peer
   and is still not ours is refused with 400, which stops forwarding loops (docs/protocol.md §5.5).
+  In a cluster, an owner that is not answering (or does not answer within
+  ``shoal.http.forward-timeout-ms``) does not fail the write: a :class:`ForwardFallback` has
+  this node handle it, pending handoff to the owner. Without one (standalone, the test hook)
+  an unreachable owner is a 502.
 * :class:`MemberView` lists the members in Nacos's Member JSON shape; standalone: this node.
 """
 
@@ -21,7 +25,13 @@ import aiohttp
 from aiohttp import web
 
 from shoal import __version__
-from shoal.distro.responsibility import ForwardAllTo, MapperResponsibility, Responsibility, Standalone
+from shoal.distro.responsibility import (
+    ForwardAllTo,
+    ForwardFallback,
+    MapperResponsibility,
+    Responsibility,
+    Standalone,
+)
 from shoal.errors import ForwardFailed, InvalidParam
 
 log = logging.getLogger(__name__)
@@ -80,13 +90,17 @@ class StandaloneMembers:
 
 
 class Forwarder:
-    """Proxies requests to the responsible node with one pooled aiohttp client session;
-    an unreachable owner is :class:`~shoal.errors.ForwardFailed` (502)."""
+    """Proxies requests to the responsible node with one pooled aiohttp client session (Nacos
+    DistroFilter). An owner that does not answer in time is handled by :attr:`fallback` when
+    there is one (the write is then served here), else :class:`~shoal.errors.ForwardFailed` (502)."""
 
-    def __init__(self, responsibility: Responsibility, timeout_ms: int) -> None:
+    def __init__(self, responsibility: Responsibility, timeout_ms: int,
+                 fallback: ForwardFallback | None = None) -> None:
         self.responsibility = responsibility
+        self.fallback = fallback
         self.timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
         self._session: aiohttp.ClientSession | None = None
+        self.handled_locally = 0
 
     def owner_of(self, tag: str) -> str | None:
         return self.responsibility.owner_of(tag)
@@ -96,9 +110,16 @@ class Forwarder:
         if session is not None:
             await session.close()
 
-    async def forward(self, request: web.Request, owner: str) -> web.Response:
+    async def forward(self, request: web.Request, owner: str, tag: str = "") -> web.Response | None:
+        """The owner's answer, relayed; None when this node is to handle the request itself
+        (the owner is not answering and there is a :attr:`fallback`)."""
         if "Nacos-Server" in request.headers.get("User-Agent", ""):
             raise InvalidParam(f"receive invalid redirect request from peer {request.remote}")
+        fallback = self.fallback
+        if fallback is not None and not fallback.answering(owner):
+            self._locally(fallback, tag)
+            return None
+        attempt = fallback.attempt(owner) if fallback is not None else 0
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self.timeout, auto_decompress=False)
         body = await request.read() if request.body_exists else None
@@ -115,5 +136,14 @@ class Forwarder:
                 relayed = {"Content-Type": resp.headers.get("Content-Type", "text/plain; charset=utf-8")}
                 return web.Response(status=resp.status, body=payload, headers=relayed)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("forwarding %s %s to %s failed: %r", request.method, request.path, owner, exc)
-            raise ForwardFailed(f"forwarding to the responsible node {owner} failed: {exc!r}") from None
+            if fallback is None:
+                log.warning("forwarding %s %s to %s failed: %r", request.method, request.path, owner, exc)
+                raise ForwardFailed(f"forwarding to the responsible node {owner} failed: {exc!r}") from None
+            log.debug("forwarding %s %s to %s failed (%r): handled here", request.method, request.path, owner, exc)
+            fallback.failed(owner, attempt)
+            self._locally(fallback, tag)
+            return None
+
+    def _locally(self, fallback: ForwardFallback, tag: str) -> None:
+        fallback.handle_locally(tag)
+        self.handled_locally += 1
