@@ -266,14 +266,26 @@ class MemberReporter:
         self.transport = transport
         self.timeout_ms = timeout_ms
         self._probes: dict[str, asyncio.Task[None]] = {}
+        self._in_flight: set[asyncio.Task[None]] = set()
 
     def _report_body(self) -> bytes:
         return json.dumps({"node": self.members.self_member.to_nacos()}).encode()
 
     async def report_round(self) -> None:
-        """Report to every peer at once."""
+        """Report to every peer at once and wait for every answer (or its timeout)."""
         body = self._report_body()
         await asyncio.gather(*(self._report(m.address, body) for m in self.members.peer_list()))
+
+    async def report_tick(self) -> None:
+        """The periodic round: report to every peer without waiting for the answers, so a peer
+        that does not answer is counted once per interval, not once per interval + timeout
+        (at most timeout / interval + 1 reports per peer are in flight)."""
+        body = self._report_body()
+        loop = asyncio.get_running_loop()
+        for member in self.members.peer_list():
+            task = loop.create_task(self._report(member.address, body), name=f"member-report-{member.address}")
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
 
     async def _report(self, address: str, body: bytes) -> None:
         attempt = self.members.attempt(address)
@@ -316,9 +328,10 @@ class MemberReporter:
                 del self._probes[address]
 
     async def stop(self) -> None:
-        """Cancel the reports sent back to peers that reported to us."""
-        tasks = list(self._probes.values())
+        """Cancel the reports in flight."""
+        tasks = [*self._probes.values(), *self._in_flight]
         self._probes.clear()
+        self._in_flight.clear()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -76,7 +76,8 @@ class DistroProtocol:
         self.periodics = [
             Periodic("distro-verify", config.verify_interval_ms, self.verify_round),
             Periodic("distro-expiry", config.client_expire_check_interval_ms, self._expire),
-            Periodic("member-report", config.member_report_interval_ms, self.report_round, initial_delay_ms=0),
+            Periodic("member-report", config.member_report_interval_ms, self.reporter.report_tick,
+                     initial_delay_ms=0),
         ]
         if self.conf_watcher is not None:
             self.periodics.append(Periodic("cluster-conf-reload", config.cluster_conf_reload_interval_ms,

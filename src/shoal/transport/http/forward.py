@@ -8,10 +8,11 @@ members are (``/core/cluster/nodes``).
   responsible for to its owner (same method, path, query and body, ``User-Agent:
   Nacos-Server``) and relays the answer. A request that arrives already forwarded by a peer
   and is still not ours is refused with 400, which stops forwarding loops (docs/protocol.md §5.5).
-  In a cluster, an owner that is not answering (or does not answer within
-  ``shoal.http.forward-timeout-ms``) does not fail the write: a :class:`ForwardFallback` has
-  this node handle it, pending handoff to the owner. Without one (standalone, the test hook)
-  an unreachable owner is a 502.
+  In a Shoal cluster a :class:`ForwardFallback` has this node handle the write itself, pending
+  handoff to the owner, instead of failing it: when the owner is not answering (or does not
+  answer within ``shoal.http.forward-timeout-ms``), and when a forwarded request is still not
+  ours (the two nodes' member views differ for a moment). Without one (standalone, the test
+  hook) those are a 502 and a 400.
 * :class:`MemberView` lists the members in Nacos's Member JSON shape; standalone: this node.
 """
 
@@ -113,9 +114,15 @@ class Forwarder:
     async def forward(self, request: web.Request, owner: str, tag: str = "") -> web.Response | None:
         """The owner's answer, relayed; None when this node is to handle the request itself
         (the owner is not answering and there is a :attr:`fallback`)."""
-        if "Nacos-Server" in request.headers.get("User-Agent", ""):
-            raise InvalidParam(f"receive invalid redirect request from peer {request.remote}")
         fallback = self.fallback
+        if "Nacos-Server" in request.headers.get("User-Agent", ""):
+            # never forwarded twice. Nacos refuses it; a Shoal cluster handles it here: the peer
+            # that sent it sees another owner (the member views differ for a moment), and a
+            # refusal would fail the client's write
+            if fallback is None:
+                raise InvalidParam(f"receive invalid redirect request from peer {request.remote}")
+            self._locally(fallback, tag)
+            return None
         if fallback is not None and not fallback.answering(owner):
             self._locally(fallback, tag)
             return None
