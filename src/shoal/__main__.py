@@ -141,14 +141,25 @@ async def _serve(config: Config) -> int:
              config.grpc_port, config.data_dir)
     gc.collect()
     gc.freeze()  # startup objects (modules, config, handler tables) never need scanning again
-    try:
-        await node.start()
-    except OSError as exc:
-        log.error("cannot start: %s", exc)
-        await node.stop()
-        return 1
-    await stop.wait()
-    log.info("stop requested; shutting down")
+    # A stop requested while starting (e.g. while waiting for a snapshot from an unreachable
+    # peer) must not wait for the start to finish: the start is cancelled, then stopped as usual.
+    starting = asyncio.ensure_future(node.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        log.info("stop requested while starting; shutting down")
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+    else:
+        try:
+            starting.result()
+        except OSError as exc:
+            stopping.cancel()
+            log.error("cannot start: %s", exc)
+            await node.stop()
+            return 1
+        await stopping
+        log.info("stop requested; shutting down")
     try:
         async with asyncio.timeout(5):
             await node.stop()

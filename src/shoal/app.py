@@ -13,7 +13,13 @@ from shoal.clock import Clock, SystemClock
 from shoal.config import Config, TestHooks
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
 from shoal.distro.protocol import DistroProtocol
-from shoal.distro.responsibility import ForwardAllTo, MapperResponsibility, Responsibility, Standalone
+from shoal.distro.responsibility import (
+    DistroFallback,
+    ForwardAllTo,
+    MapperResponsibility,
+    Responsibility,
+    Standalone,
+)
 from shoal.errors import ConfigError
 from shoal.export.eventlog import ChangeLog
 from shoal.export.node_export import NodeExporter, export_and_rotate
@@ -106,6 +112,9 @@ class Node:
             ForwardAllTo(self.hooks.forward_all_to) if self.hooks.forward_all_to
             else MapperResponsibility(self.distro.mapper) if self.distro is not None else Standalone())
         self.http.forwarder.responsibility = self.responsibility
+        if self.distro is not None and not self.hooks.forward_all_to:
+            # an owner that does not answer a forwarded write in time: handle it here (docs/protocol.md §5.5)
+            self.http.forwarder.fallback = DistroFallback(self.distro.members, self.distro.handoff)
         self.heartbeats = HeartbeatChecker(config, self.clock, self.clients, self.services, self.naming.beats,
                                            self.responsibility)
         self.periodics.append(Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick))

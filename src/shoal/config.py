@@ -237,7 +237,9 @@ class Config:
         check=positive,
     )
     http_forward_timeout_ms: int = _setting(
-        5000, "shoal.http.forward-timeout-ms", "Timeout of an HTTP write forwarded to the responsible node.",
+        1000, "shoal.http.forward-timeout-ms",
+        "Timeout of an HTTP write forwarded to the responsible node; past it the write is handled here "
+        "(docs/protocol.md §5.5).",
         check=positive,
     )
 
@@ -312,6 +314,11 @@ class Config:
     load_timeout_ms: int = _setting(
         30_000, "nacos.core.protocol.distro.data.load.timeoutMs",
         "A starting node serves after this long even if no peer gave it a snapshot.",
+        check=positive,
+    )
+    snapshot_request_timeout_ms: int = _setting(
+        3000, "shoal.distro.snapshot.request-timeout-ms",
+        "Timeout of one snapshot page request: a peer that does not answer in time is left for the next one.",
         check=positive,
     )
     snapshot_chunk_bytes: int = _setting(

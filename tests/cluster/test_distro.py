@@ -438,3 +438,33 @@ async def test_unknown_cluster_request_types_have_no_handler() -> None:
     cluster = SimCluster(2)
     with pytest.raises(NoHandler):
         await cluster[0].distro.dispatch(cluster.addresses[1], "NoSuchRequest", b"")
+
+
+async def test_the_loader_bounds_each_page_request_and_skips_down_peers() -> None:
+    """A hung peer costs one ``snapshot.request-timeout-ms`` (not the whole load timeout), and a
+    peer known DOWN is not asked at all."""
+    from shoal.distro.snapshot import SNAPSHOT_REQUEST
+
+    cluster = SimCluster(3, snapshot_request_timeout_ms=432)
+    cluster[2].register("c1", 1)
+    await cluster.flush()
+    a, down, healthy = cluster[0], cluster.addresses[1], cluster.addresses[2]
+    a.distro.loaded = False
+    a.members.report_failed(down, refused=True)
+    recording = _RecordingTransport(a.distro.loader.transport)
+    a.distro.loader.transport = recording
+    await a.distro.load_snapshot()
+    assert recording.timeouts == {SNAPSHOT_REQUEST: 432}
+    asked = {c[1] for c in cluster.calls("DistroSnapshotRequest") if c[0] == a.address}
+    assert asked == {healthy} and a.ports() == [1]
+
+
+async def test_a_snapshot_peer_that_does_not_answer_counts_against_it() -> None:
+    cluster = SimCluster(3)
+    a, hung = cluster[0], cluster.addresses[1]
+    cluster[2].register("c1", 1)
+    await cluster.flush()
+    a.distro.loaded = False
+    cluster.network.partition(a.address, hung)  # its page request times out: the next peer is asked
+    await a.distro.load_snapshot()
+    assert a.members.peers[hung].state is MemberState.SUSPICIOUS and a.ports() == [1]

@@ -55,7 +55,8 @@ def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize("prop", [
     "shoal.member.report-timeout-ms", "shoal.member.conf-reload-interval-ms",
     "shoal.distro.expire-check-interval-ms", "shoal.distro.snapshot.session-ttl-ms",
-    "shoal.distro.sync.initial-backoff-ms",
+    "shoal.distro.sync.initial-backoff-ms", "shoal.distro.snapshot.request-timeout-ms",
+    "shoal.http.forward-timeout-ms",
 ])
 def test_distro_timings_must_be_positive(prop: str) -> None:
     assert Config.load(env={}, overrides={prop: "1"})

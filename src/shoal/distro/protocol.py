@@ -57,8 +57,8 @@ class DistroProtocol:
         self.loaded = not members.is_clustered()
         self.mapper = DistroMapper(members)
         self.engine = SyncEngine(config, clock, members, transport, self._record_of)
-        self.processor = DistroProcessor(clock, bus, clients, services, self.mapper, self.engine)
         self.handoff = IpPortHandoff(clock, clients, members, self.mapper, self.engine.enqueue)
+        self.processor = DistroProcessor(clock, bus, clients, services, self.mapper, self.engine, self.handoff)
         self.sync_receiver = SyncReceiver(self.processor.apply)
         self.verifier = VerifySender(config, clients, members, self.mapper.responsible_client, transport,
                                      self.engine, self._is_loaded)
@@ -76,7 +76,8 @@ class DistroProtocol:
         self.periodics = [
             Periodic("distro-verify", config.verify_interval_ms, self.verify_round),
             Periodic("distro-expiry", config.client_expire_check_interval_ms, self._expire),
-            Periodic("member-report", config.member_report_interval_ms, self.report_round, initial_delay_ms=0),
+            Periodic("member-report", config.member_report_interval_ms, self.reporter.report_tick,
+                     initial_delay_ms=0),
         ]
         if self.conf_watcher is not None:
             self.periodics.append(Periodic("cluster-conf-reload", config.cluster_conf_reload_interval_ms,
@@ -125,6 +126,7 @@ class DistroProtocol:
                 await asyncio.gather(task, return_exceptions=True)
         for periodic in self.periodics:
             await periodic.stop()
+        await self.reporter.stop()
         await self.engine.stop()
         await self.transport.close()
 
@@ -145,7 +147,10 @@ class DistroProtocol:
 
     # --- the concerns' entry points (Periodics, tests) ----------------------------------------
     async def verify_round(self) -> None:
-        """One verify round to every UP/SUSPICIOUS peer (only after the initial load)."""
+        """One verify round to every UP/SUSPICIOUS peer (only after the initial load), and the
+        ip:port clients held pending handoff sent to their responsible nodes again."""
+        if self.loaded:
+            self.handoff.retry()
         await self.verifier.round()
 
     @property

@@ -5,8 +5,10 @@ Nacos answers SNAPSHOT with one gRPC message holding every client, which breaks 
 minute, ``snapshot.session-ttl-ms``) and every request returns one page of at most ``snapshot.chunk-bytes``: groups of
 (owner address, syncser batch), so the loader knows whose copy each client is. A page is
 encoded off the event loop. The loader walks the pages of the first peer that answers and
-applies each as synced data; it retries the other peers, then all of them after
-``load.retryDelayMs``, until ``load.timeoutMs``.
+applies each as synced data; each page request waits at most ``snapshot.request-timeout-ms``,
+so a hung peer costs one such wait before the next peer is asked. Peers known DOWN are not
+asked, UP ones before SUSPICIOUS ones; after a round without success it waits
+``load.retryDelayMs`` and tries again, until ``load.timeoutMs``.
 
 :class:`SnapshotServer` answers page requests; :class:`SnapshotLoader` walks a peer's pages.
 """
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from shoal.clock import Clock
 from shoal.config import Config
 from shoal.distro import records
-from shoal.distro.members import MemberManager
+from shoal.distro.members import MemberManager, MemberState
 from shoal.distro.records import ClientRecord
 from shoal.distro.transport import PeerError, PeerTransport, PeerUnavailable
 from shoal.model.client import ClientKind
@@ -140,19 +142,32 @@ class SnapshotLoader:
         self.is_loaded = is_loaded
         self.on_loaded = on_loaded
 
+    def _candidates(self) -> list[str]:
+        """Peers to ask, UP ones first, then SUSPICIOUS ones; DOWN ones are not asked (a report
+        from one brings it back, and it is asked in the next round)."""
+        peers = [m for m in self.members.peer_list() if m.state is not MemberState.DOWN]
+        return [m.address for m in sorted(peers, key=lambda m: m.state is not MemberState.UP)]
+
     async def load(self) -> None:
         """Retry the peers until one load succeeds (or someone else marks this node loaded)."""
         while not self.is_loaded():
             loading_peers: list[str] = []
             for accept_loading in (False, True):
-                candidates = loading_peers if accept_loading else [m.address for m in self.members.peer_list()]
+                candidates = loading_peers if accept_loading else self._candidates()
                 for address in candidates:
+                    attempt = self.members.attempt(address)
                     try:
                         count = await self.load_from(address, accept_loading)
                     except _PeerLoading:
                         loading_peers.append(address)
                         continue
-                    except (PeerUnavailable, PeerError, TimeoutError, ValueError) as exc:
+                    except (PeerUnavailable, TimeoutError) as exc:
+                        # the transport logs the peer's state once; our own failed call counts
+                        log.debug("snapshot load from %s failed: %s", address, exc)
+                        self.members.report_failed(address, refused=isinstance(exc, PeerUnavailable) and exc.refused,
+                                                   attempt=attempt)
+                        continue
+                    except (PeerError, ValueError) as exc:
                         log.warning("snapshot load from %s failed: %s", address, exc)
                         continue
                     self.on_loaded(address, count)
@@ -166,7 +181,8 @@ class SnapshotLoader:
         total = 0
         while True:
             request = json.dumps({"session": session, "offset": offset}).encode()
-            kind, body = await self.transport.call(target, SNAPSHOT_REQUEST, request, self.config.load_timeout_ms)
+            kind, body = await self.transport.call(target, SNAPSHOT_REQUEST, request,
+                                                   self.config.snapshot_request_timeout_ms)
             if kind != SNAPSHOT_RESPONSE:
                 raise PeerError(f"{target} answered {kind}: {body[:200]!r}")
             header, groups = split_page(body)

@@ -208,9 +208,14 @@ class VerifySender:
 
     async def _verify_peer(self, target: str, ids: list[str], revisions: list[int], body: bytes) -> None:
         done = _PeerRound(bytes=len(body))
+        attempt = self.members.attempt(target)
         try:
             await self._exchange(target, ids, revisions, body, done)
-        except (PeerUnavailable, PeerError, TimeoutError, ValueError, KeyError) as exc:
+        except (PeerUnavailable, TimeoutError) as exc:  # the transport logs the peer's state once
+            log.debug("verify with %s failed: %s", target, exc)
+            self.members.report_failed(target, refused=isinstance(exc, PeerUnavailable) and exc.refused,
+                                       attempt=attempt)
+        except (PeerError, ValueError, KeyError) as exc:
             log.warning("verify with %s failed: %s", target, exc)
         if done.complete:
             queue = self.engine.queues.get(target)

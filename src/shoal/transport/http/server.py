@@ -160,11 +160,13 @@ class HttpServer:
                 if auth is not None and self.auth is not None and self.auth.enabled:
                     await self._authorize(request, params, auth)
                 if distro:
-                    owner = forwarder.owner_of(distro_tag(params))
+                    tag = distro_tag(params)
+                    owner = forwarder.owner_of(tag)
                     if owner is not None:
-                        response: web.StreamResponse = await forwarder.forward(request, owner)
-                        metrics.request("http", path, response.status)
-                        return response
+                        forwarded = await forwarder.forward(request, owner, tag)
+                        if forwarded is not None:  # None: the owner is not answering, handle it here
+                            metrics.request("http", path, forwarded.status)
+                            return forwarded
                 response = await handler(request, params)
             except NacosError as exc:
                 response = error_response(api, exc)
