@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from shoal.distro import records
 from shoal.distro.members import MemberState
 from shoal.distro.records import OP_CHANGE
 from shoal.model.client import Client, ClientKind
@@ -126,7 +127,8 @@ async def test_verify_repairs_a_divergence_by_resending_only_what_differs() -> N
     await cluster.flush()
     b = cluster[1]
     b.clients.remove("c7", "lost in a test")  # lost on B
-    b.clients.get("c8").revision = 0  # type: ignore[union-attr]  # stale on B
+    op, cid, _, services = records.client_record(b.clients.get("c8"))  # type: ignore[arg-type]
+    b.distro.processor.apply(cluster.addresses[0], [(op, cid, 0, services)])  # stale on B: an old record
     cluster.network.calls.clear()
     await cluster[0].distro.verify_round()
     assert len(cluster.calls("DistroVerifyDetailRequest")) == 1
