@@ -293,3 +293,64 @@ def salted32(values, salt):
             raise ValueError(f"value out of range [0, 2**64 - 1]: {item}") from None
         out.append(PyLong_FromUnsignedLongLong(_splitmix64(v ^ s) >> 32))
     return out
+
+
+def sub_keys(fnvs, terms, n_buckets, k, salt):
+    cdef Py_ssize_t count = len(fnvs)
+    if count != len(terms):
+        raise ValueError(f"fnvs and terms differ in length: {count} != {len(terms)}")
+    n_obj = _check_buckets(n_buckets)
+    k_obj = _check_buckets(k)
+    if n_obj * k_obj > 0xFFFFFFFF:
+        raise ValueError(f"n_buckets * k must be below 2**32, got {n_obj * k_obj}")
+    cdef uint64_t n = <uint64_t>n_obj, kk = <uint64_t>k_obj
+    cdef uint64_t s = <uint64_t>(PyNumber_Index(salt) & 0xFFFFFFFFFFFFFFFF)
+    cdef Py_ssize_t na = 0, nt = 0, i
+    cdef unsigned long long* fs = _unsorted_u64(fnvs, "fnvs", &na)
+    cdef unsigned long long* ts = NULL
+    cdef uint64_t f
+    cdef list out = []
+    try:
+        ts = _unsorted_u64(terms, "terms", &nt)
+        for i in range(count):
+            f = fs[i]
+            out.append(PyLong_FromUnsignedLongLong(
+                (((f % n) * kk + (f // n) % kk) << 32) | (_splitmix64(ts[i] ^ s) >> 32)))
+    finally:
+        PyMem_Free(fs)
+        if ts != NULL:
+            PyMem_Free(ts)
+    return out
+
+
+cdef unsigned long long* _unsorted_u64(object values, str name, Py_ssize_t* count) except NULL:
+    cdef Py_ssize_t i, n
+    cdef unsigned long long* out
+    cdef unsigned long long[::1] view
+    if isinstance(values, c_array) and (<c_array>values).ob_descr.typecode == b'Q':
+        view = values
+        n = view.shape[0]
+        out = <unsigned long long*>PyMem_Malloc((n if n > 0 else 1) * sizeof(unsigned long long))
+        if out == NULL:
+            raise MemoryError()
+        for i in range(n):
+            out[i] = view[i]
+        count[0] = n
+        return out
+    seq = values if isinstance(values, (list, tuple)) else list(values)
+    n = len(seq)
+    out = <unsigned long long*>PyMem_Malloc((n if n > 0 else 1) * sizeof(unsigned long long))
+    if out == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            item = PyNumber_Index(seq[i])
+            try:
+                out[i] = PyLong_AsUnsignedLongLong(item)
+            except OverflowError:
+                raise ValueError(f"{name}[{i}] out of range [0, 2**64 - 1]: {item}") from None
+    except BaseException:
+        PyMem_Free(out)
+        raise
+    count[0] = n
+    return out

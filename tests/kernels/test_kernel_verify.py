@@ -261,3 +261,20 @@ def test_salted32_is_the_top_half_of_the_mixed_value(verify: ModuleType) -> None
         verify.salted32([-1], 0)
     with pytest.raises(TypeError):
         verify.salted32([1.5], 0)
+
+
+def test_sub_keys_pack_the_sub_bucket_over_the_salted_value(verify: ModuleType) -> None:
+    from array import array
+
+    rng = random.Random(5)
+    fnvs = [rng.getrandbits(64) for _ in range(40)] + [0, M64 - 1]
+    terms = [rng.getrandbits(64) for _ in range(42)]
+    for n, k, salt in ((1, 1, 0), (4096, 16, 99), (7, 3, -5)):
+        expected = [(((f % n) * k + (f // n) % k) << 32) | (oracle_mix(t ^ (salt % M64)) >> 32)
+                    for f, t in zip(fnvs, terms, strict=True)]
+        assert verify.sub_keys(fnvs, terms, n, k, salt) == expected
+        assert verify.sub_keys(array("Q", fnvs), array("Q", terms), n, k, salt) == expected
+    for bad in (([1], [1, 2], 1, 1), ([M64], [1], 1, 1), ([1], [-1], 1, 1), ([1], [1], 0, 1),
+                ([1], [1], 1, 0), ([1], [1], 2**16, 2**16)):
+        with pytest.raises(ValueError):
+            verify.sub_keys(*bad, 0)

@@ -208,6 +208,24 @@ def test_salted32_agrees(values: list[int], salt: int) -> None:
     same_outcome(lambda: py.salted32(values, salt), lambda: ext.salted32(values, salt))
 
 
+@SETTINGS
+@given(
+    pairs=st.lists(st.tuples(st.integers(-1, 2**64), st.integers(-1, 2**64)), max_size=20),
+    n_buckets=st.integers(0, 5000),
+    k=st.integers(0, 300),
+    salt=st.integers(-(2**70), 2**70),
+    typed=st.booleans(),
+)
+def test_sub_keys_agree(pairs: list[tuple[int, int]], n_buckets: int, k: int, salt: int, typed: bool) -> None:
+    py, ext = both("verify")
+    fnvs: Any = [p[0] for p in pairs]
+    terms: Any = [p[1] for p in pairs]
+    if typed and all(0 <= v < 2**64 for v in fnvs + terms):
+        fnvs, terms = array("Q", fnvs), array("Q", terms)
+    same_outcome(lambda: py.sub_keys(fnvs, terms, n_buckets, k, salt),
+                 lambda: ext.sub_keys(fnvs, terms, n_buckets, k, salt))
+
+
 # -- syncser ------------------------------------------------------------------------------------
 
 short_text = st.text(max_size=10) | st.text(astral, max_size=3) | st.sampled_from(["", "DEFAULT", "public"])

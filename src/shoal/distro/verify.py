@@ -22,12 +22,13 @@ expiry reads a copy's renewal as the later of its own stamp and its bucket's.
    sub-digests per mismatched bucket (sub-bucket ``(fnv // n) % k``; ``k`` from the estimated
    differences per bucket) and the peer names the mismatched sub-buckets;
 2. the owner sends, per named (sub-)bucket, the 32-bit values of its clients; the peer builds
-   sorted 64-bit keys ``position << 32 | value`` for both sides and diffs them with the verify
-   kernel (:func:`shoal.kernels.verify.diff_sorted`). It renews the clients that match and
-   answers the owner's keys it lacks; the owner re-sends exactly those clients (ADD, no delay).
+   sorted 64-bit keys ``sub-bucket << 32 | value`` (:func:`shoal.kernels.verify.sub_keys`) for
+   both sides and diffs them with the verify kernel (:func:`shoal.kernels.verify.diff_sorted`).
+   It renews the clients that match and answers the owner's keys it lacks; the owner re-sends
+   exactly those clients (ADD, no delay).
 
-Sub-digests and values are salted per round (:func:`shoal.kernels.verify.salted32`), so a 32-bit
-collision can hide a difference for one round at most. Heavy steps yield to the event loop
+Sub-digests and values are salted per round, so a 32-bit collision can hide a difference for
+one round at most. Heavy steps yield to the event loop
 every :data:`CHUNK` clients.
 
 :class:`VerifySender` is the owner's side (one round every ``verify.intervalMs``, repairs go
@@ -84,9 +85,6 @@ SELF = ""
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 _MASK32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B97F4A7C15
-
-#: One client in a group: (client id, fnv1a64 of the id, its 64-bit digest term).
-Entry = tuple[str, int, int]
 
 
 def bucket_count(n_clients: int) -> int:
@@ -170,6 +168,17 @@ def sub_of(fnv: int, n: int, k: int) -> int:
     return (fnv % n) * k + (fnv // n) % k
 
 
+class _Slot:
+    """The clients of one group in one of the MAX_BUCKETS slots, as parallel arrays."""
+
+    __slots__ = ("fnvs", "ids", "terms")
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.fnvs: array[int] = array("Q")
+        self.terms: array[int] = array("Q")
+
+
 class DigestIndex:
     """Bucket digest sums of every group, kept up to date on change (see the module docstring).
 
@@ -184,8 +193,10 @@ class DigestIndex:
         self.responsible = responsible
         self.active = True
         self.ready = True
-        self._entries: dict[str, tuple[str, int, int, int]] = {}  # id → (group, fnv, term, revision)
+        self._entries: dict[str, tuple[str, int, int, int, int]] = {}  # id → (group, fnv, term, revision, position)
         self._sums: dict[str, list[int]] = {}
+        self._slots: dict[str, list[_Slot]] = {}
+        self._sub_stamps: dict[str, tuple[int, int, dict[int, list[int]]]] = {}  # group → (n, k, bucket → stamps)
         self._counts: dict[str, int] = {}
         self._ip_port: set[str] = set()
         self._stamps: dict[str, tuple[int, list[int]]] = {}  # group → (bucket count, renewed at)
@@ -219,20 +230,34 @@ class DigestIndex:
             return
         revision = client.revision
         if old is not None:
-            if old[0] == group and old[3] == revision:
+            if old[0] == group:
+                if old[3] == revision:
+                    return
+                _, fnv, before, _, position = old  # same group, same slot: replace the term in place
+                term = digest_term(fnv, revision)
+                sums = self._sums[group]
+                slot = fnv & (MAX_BUCKETS - 1)
+                sums[slot] = (sums[slot] - before + term) & _MASK64
+                self._slots[group][slot].terms[position] = term
+                self._entries[cid] = (group, fnv, term, revision, position)
                 return
             self._subtract(cid, old)
             fnv = old[1]
         else:
             fnv = kernel.fnv1a64(cid)
         term = digest_term(fnv, revision)
-        self._entries[cid] = (group, fnv, term, revision)
-        sums = self._sums.get(group)
-        if sums is None:
-            sums = self._sums[group] = [0] * MAX_BUCKETS
+        if group not in self._sums:
+            self._sums[group] = [0] * MAX_BUCKETS
+            self._slots[group] = [_Slot() for _ in range(MAX_BUCKETS)]
             self._counts[group] = 0
+        group_sums = self._sums[group]
         slot = fnv & (MAX_BUCKETS - 1)
-        sums[slot] = (sums[slot] + term) & _MASK64
+        group_sums[slot] = (group_sums[slot] + term) & _MASK64
+        held = self._slots[group][slot]
+        self._entries[cid] = (group, fnv, term, revision, len(held.ids))
+        held.ids.append(cid)
+        held.fnvs.append(fnv)
+        held.terms.append(term)
         self._counts[group] += 1
 
     def touch_id(self, client_id: str) -> None:
@@ -255,15 +280,25 @@ class DigestIndex:
         if old is not None:
             self._subtract(client_id, old)
 
-    def _subtract(self, cid: str, old: tuple[str, int, int, int]) -> None:
+    def _subtract(self, cid: str, old: tuple[str, int, int, int, int]) -> None:
         del self._entries[cid]
-        group, fnv, term, _ = old
+        group, fnv, term, _, position = old
         sums = self._sums[group]
         slot = fnv & (MAX_BUCKETS - 1)
         sums[slot] = (sums[slot] - term) & _MASK64
+        held = self._slots[group][slot]
+        last = len(held.ids) - 1
+        if position != last:  # the last one takes the freed position
+            moved = held.ids[position] = held.ids[last]
+            held.fnvs[position] = held.fnvs[last]
+            held.terms[position] = held.terms[last]
+            self._entries[moved] = (*self._entries[moved][:4], position)
+        held.ids.pop()
+        held.fnvs.pop()
+        held.terms.pop()
         self._counts[group] -= 1
         if not self._counts[group]:
-            del self._sums[group], self._counts[group]
+            del self._sums[group], self._counts[group], self._slots[group]
 
     async def rebuild(self, chunk: int = CHUNK) -> None:
         """Recompute everything from the client manager, yielding to the loop between chunks.
@@ -288,8 +323,10 @@ class DigestIndex:
         self._entries.clear()
         self._sums.clear()
         self._counts.clear()
+        self._slots.clear()
         self._ip_port.clear()
         self._stamps.clear()
+        self._sub_stamps.clear()
 
     def rebuild_now(self) -> None:
         """:meth:`rebuild` without yielding (small managers, tests)."""
@@ -316,16 +353,21 @@ class DigestIndex:
             out[slot & mask] += value
         return [v & _MASK64 for v in out]
 
-    async def members(self, group: str, buckets: Collection[int], n: int) -> list[Entry]:
-        """(id, fnv, term) of the group's clients in ``buckets`` of ``n``: one scan, in chunks."""
-        wanted = set(buckets)
-        items = list(self._entries.items())
-        out: list[Entry] = []
-        for start in range(0, len(items), CHUNK * 5):
-            out.extend((cid, e[1], e[2]) for cid, e in items[start:start + CHUNK * 5]
-                       if e[0] == group and e[1] % n in wanted)
-            await asyncio.sleep(0)
-        return out
+    def members(self, group: str, buckets: Iterable[int], n: int) -> tuple[list[str], array[int], array[int]]:
+        """(ids, fnvs, terms) of the group's clients in ``buckets`` of ``n`` (a power of two):
+        copied from the slots of those buckets, no scan of the others."""
+        ids: list[str] = []
+        fnvs: array[int] = array("Q")
+        terms: array[int] = array("Q")
+        slots = self._slots.get(group)
+        if slots is not None:
+            for b in buckets:
+                for slot in range(b, MAX_BUCKETS, n):
+                    held = slots[slot]
+                    ids.extend(held.ids)
+                    fnvs.extend(held.fnvs)
+                    terms.extend(held.terms)
+        return ids, fnvs, terms
 
     def ip_port_members(self, group: str) -> list[tuple[str, int]]:
         """(id, fnv) of the group's ip:port clients."""
@@ -347,50 +389,53 @@ class DigestIndex:
                 stamps[b] = now_ms
         self._stamps[group] = (n, stamps)
 
+    def stamp_subs(self, group: str, n: int, k: int, buckets: Iterable[int], mismatched: Collection[int],
+                   now_ms: int) -> None:
+        """Every sub-bucket of ``buckets`` but ``mismatched`` (sub ids) was verified at ``now_ms``."""
+        bad = set(mismatched)
+        per_bucket = {b: [0 if b * k + j in bad else now_ms for j in range(k)] for b in buckets}
+        self._sub_stamps[group] = (n, k, per_bucket)
+
     def renewed_at(self, client: Client) -> int:
-        """When the copy was last renewed: its own stamp or its verified bucket's, the later."""
+        """When the copy was last renewed: its own stamp, its verified bucket's or sub-bucket's."""
         own = client.last_renew_ms
-        stamped = self._stamps.get(client.owner)
         entry = self._entries.get(client.client_id)
-        if client.native or stamped is None or entry is None or entry[0] != client.owner:
+        if client.native or entry is None or entry[0] != client.owner:
             return own
-        n, stamps = stamped
-        return max(own, stamps[entry[1] % n])
+        fnv = entry[1]
+        stamped = self._stamps.get(client.owner)
+        if stamped is not None:
+            own = max(own, stamped[1][fnv % stamped[0]])
+        subs = self._sub_stamps.get(client.owner)
+        if subs is not None:
+            n, k, per_bucket = subs
+            stamps = per_bucket.get(fnv % n)
+            if stamps is not None:
+                own = max(own, stamps[(fnv // n) % k])
+        return own
 
 
-async def _salted_values(entries: list[Entry], salt: int) -> list[int]:
+async def detail_keys(fnvs: array[int], terms: array[int], n: int, k: int, salt: int) -> list[int]:
+    """``sub << 32 | salted32(term)`` per client (verify kernel), in chunks between loop yields."""
     out: list[int] = []
-    for start in range(0, len(entries), CHUNK):
-        out.extend(kernel.salted32([e[2] for e in entries[start:start + CHUNK]], salt))
+    for start in range(0, len(fnvs), CHUNK * 5):
+        out.extend(kernel.sub_keys(fnvs[start:start + CHUNK * 5], terms[start:start + CHUNK * 5], n, k, salt))
         await asyncio.sleep(0)
     return out
 
 
-async def sub_digests(entries: list[Entry], values: list[int], buckets: list[int], n: int, k: int) -> list[int]:
-    """32-bit sums of ``values`` per sub-bucket, ``k`` per bucket in the order of ``buckets``."""
-    position = {b: i for i, b in enumerate(buckets)}
-    sums = [0] * (len(buckets) * k)
-    for start in range(0, len(entries), CHUNK):
-        for (_, fnv, _), value in zip(entries[start:start + CHUNK], values[start:start + CHUNK], strict=True):
-            sums[position[fnv % n] * k + (fnv // n) % k] += value
-        await asyncio.sleep(0)
-    return [s & _MASK32 for s in sums]
+def sub_digests(keys: list[int], buckets: list[int], n: int, k: int) -> list[int]:
+    """32-bit sums of the keys' values per sub-bucket, ``k`` per bucket in the order of ``buckets``."""
+    sums = [0] * (n * k)
+    for key in keys:
+        sums[key >> 32] += key & _MASK32
+    return [sums[b * k + j] & _MASK32 for b in buckets for j in range(k)]
 
 
-def _grouped(entries: Iterable[Entry], values: list[int], subs: list[int], n: int, k: int
-             ) -> list[list[tuple[int, str]]]:
-    position = {s: i for i, s in enumerate(subs)}
-    groups: list[list[tuple[int, str]]] = [[] for _ in subs]
-    for (cid, fnv, _), value in zip(entries, values, strict=True):
-        p = position.get(sub_of(fnv, n, k))
-        if p is not None:
-            groups[p].append((value, cid))
-    return groups
-
-
-def _keys(groups: list[list[tuple[int, str]]]) -> array[int]:
-    keys = array("Q", sorted(p << 32 | v for p, group in enumerate(groups) for v, _ in group))
-    return keys
+def _selected(keys: list[int], subs: Collection[int]) -> list[int]:
+    """Positions of the keys that fall in ``subs``."""
+    wanted = set(subs)
+    return [i for i, key in enumerate(keys) if key >> 32 in wanted]
 
 
 class VerifyReceiver:
@@ -452,50 +497,51 @@ class VerifyReceiver:
                 self._renew(client, now)
 
     async def on_sub(self, sender: str, body: bytes) -> bytes:
-        """Our sub-digests of the named buckets against the owner's: the mismatched sub-buckets
-        (packed uint32); the copies in the agreeing ones are renewed."""
+        """Our sub-digests of the named buckets against the owner's: the mismatched sub-bucket ids
+        (packed uint32); the agreeing sub-buckets are stamped as renewed."""
         header, packed = _header(body, "sub-digest request")
         n = _power_of_two(header.get("buckets"), MAX_BUCKETS, "bucket count")
         k = _power_of_two(header.get("k"), MAX_SUB_BUCKETS, "sub-bucket count")
-        buckets = [int(b) for b in header["list"]]  # type: ignore[attr-defined]
+        buckets = sorted({int(b) for b in header["list"]})  # type: ignore[attr-defined]
+        if any(not 0 <= b < n for b in buckets):
+            raise ValueError("sub-digest request names a bucket out of range")
         salt = int(header["salt"])  # type: ignore[call-overload]
         theirs = _unpack("I", packed, len(buckets) * k, "sub-digest request")
-        entries = await self.index.members(sender, buckets, n)
-        values = await _salted_values(entries, salt)
-        mine = await sub_digests(entries, values, buckets, n, k)
+        _, fnvs, terms = self.index.members(sender, buckets, n)
+        mine = sub_digests(await detail_keys(fnvs, terms, n, k, salt), buckets, n, k)
         mismatched = [buckets[i // k] * k + i % k for i in range(len(mine)) if mine[i] != theirs[i]]
-        bad = set(mismatched)
-        now = self.clock.monotonic_ms()
-        for cid, fnv, _ in entries:
-            if sub_of(fnv, n, k) not in bad:
-                self._renew_id(cid, now)
+        self.index.stamp_subs(sender, n, k, buckets, mismatched, self.clock.monotonic_ms())
         return struct.pack(f"<{len(mismatched)}I", *mismatched)
 
     async def on_detail(self, sender: str, body: bytes) -> bytes:
-        """The owner's salted values of the named sub-buckets against our copies: renew what
-        matches, answer the owner's keys we lack (missing or another revision here)."""
+        """The owner's keys of the named sub-buckets against ours: renew what matches, answer the
+        owner's keys we lack (missing here or held at another revision)."""
         header, packed = _header(body, "detail request")
         n = _power_of_two(header.get("buckets"), MAX_BUCKETS, "bucket count")
         k = _power_of_two(header.get("k"), MAX_SUB_BUCKETS, "sub-bucket count")
-        subs = [int(s) for s in header["subs"]]  # type: ignore[attr-defined]
+        count = int(header["subs"])  # type: ignore[call-overload]
         salt = int(header["salt"])  # type: ignore[call-overload]
-        counts = _unpack("I", packed[:4 * len(subs)], len(subs), "detail request counts")
-        values = _unpack("I", packed[4 * len(subs):], sum(counts), "detail request values")
-        theirs_list: list[int] = []
+        subs = _unpack("I", packed[:4 * count], count, "detail request sub-buckets")
+        counts = _unpack("I", packed[4 * count:8 * count], count, "detail request counts")
+        values = _unpack("I", packed[8 * count:], sum(counts), "detail request values")
+        if any(not 0 <= sub < n * k for sub in subs):
+            raise ValueError("detail request names a sub-bucket out of range")
+        theirs: array[int] = array("Q")
         at = 0
-        for p, count in enumerate(counts):
-            theirs_list.extend(p << 32 | v for v in values[at:at + count])
-            at += count
-        theirs_list.sort()
-        entries = await self.index.members(sender, {s // k for s in subs}, n)
-        groups = _grouped(entries, await _salted_values(entries, salt), subs, n, k)
-        lacking, extra = kernel.diff_sorted(array("Q", theirs_list), _keys(groups))
+        for sub, held in zip(subs, counts, strict=True):
+            high = sub << 32
+            theirs.extend(high | v for v in values[at:at + held])
+            at += held
+        ids, fnvs, terms = self.index.members(sender, {sub // k for sub in subs}, n)
+        keys = await detail_keys(fnvs, terms, n, k, salt)
+        chosen = _selected(keys, subs)
+        mine = array("Q", sorted(keys[i] for i in chosen))
+        lacking, extra = kernel.diff_sorted(theirs, mine)  # ValueError if the owner's keys are unsorted
         unmatched = set(extra)
         now = self.clock.monotonic_ms()
-        for p, group in enumerate(groups):
-            for value, cid in group:
-                if p << 32 | value not in unmatched:
-                    self._renew_id(cid, now)
+        for i in chosen:
+            if keys[i] not in unmatched:
+                self._renew_id(ids[i], now)
         if extra:  # copies the owner no longer has (or holds at another revision): never deleted here
             log.debug("%d copies from %s differ from its clients; they are renewed only once re-sent",
                       len(extra), sender)
@@ -626,39 +672,45 @@ class VerifySender:
         done.complete = True
 
     async def _detail(self, target: str, n: int, count: int, mismatched: list[int], done: _PeerRound) -> list[str]:
-        """Sub-digests (when worth it), then the values of the mismatched (sub-)buckets; returns the
+        """Sub-digests (when worth it), then the keys of the mismatched (sub-)buckets; returns the
         ids the peer lacks."""
         done.mismatched = len(mismatched)
         salt = random.getrandbits(64)
-        entries = await self.index.members(SELF, mismatched, n)
-        values = await _salted_values(entries, salt)
         k = sub_buckets_for(len(mismatched), n, count)
         done.sub_buckets = k
-        subs = mismatched
+        ids, fnvs, terms = self.index.members(SELF, mismatched, n)
+        keys = await detail_keys(fnvs, terms, n, k, salt)
+        subs: Collection[int] = mismatched
         if k > 1:
-            sums = await sub_digests(entries, values, mismatched, n, k)
+            sums = sub_digests(keys, mismatched, n, k)
             request = _packed({"buckets": n, "k": k, "salt": salt, "list": mismatched}, "I", sums)
             done.requests += 1
             done.bytes += len(request)
             answer = await self._call(target, SUB_REQUEST, SUB_RESPONSE, request, done)
-            subs = sorted(_unpack("I", answer, len(answer) // 4, "sub-digest answer"))
+            subs = _unpack("I", answer, len(answer) // 4, "sub-digest answer")
             if not subs:
                 return []
-        groups = _grouped(entries, values, subs, n, k)
-        done.detail_clients = sum(len(g) for g in groups)
-        head = json.dumps({"v": VERSION, "buckets": n, "k": k, "salt": salt, "subs": subs},
+        chosen = sorted(_selected(keys, subs), key=keys.__getitem__)
+        done.detail_clients = len(chosen)
+        named: list[int] = []
+        counts: list[int] = []
+        for i in chosen:
+            sub = keys[i] >> 32
+            if not named or named[-1] != sub:
+                named.append(sub)
+                counts.append(0)
+            counts[-1] += 1
+        head = json.dumps({"v": VERSION, "buckets": n, "k": k, "salt": salt, "subs": len(named)},
                           separators=(",", ":")).encode()
-        flat = [v for group in groups for v, _ in group]
-        request = (head + b"\n" + struct.pack(f"<{len(groups)}I", *(len(g) for g in groups))
-                   + struct.pack(f"<{len(flat)}I", *flat))
+        request = (head + b"\n" + struct.pack(f"<{len(named)}I", *named) + struct.pack(f"<{len(counts)}I", *counts)
+                   + struct.pack(f"<{len(chosen)}I", *(keys[i] & _MASK32 for i in chosen)))
         done.requests += 1
         done.bytes += len(request)
         answer = await self._call(target, DETAIL_REQUEST, DETAIL_RESPONSE, request, done)
         lacking = _unpack("Q", answer, len(answer) // 8, "detail answer")
         by_key: dict[int, list[str]] = {}
-        for p, group in enumerate(groups):
-            for value, cid in group:
-                by_key.setdefault(p << 32 | value, []).append(cid)
+        for i in chosen:
+            by_key.setdefault(keys[i], []).append(ids[i])
         return [cid for key in lacking for cid in by_key.get(key, ())]
 
 

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 
 from shoal.kernels import load
 
-__all__ = ["bucket_digests", "bucket_of", "diff_revisions", "diff_sorted", "fnv1a64", "salted32", "splitmix64"]
+__all__ = [
+    "bucket_digests", "bucket_of", "diff_revisions", "diff_sorted", "fnv1a64", "salted32", "splitmix64", "sub_keys",
+]
 
 if TYPE_CHECKING:
     from shoal.kernels.verify_py import (
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
         fnv1a64,
         salted32,
         splitmix64,
+        sub_keys,
     )
 else:
     _impl = load("verify")
@@ -30,3 +33,4 @@ else:
     diff_revisions = _impl.diff_revisions
     diff_sorted = _impl.diff_sorted
     salted32 = _impl.salted32
+    sub_keys = _impl.sub_keys

@@ -35,7 +35,9 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ["bucket_digests", "bucket_of", "diff_revisions", "diff_sorted", "fnv1a64", "salted32", "splitmix64"]
+__all__ = [
+    "bucket_digests", "bucket_of", "diff_revisions", "diff_sorted", "fnv1a64", "salted32", "splitmix64", "sub_keys",
+]
 
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 FNV_OFFSET = 0xCBF29CE484222325
@@ -164,3 +166,30 @@ def salted32(values: Iterable[int], salt: int) -> list[int]:
             raise ValueError(f"value out of range [0, 2**64 - 1]: {value}")
         out.append(splitmix64(value ^ salt) >> 32)
     return out
+
+
+def sub_keys(fnvs: Sequence[int], terms: Sequence[int], n_buckets: int, k: int, salt: int) -> list[int]:
+    """``sub << 32 | salted32(term)`` per client, where ``sub = (fnv % n) * k + (fnv // n) % k``.
+
+    ``fnvs`` and ``terms`` are parallel (``ValueError`` when their lengths differ), ints in
+    ``[0, 2**64 - 1]`` (``ValueError`` otherwise, every fnv checked before any term);
+    ``n_buckets`` and ``k`` at least 1 with ``n_buckets * k < 2**32``.
+    """
+    if len(fnvs) != len(terms):
+        raise ValueError(f"fnvs and terms differ in length: {len(fnvs)} != {len(terms)}")
+    n_buckets = _check_buckets(n_buckets)
+    k = _check_buckets(k)
+    if n_buckets * k > 0xFFFFFFFF:
+        raise ValueError(f"n_buckets * k must be below 2**32, got {n_buckets * k}")
+    checked = []
+    for name, values in (("fnvs", fnvs), ("terms", terms)):
+        out = []
+        for i, value in enumerate(values):
+            value = operator.index(value)
+            if not 0 <= value <= _MASK64:
+                raise ValueError(f"{name}[{i}] out of range [0, 2**64 - 1]: {value}")
+            out.append(value)
+        checked.append(out)
+    salt = operator.index(salt) & _MASK64
+    return [((f % n_buckets) * k + (f // n_buckets) % k) << 32 | splitmix64(t ^ salt) >> 32
+            for f, t in zip(checked[0], checked[1], strict=True)]
