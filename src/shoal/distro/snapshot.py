@@ -1,10 +1,13 @@
 """Snapshot serving and loading, both sides, paged so there is no size cliff.
 
 Nacos answers SNAPSHOT with one gRPC message holding every client, which breaks past the
-10 MiB message cap. Here the first request opens a session (the sorted client ids, held for a
-minute, ``snapshot.session-ttl-ms``) and every request returns one page of at most ``snapshot.chunk-bytes``: groups of
-(owner address, syncser batch), so the loader knows whose copy each client is. A page is
-encoded off the event loop. The loader walks the pages of the first peer that answers and
+10 MiB message cap. Here the first request opens a session (the client ids in the manager's
+order, held for a minute, ``snapshot.session-ttl-ms``) and every request returns one page of at
+most ``snapshot.chunk-bytes``: groups of (owner address, syncser batch), so the loader knows
+whose copy each client is. Serving never holds the event loop for long: the session's id list
+is a plain copy (no sort), a page's records are gathered :data:`YIELD_EVERY` clients at a time
+with a yield to the loop in between, and they are encoded off the loop in groups of
+:data:`CLIENTS_PER_GROUP`. The loader walks the pages of the first peer that answers and
 applies each as synced data; it retries the other peers, then all of them after
 ``load.retryDelayMs``, until ``load.timeoutMs``.
 
@@ -37,6 +40,8 @@ SNAPSHOT_REQUEST = "DistroSnapshotRequest"
 SNAPSHOT_RESPONSE = "DistroSnapshotResponse"
 #: Clients per encoded (owner, batch) group of a page.
 CLIENTS_PER_GROUP = 2000
+#: Clients gathered into a page between two yields to the event loop.
+YIELD_EVERY = 1000
 
 #: Applies a decoded batch as the copies held for ``owner``; returns how many clients changed.
 ApplyBatch = Callable[[str, list[ClientRecord]], int]
@@ -75,7 +80,7 @@ class SnapshotServer:
         session = self._sessions.get(session_id)
         if session is None:
             session_id = str(next(self._ids))
-            session = self._sessions[session_id] = _Session(sorted(self.clients.clients), 0)
+            session = self._sessions[session_id] = _Session(list(self.clients.clients), 0)
         session.expires_ms = now + self.session_ttl_ms
         offset = int(request.get("offset") or 0)
         grouped: dict[str, list[ClientRecord]] = defaultdict(list)
@@ -84,6 +89,8 @@ class SnapshotServer:
         while position < len(session.ids) and size < self.chunk_bytes:
             client = self.clients.get(session.ids[position])
             position += 1
+            if position % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # other requests (health checks, pushes) run in between
             if client is None:
                 continue
             record = records.client_record(client)
