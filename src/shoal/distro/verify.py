@@ -78,7 +78,7 @@ SUB_RESPONSE = "DistroVerifySubDigestResponse"
 DETAIL_REQUEST = "DistroVerifyDetailRequest"
 DETAIL_RESPONSE = "DistroVerifyDetailResponse"
 #: The digest answer of a peer that is still loading its snapshot.
-LOADING_ANSWER = b'{"loading":true,"mismatched":[]}'
+LOADING_ANSWER = b'{"v":%d,"loading":true}\n' % VERSION
 #: The group of this node's own responsible clients in a :class:`DigestIndex`.
 SELF = ""
 
@@ -129,6 +129,22 @@ def _power_of_two(n: object, limit: int, what: str) -> int:
     return n
 
 
+def bitmap(flags: list[bool]) -> bytes:
+    """Little-endian bit order: flag i is bit i % 8 of byte i // 8."""
+    out = bytearray((len(flags) + 7) // 8)
+    for i, flag in enumerate(flags):
+        if flag:
+            out[i >> 3] |= 1 << (i & 7)
+    return bytes(out)
+
+
+def bits_set(data: bytes, size: int) -> list[int]:
+    """Positions below ``size`` whose bit is set in a :func:`bitmap`; ValueError on a wrong length."""
+    if len(data) != (size + 7) // 8:
+        raise ValueError(f"bitmap of {len(data)} bytes for {size} flags")
+    return [i for i in range(size) if data[i >> 3] >> (i & 7) & 1]
+
+
 def digest_body(digests: list[int], count: int) -> bytes:
     """JSON header line, then the bucket digests as little-endian uint64 (8 bytes each: at most
     32 KiB whatever the client count)."""
@@ -149,18 +165,25 @@ def parse_digest_request(body: bytes) -> tuple[int, list[int]]:
 
 def sub_buckets_for(mismatched: int, n: int, count: int) -> int:
     """Sub-buckets per mismatched bucket: 1 (no sub-digest step) while the direct detail is small,
-    else the power of two nearest sqrt(estimated differences per bucket × clients per bucket),
-    which balances the sub-digest bytes against the values of the mismatched sub-buckets."""
+    else the power of two that minimises the estimated bytes of both steps — 4 per sub-digest,
+    plus 6 per named sub-bucket and 4 per client in one, with the differences per bucket
+    estimated from the share of mismatched buckets (Poisson)."""
     per_bucket = count / n
     if mismatched * per_bucket * 4 <= DIRECT_DETAIL_BYTES:
         return 1
     share = min(mismatched, n - 0.5) / n
-    differences = -math.log(1 - share)  # Poisson estimate of the differences per bucket
-    best = math.sqrt(max(differences, 1.0) * per_bucket)
-    k = 1
-    while k * 2 <= MAX_SUB_BUCKETS and k * 2 <= best * 1.41:
+    differences = max(-math.log(1 - share), 1.0)  # per mismatched-ish bucket
+
+    def cost(k: int) -> float:
+        named = mismatched * k * (1 - math.exp(-differences / k))
+        return 4 * mismatched * k + named * (6 + 4 * per_bucket / k) + 4 * mismatched * differences
+
+    best, k = 1, 2
+    while k <= MAX_SUB_BUCKETS:
+        if cost(k) < cost(best):
+            best = k
         k *= 2
-    return k
+    return best
 
 
 def sub_of(fnv: int, n: int, k: int) -> int:
@@ -483,7 +506,8 @@ class VerifyReceiver:
         self.index.stamp(sender, n, mismatched, now)
         if self.on_renew is not None:
             self._renew_hooked(sender, n, set(mismatched), now)
-        return json.dumps({"v": VERSION, "mismatched": mismatched}, separators=(",", ":")).encode()
+        bad = set(mismatched)
+        return b'{"v":%d}\n' % VERSION + bitmap([i in bad for i in range(n)])
 
     def _renew_hooked(self, sender: str, n: int, mismatched: set[int], now: int) -> None:
         if self.renew_kinds == frozenset({ClientKind.IP_PORT}):
@@ -509,21 +533,26 @@ class VerifyReceiver:
         theirs = _unpack("I", packed, len(buckets) * k, "sub-digest request")
         _, fnvs, terms = self.index.members(sender, buckets, n)
         mine = sub_digests(await detail_keys(fnvs, terms, n, k, salt), buckets, n, k)
-        mismatched = [buckets[i // k] * k + i % k for i in range(len(mine)) if mine[i] != theirs[i]]
+        flags = [mine[i] != theirs[i] for i in range(len(mine))]
+        mismatched = [buckets[i // k] * k + i % k for i, bad in enumerate(flags) if bad]
         self.index.stamp_subs(sender, n, k, buckets, mismatched, self.clock.monotonic_ms())
-        return struct.pack(f"<{len(mismatched)}I", *mismatched)
+        return bitmap(flags)
 
     async def on_detail(self, sender: str, body: bytes) -> bytes:
         """The owner's keys of the named sub-buckets against ours: renew what matches, answer the
-        owner's keys we lack (missing here or held at another revision)."""
+        positions (in the owner's order) of the keys we lack (missing here or another revision)."""
         header, packed = _header(body, "detail request")
         n = _power_of_two(header.get("buckets"), MAX_BUCKETS, "bucket count")
         k = _power_of_two(header.get("k"), MAX_SUB_BUCKETS, "sub-bucket count")
         count = int(header["subs"])  # type: ignore[call-overload]
         salt = int(header["salt"])  # type: ignore[call-overload]
+        width = header.get("counts")
+        if width not in ("H", "I"):
+            raise ValueError(f"detail request counts of unknown width {width!r}")
+        end = 4 * count + struct.calcsize(str(width)) * count
         subs = _unpack("I", packed[:4 * count], count, "detail request sub-buckets")
-        counts = _unpack("I", packed[4 * count:8 * count], count, "detail request counts")
-        values = _unpack("I", packed[8 * count:], sum(counts), "detail request values")
+        counts = _unpack(str(width), packed[4 * count:end], count, "detail request counts")
+        values = _unpack("I", packed[end:], sum(counts), "detail request values")
         if any(not 0 <= sub < n * k for sub in subs):
             raise ValueError("detail request names a sub-bucket out of range")
         theirs: array[int] = array("Q")
@@ -545,7 +574,9 @@ class VerifyReceiver:
         if extra:  # copies the owner no longer has (or holds at another revision): never deleted here
             log.debug("%d copies from %s differ from its clients; they are renewed only once re-sent",
                       len(extra), sender)
-        return struct.pack(f"<{len(lacking)}Q", *lacking)
+        wanted = set(lacking)
+        positions = [p for p, key in enumerate(theirs) if key in wanted]  # theirs is in the owner's order
+        return struct.pack(f"<{len(positions)}I", *positions)
 
     def _renew_id(self, client_id: str, now: int) -> None:
         client = self.clients.get(client_id)
@@ -649,11 +680,12 @@ class VerifySender:
         return answer
 
     async def _exchange(self, target: str, n: int, count: int, body: bytes, done: _PeerRound) -> None:
-        reply = json.loads(await self._call(target, DIGEST_REQUEST, DIGEST_RESPONSE, body, done))
+        reply, flags = _header(await self._call(target, DIGEST_REQUEST, DIGEST_RESPONSE, body, done),
+                               "digest answer")
         if reply.get("loading"):
             log.info("verify with %s skipped: it is still loading its snapshot", target)
             return
-        mismatched = sorted(int(b) for b in reply["mismatched"])
+        mismatched = bits_set(flags, n)
         if mismatched:
             resync = await self._detail(target, n, count, mismatched, done)
             # verify failed for these: ADD to that peer, no delay — at most what its queue has
@@ -687,7 +719,7 @@ class VerifySender:
             done.requests += 1
             done.bytes += len(request)
             answer = await self._call(target, SUB_REQUEST, SUB_RESPONSE, request, done)
-            subs = _unpack("I", answer, len(answer) // 4, "sub-digest answer")
+            subs = [mismatched[i // k] * k + i % k for i in bits_set(answer, len(mismatched) * k)]
             if not subs:
                 return []
         chosen = sorted(_selected(keys, subs), key=keys.__getitem__)
@@ -700,18 +732,19 @@ class VerifySender:
                 named.append(sub)
                 counts.append(0)
             counts[-1] += 1
-        head = json.dumps({"v": VERSION, "buckets": n, "k": k, "salt": salt, "subs": len(named)},
+        width = "H" if max(counts, default=0) <= 0xFFFF else "I"
+        head = json.dumps({"v": VERSION, "buckets": n, "k": k, "salt": salt, "subs": len(named), "counts": width},
                           separators=(",", ":")).encode()
-        request = (head + b"\n" + struct.pack(f"<{len(named)}I", *named) + struct.pack(f"<{len(counts)}I", *counts)
+        request = (head + b"\n" + struct.pack(f"<{len(named)}I", *named)
+                   + struct.pack(f"<{len(counts)}{width}", *counts)
                    + struct.pack(f"<{len(chosen)}I", *(keys[i] & _MASK32 for i in chosen)))
         done.requests += 1
         done.bytes += len(request)
         answer = await self._call(target, DETAIL_REQUEST, DETAIL_RESPONSE, request, done)
-        lacking = _unpack("Q", answer, len(answer) // 8, "detail answer")
-        by_key: dict[int, list[str]] = {}
-        for i in chosen:
-            by_key.setdefault(keys[i], []).append(ids[i])
-        return [cid for key in lacking for cid in by_key.get(key, ())]
+        positions = _unpack("I", answer, len(answer) // 4, "detail answer")
+        if any(p >= len(chosen) for p in positions):
+            raise ValueError(f"{target} named a client position out of range")
+        return [ids[chosen[p]] for p in positions]
 
 
 def responsible_revisions(clients: ClientManager, responsible: Callable[[Client], bool]) -> tuple[list[str], list[int]]:
