@@ -5,9 +5,9 @@ Nacos answers SNAPSHOT with one gRPC message holding every client, which breaks 
 order, held for a minute, ``snapshot.session-ttl-ms``) and every request returns one page of at
 most ``snapshot.chunk-bytes``: groups of (owner address, syncser batch), so the loader knows
 whose copy each client is. Serving never holds the event loop for long: the session's id list
-is a plain copy (no sort), a page's records are gathered :data:`YIELD_EVERY` clients at a time
-with a yield to the loop in between, and they are encoded off the loop in groups of
-:data:`CLIENTS_PER_GROUP`. The loader walks the pages of the first peer that answers and
+is a plain copy (no sort), the loop only takes shallow copies of the page's clients (yielding
+every :data:`YIELD_EVERY`), and their records are built, cut to the page size and encoded (in
+groups of :data:`CLIENTS_PER_GROUP`) off the loop. The loader walks the pages of the first peer that answers and
 applies each as synced data; it retries the other peers, then all of them after
 ``load.retryDelayMs``, until ``load.timeoutMs``.
 
@@ -30,7 +30,7 @@ from shoal.distro import records
 from shoal.distro.members import MemberManager
 from shoal.distro.records import ClientRecord
 from shoal.distro.transport import PeerError, PeerTransport, PeerUnavailable
-from shoal.model.client import ClientKind
+from shoal.model.client import Client, ClientKind
 from shoal.model.clients import ClientManager
 from shoal.tasks import run_blocking
 
@@ -83,28 +83,50 @@ class SnapshotServer:
             session = self._sessions[session_id] = _Session(list(self.clients.clients), 0)
         session.expires_ms = now + self.session_ttl_ms
         offset = int(request.get("offset") or 0)
-        grouped: dict[str, list[ClientRecord]] = defaultdict(list)
-        size = 0
+        # On the loop: shallow copies of the next clients (their publications are replaced, never
+        # mutated, by the model writer), until a lower bound of their size fills the page.
+        candidates: list[tuple[int, str, Client]] = []
+        lower = 0
         position = offset
-        while position < len(session.ids) and size < self.chunk_bytes:
+        while position < len(session.ids) and lower < self.chunk_bytes:
             client = self.clients.get(session.ids[position])
             position += 1
             if position % YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # other requests (health checks, pushes) run in between
             if client is None:
                 continue
-            record = records.client_record(client)
             owner = self.self_address if client.native else client.owner
-            grouped[owner].append(record)
-            size += records.estimated_size(record)
-        groups = list(grouped.items())
-        page = await run_blocking(_encode_groups, groups)
+            copy = Client(client.client_id, client.kind, client.native, client.created_ms,
+                          revision=client.revision, publications=dict(client.publications))
+            candidates.append((position, owner, copy))
+            lower += 64 + len(client.client_id) + sum(48 + 80 * len(p.instances)
+                                                      for p in copy.publications.values())
+        # Off the loop: the records (O(instances)), the exact page cut and the encoding.
+        page, used = await run_blocking(_build_page, candidates, self.chunk_bytes)
+        if used < len(candidates):
+            position = candidates[used - 1][0]
         done = position >= len(session.ids)
         if done:
             self._sessions.pop(session_id, None)
         header = json.dumps({"session": session_id, "next": position, "done": done, "total": len(session.ids),
                              "loading": not self.is_loaded()})
         return header.encode() + b"\n" + page
+
+
+def _build_page(candidates: list[tuple[int, str, Client]], chunk_bytes: int) -> tuple[bytes, int]:
+    """Records of the candidates while the page is below ``chunk_bytes`` (estimated), encoded;
+    returns (page, candidates used)."""
+    grouped: dict[str, list[ClientRecord]] = defaultdict(list)
+    size = 0
+    used = 0
+    for _, owner, copy in candidates:
+        if size >= chunk_bytes:
+            break
+        record = records.client_record(copy)
+        grouped[owner].append(record)
+        size += records.estimated_size(record)
+        used += 1
+    return _encode_groups(list(grouped.items())), used
 
 
 def _encode_groups(groups: list[tuple[str, list[ClientRecord]]]) -> bytes:
