@@ -6,9 +6,10 @@ connection clients with one instance each on A, syncs them to B, then measures:
 
 * **in sync** — ``--rounds`` verify rounds A → B: requests and bytes per peer (request bodies as
   the network records them, answers, and the gRPC message estimate), CPU time per round;
-* **1 % diverged** — B loses ``--missing`` copies and holds ``--stale`` at an older revision;
-  one verify round (digest + detail), how many clients are re-sent, the re-sync's requests and
-  bytes, and a confirming round afterwards;
+* **1 % diverged** — B loses ``--missing`` copies and holds ``--stale`` at an older revision
+  (applied as an older sync record, so B's kept digests follow); one verify round (digest, then
+  sub-digests when the mismatched buckets are large, then the hashed detail), its bytes both
+  ways, how many clients are re-sent, the re-sync's requests and bytes, and a confirming round;
 * **Nacos per-client verify** — computed, not sent: one DistroDataRequest per client per peer
   per round with a ``{"clientId","revision"}`` content, as Nacos 2.x sends them;
 * **bucket what-if** — for the same divergence, the detail size at other bucket counts
