@@ -5,11 +5,11 @@ Nacos answers SNAPSHOT with one gRPC message holding every client, which breaks 
 order, held for a minute, ``snapshot.session-ttl-ms``) and every request returns one page of at
 most ``snapshot.chunk-bytes``: groups of (owner address, syncser batch), so the loader knows
 whose copy each client is. Serving never holds the event loop for long: the session's id list
-is a plain copy (no sort), the loop only takes shallow copies of the page's clients (yielding
-every :data:`YIELD_EVERY`), and their records are built, cut to the page size and encoded (in
-groups of :data:`CLIENTS_PER_GROUP`) off the loop. The loader walks the pages of the first peer that answers and
-applies each as synced data; it retries the other peers, then all of them after
-``load.retryDelayMs``, until ``load.timeoutMs``.
+is a plain copy (no sort), records are built a few services at a time with a yield to the loop
+every :data:`INSTANCES_PER_SLICE` instances (a connection client may hold a hundred thousand),
+and a page is encoded off the loop in groups of :data:`CLIENTS_PER_GROUP`. The loader walks the
+pages of the first peer that answers and applies each as synced data; it retries the other
+peers, then all of them after ``load.retryDelayMs``, until ``load.timeoutMs``.
 
 :class:`SnapshotServer` answers page requests; :class:`SnapshotLoader` walks a peer's pages.
 """
@@ -30,6 +30,7 @@ from shoal.distro import records
 from shoal.distro.members import MemberManager
 from shoal.distro.records import ClientRecord
 from shoal.distro.transport import PeerError, PeerTransport, PeerUnavailable
+from shoal.kernels.syncser import ServiceTuple
 from shoal.model.client import Client, ClientKind
 from shoal.model.clients import ClientManager
 from shoal.tasks import run_blocking
@@ -40,8 +41,8 @@ SNAPSHOT_REQUEST = "DistroSnapshotRequest"
 SNAPSHOT_RESPONSE = "DistroSnapshotResponse"
 #: Clients per encoded (owner, batch) group of a page.
 CLIENTS_PER_GROUP = 2000
-#: Clients gathered into a page between two yields to the event loop.
-YIELD_EVERY = 1000
+#: Instances (or clients) turned into records between two yields to the event loop.
+INSTANCES_PER_SLICE = 2000
 
 #: Applies a decoded batch as the copies held for ``owner``; returns how many clients changed.
 ApplyBatch = Callable[[str, list[ClientRecord]], int]
@@ -83,28 +84,21 @@ class SnapshotServer:
             session = self._sessions[session_id] = _Session(list(self.clients.clients), 0)
         session.expires_ms = now + self.session_ttl_ms
         offset = int(request.get("offset") or 0)
-        # On the loop: shallow copies of the next clients (their publications are replaced, never
-        # mutated, by the model writer), until a lower bound of their size fills the page.
-        candidates: list[tuple[int, str, Client]] = []
-        lower = 0
+        grouped: dict[str, list[ClientRecord]] = defaultdict(list)
+        size = 0
         position = offset
-        while position < len(session.ids) and lower < self.chunk_bytes:
+        budget = [INSTANCES_PER_SLICE]  # instances until the next yield to the loop
+        while position < len(session.ids) and size < self.chunk_bytes:
             client = self.clients.get(session.ids[position])
             position += 1
-            if position % YIELD_EVERY == 0:
-                await asyncio.sleep(0)  # other requests (health checks, pushes) run in between
             if client is None:
                 continue
             owner = self.self_address if client.native else client.owner
-            copy = Client(client.client_id, client.kind, client.native, client.created_ms,
-                          revision=client.revision, publications=dict(client.publications))
-            candidates.append((position, owner, copy))
-            lower += 64 + len(client.client_id) + sum(48 + 80 * len(p.instances)
-                                                      for p in copy.publications.values())
-        # Off the loop: the records (O(instances)), the exact page cut and the encoding.
-        page, used = await run_blocking(_build_page, candidates, self.chunk_bytes)
-        if used < len(candidates):
-            position = candidates[used - 1][0]
+            record = await _record_in_slices(client, budget)
+            grouped[owner].append(record)
+            size += records.estimated_size(record)
+        groups = list(grouped.items())
+        page = await run_blocking(_encode_groups, groups)
         done = position >= len(session.ids)
         if done:
             self._sessions.pop(session_id, None)
@@ -113,20 +107,31 @@ class SnapshotServer:
         return header.encode() + b"\n" + page
 
 
-def _build_page(candidates: list[tuple[int, str, Client]], chunk_bytes: int) -> tuple[bytes, int]:
-    """Records of the candidates while the page is below ``chunk_bytes`` (estimated), encoded;
-    returns (page, candidates used)."""
-    grouped: dict[str, list[ClientRecord]] = defaultdict(list)
-    size = 0
-    used = 0
-    for _, owner, copy in candidates:
-        if size >= chunk_bytes:
-            break
-        record = records.client_record(copy)
-        grouped[owner].append(record)
-        size += records.estimated_size(record)
-        used += 1
-    return _encode_groups(list(grouped.items())), used
+async def _record_in_slices(client: Client, budget: list[int]) -> ClientRecord:
+    """The client's sync record, built a few services at a time with a yield to the loop whenever
+    ``budget[0]`` instances have been converted (a client may publish a hundred thousand)."""
+    revision = client.revision
+    publications = list(client.publications.items())  # replaced, never mutated, by the model writer
+    services: list[ServiceTuple] = []
+    start = 0
+    while start < len(publications):
+        end = start
+        while end < len(publications) and budget[0] > 0:
+            budget[0] -= 1 + len(publications[end][1].instances)
+            end += 1
+        if end > start:
+            part = Client(client.client_id, client.kind, client.native, client.created_ms, revision=revision,
+                          publications=dict(publications[start:end]))
+            services.extend(records.client_record(part)[3])
+            start = end
+        if budget[0] <= 0:
+            budget[0] = INSTANCES_PER_SLICE
+            await asyncio.sleep(0)  # other requests (health checks, pushes) run in between
+    budget[0] -= 1
+    if budget[0] <= 0:
+        budget[0] = INSTANCES_PER_SLICE
+        await asyncio.sleep(0)
+    return (records.OP_CHANGE, client.client_id, revision, services)
 
 
 def _encode_groups(groups: list[tuple[str, list[ClientRecord]]]) -> bytes:
