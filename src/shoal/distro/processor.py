@@ -17,6 +17,7 @@ handoff) yields to the copy — CHANGE or DELETE — of the node responsible for
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from shoal.clock import Clock
 from shoal.distro import records
@@ -51,6 +52,8 @@ class DistroProcessor:
         self.engine = engine
         self.handoff = handoff
         self.applied = 0
+        #: When a synced copy was last renewed (Distro verify may renew whole buckets lazily).
+        self.renewed_at: Callable[[Client], int] = _own_renewal
         bus.subscribe(ClientChanged, self._on_changed)
         bus.subscribe(ClientReleased, self._on_released)
 
@@ -134,9 +137,14 @@ class DistroProcessor:
     def expire(self, expired_after_ms: int) -> int:
         """Release synced clients their owner stopped renewing (ConnectionBasedClient.isExpire)."""
         now = self.clock.monotonic_ms()
-        stale = [c.client_id for c in self.clients if not c.native and now - c.last_renew_ms > expired_after_ms]
+        renewed_at = self.renewed_at
+        stale = [c.client_id for c in self.clients if not c.native and now - renewed_at(c) > expired_after_ms]
         for client_id in stale:
             self.clients.remove(client_id, REASON_EXPIRED)
         if stale:
             log.info("expired %d synced clients not renewed for %d ms", len(stale), expired_after_ms)
         return len(stale)
+
+
+def _own_renewal(client: Client) -> int:
+    return client.last_renew_ms
