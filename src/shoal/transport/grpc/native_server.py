@@ -9,6 +9,21 @@ batch, and not while the socket is paused (``pause_writing``). Unsent output per
 bounded (``shoal.remote.outbound-queue-bytes``) and a peer that reads nothing for
 ``shoal.remote.write-stall-timeout-ms`` is ejected. A stop sends GOAWAY, lets running calls
 finish within the grace time, then closes every socket.
+
+HTTP/2 abuse (issue 10 item 3) is bounded per connection by ``shoal.remote.h2.*`` (see
+:func:`session_limits`): nghttp2's options for concurrent streams, the rapid-reset token
+bucket, unsent PING/SETTINGS ACKs and SETTINGS entries; the session's own count of
+CONTINUATION frames and its read-buffer budget; here, a connection that has not sent the
+preface within ``shoal.remote.h2.preface-timeout-ms`` is closed. A connection ended for
+abuse gets a GOAWAY, is closed once the calls the GOAWAY still allows are over, and is
+aborted if its peer does not let the close finish within a short linger.
+
+The grpc.aio transport relies on grpc core's own limits instead: its
+``grpc.max_concurrent_streams`` and ``grpc.max_metadata_size`` channel arguments, the
+RST_STREAM pushback it added after CVE-2023-44487 (it lowers MAX_CONCURRENT_STREAMS after
+resets and refuses streams over the lowered cap), its ping-strike policy
+(``grpc.http2.max_ping_strikes``, disabled by that server) and its handshake timeout
+(``grpc.server_handshake_timeout_ms``, 120 s). Those are not set from ``shoal.remote.h2.*``.
 """
 
 from __future__ import annotations
@@ -34,6 +49,21 @@ log = logging.getLogger(__name__)
 UNARY_PATH = "/Request/request"
 STREAM_PATH = "/BiRequestStream/requestBiStream"
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+CLOSE_LINGER_S = 2.0  # after a close for abuse, how long the peer may take to read the GOAWAY
+
+
+def session_limits(config: Config) -> dict[str, int]:
+    """The ``H2Session`` keyword arguments that carry ``shoal.remote.h2.*``."""
+    return {
+        "max_concurrent_streams": config.h2_max_concurrent_streams,
+        "max_header_list": config.h2_max_header_list_size,
+        "reset_burst": config.h2_reset_burst,
+        "reset_rate": config.h2_reset_rate,
+        "max_outbound_ack": config.h2_max_outbound_ack,
+        "max_settings": config.h2_max_settings,
+        "max_continuations": config.h2_max_continuations,
+        "max_read_buffer": config.h2_max_read_buffer_bytes,
+    }
 
 
 def parse_grpc_timeout(value: str) -> float | None:
@@ -90,7 +120,10 @@ class H2Connection(asyncio.Protocol):
         self.lost = False
         self._flush_pending = False
         self._stall_timer: asyncio.TimerHandle | None = None
+        self._preface_timer: asyncio.TimerHandle | None = None
         self._drained = 0  # outbound message bytes framed so far (progress of a slow reader)
+        self._abuse_logged = False
+        self._closing = False
 
     # --- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -102,21 +135,38 @@ class H2Connection(asyncio.Protocol):
         if sock is not None:  # a peer that vanished without a FIN is found by TCP keep-alive
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        self.session = h2grpc.H2Session(self.server.max_message)
+        self.session = h2grpc.H2Session(self.server.max_message, **session_limits(self.server.config))
         self.server.connections.add(self)
+        self._preface_timer = self.loop.call_later(self.server.config.h2_preface_timeout_ms / 1000,
+                                                   self._preface_check)
         self.flush()
 
     def data_received(self, data: bytes) -> None:
         try:
             events = self.session.feed(data)
-        except h2grpc.H2Error as exc:  # not HTTP/2 (bad preface) or a protocol error: drop the peer
-            log.debug("closing %s: %s", self.peer, exc)
-            self.flush()
+        except h2grpc.H2Error as exc:  # not HTTP/2 (bad preface), a protocol error or a flood: drop the peer
+            self._log_abuse(str(exc))
+            self.flush()  # the GOAWAY the session queued, if the peer reads at all
             self.abort()
             return
         if events:
             self._handle(events)
+        if self.session.abuse is not None:
+            self._log_abuse(self.session.abuse)
         self.flush()
+
+    def _log_abuse(self, reason: str) -> None:
+        # Debug only: a flood of bad connections must not become a flood of log lines.
+        if not self._abuse_logged:
+            self._abuse_logged = True
+            log.debug("closing %s: %s", self.peer, reason)
+
+    def _preface_check(self) -> None:
+        self._preface_timer = None
+        if not self.lost and not self.session.preface_received:
+            stall_ms = self.server.config.h2_preface_timeout_ms
+            self._log_abuse(f"no HTTP/2 preface within {stall_ms} ms")
+            self.abort()
 
     def pause_writing(self) -> None:
         # The peer is not reading: stop reading its requests too, so their answers cannot pile up.
@@ -136,6 +186,8 @@ class H2Connection(asyncio.Protocol):
         self.server.connections.discard(self)
         if self._stall_timer is not None:
             self._stall_timer.cancel()
+        if self._preface_timer is not None:
+            self._preface_timer.cancel()
         streams = self.server.streams
         for call in list(self.calls.values()):
             self._finish_call(call, "transport closed")
@@ -297,8 +349,12 @@ class H2Connection(asyncio.Protocol):
             events = self.session.take_events()
             if events:
                 self._handle(events)
-        if self.session.is_done() or (self.session.goaway_sent and not self.calls):
-            self.transport.close()  # after GOAWAY, once the last call is over
+        abuse = self.session.abuse
+        if self.session.is_done() or abuse is not None or (self.session.goaway_sent and not self.calls):
+            self.transport.close()  # after GOAWAY, once the last call is over (at once for abuse)
+            if abuse is not None and not self._closing:  # a misbehaving peer gets no say in how long that takes
+                self._closing = True
+                self.loop.call_later(CLOSE_LINGER_S, self.abort)
         elif self.paused or self.session.backlog:
             self._arm_stall_timer()
 
