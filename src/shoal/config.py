@@ -375,14 +375,17 @@ class Config:
     cluster_max_inbound_message_size: int = _setting(
         64 * 1024 * 1024, "nacos.remote.server.grpc.cluster.max-inbound-message-size",
         "Largest gRPC message accepted from a peer on the cluster port, in bytes.",
+        check=positive,
     )
     outbound_queue_bytes: int = _setting(
         4 * 1024 * 1024, "shoal.remote.outbound-queue-bytes",
         "Unsent bytes queued to one connection's stream before the connection is closed.",
+        check=positive,
     )
     write_stall_timeout_ms: int = _setting(
         30_000, "shoal.remote.write-stall-timeout-ms",
         "A connection whose peer reads nothing of its queued output for this long is closed.",
+        check=positive,
     )
     # HTTP/2 abuse limits of the native transport (grpc.aio has grpc core's own, see native_server.py)
     h2_max_concurrent_streams: int = _setting(
