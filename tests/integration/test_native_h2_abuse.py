@@ -12,12 +12,14 @@ core's own limits (see native_server.py) and is not tested here.
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import socket
 import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +27,8 @@ from shoal.testing import ServerProcess, kill, poll_until, start_server
 from shoal.transport.grpc.transports import native_available
 
 pytest.importorskip("h2", reason="the h2 dev dependency drives HTTP/2 frames directly")
-import hpack
+import h2.settings
+import hpack  # h2's own HPACK codec
 
 from .h2client import UNARY, H2Client, grpc_frame, nacos
 from .rawclient import register_body
@@ -329,3 +332,57 @@ def test_500_garbage_connections_leave_no_traceback_and_no_memory(node: ServerPr
     assert node.proc.poll() is None
     assert "Traceback" not in node.log()
     poll_until(lambda: rss(node) - baseline < 10 * MIB, 20, what="RSS back near its baseline")
+
+
+def test_pipelined_queries_from_a_peer_that_never_reads_build_bounded_answers(tmp_path: Path) -> None:
+    """Wide-open windows, 600 pipelined queries of a ~100 KB service, nothing read: the node
+    builds answers only up to ``shoal.remote.outbound-queue-bytes`` before it stops reading,
+    then ejects the peer after the write-stall timeout; RSS stays bounded throughout."""
+    server = start_server(tmp_path, ["-D", "shoal.remote.transport=native",
+                                     "-D", "shoal.remote.outbound-queue-bytes=1048576",
+                                     "-D", "shoal.remote.write-stall-timeout-ms=3000"])
+    try:
+        publisher = H2Client(server.grpc_port)
+        publisher.connect()
+        instances = [register_body("h2-big", ip=f"10.3.0.{i % 250}", port=1000 + i,
+                                   metadata={"pad": "x" * 400})["instance"] for i in range(200)]
+        _, body = publisher.nacos_call("BatchInstanceRequest", {
+            "headers": {}, "namespace": "public", "serviceName": "h2-big", "groupName": "DEFAULT_GROUP",
+            "type": "batchRegisterInstance", "module": "naming", "instances": instances})
+        assert body["resultCode"] == 200, body
+        query = {"headers": {}, "namespace": "public", "serviceName": "h2-big", "groupName": "DEFAULT_GROUP",
+                 "module": "naming", "cluster": "", "healthyOnly": False, "udpPort": 0}
+        _, body = publisher.nacos_call("ServiceQueryRequest", query)
+        assert len(body["serviceInfo"]["hosts"]) == 200
+        answer_size = len(json.dumps(body))
+
+        hog = H2Client(server.grpc_port, rcvbuf=4096)
+        hog.connect()
+        hog.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1})
+        hog.conn.increment_flow_control_window(2**31 - 1 - 65535)
+        hog.flush()
+        assert server.gauge("connections") == 2
+        before = rss(server)
+        count = 600
+        for _ in range(count):  # the requests only: the answers are never read
+            stream_id = hog.conn.get_next_available_stream_id()
+            hog.conn.send_headers(stream_id, [(":method", "POST"), (":scheme", "http"), (":path", UNARY),
+                                              (":authority", "127.0.0.1"), ("content-type", "application/grpc")])
+            hog.conn.send_data(stream_id, grpc_frame(nacos("ServiceQueryRequest", query)), end_stream=True)
+        with contextlib.suppress(OSError):
+            hog.sock.sendall(hog.conn.data_to_send())
+        peak = before
+
+        def ejected() -> bool:
+            nonlocal peak
+            peak = max(peak, rss(server))
+            assert publisher.nacos_call("ServerCheckRequest")[0] == "ServerCheckResponse"
+            return server.gauge("connections") == 1  # the publisher's alone
+
+        poll_until(ejected, 30, interval=0.2, what="the peer that never reads to be closed")
+        # Unbounded, the node would have built count * answer_size (~60 MB) of answers.
+        assert count * answer_size > 50 * MIB
+        assert peak - before < 25 * MIB, f"RSS grew by {(peak - before) / MIB:.0f} MiB"
+        assert "Traceback" not in server.log()
+    finally:
+        kill(server)

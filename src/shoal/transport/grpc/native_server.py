@@ -34,6 +34,7 @@ import functools
 import inspect
 import logging
 import socket
+from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
@@ -124,6 +125,7 @@ class H2Connection(asyncio.Protocol):
         self._drained = 0  # outbound message bytes framed so far (progress of a slow reader)
         self._abuse_logged = False
         self._closing = False
+        self._held: deque[tuple[int, int, Any, Any]] = deque()  # events waiting for output to drain
 
     # --- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -171,18 +173,31 @@ class H2Connection(asyncio.Protocol):
     def pause_writing(self) -> None:
         # The peer is not reading: stop reading its requests too, so their answers cannot pile up.
         self.paused = True
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self._update_reading()
         self._arm_stall_timer()
 
     def resume_writing(self) -> None:
         self.paused = False
-        if self.transport is not None and not self.lost:
-            self.transport.resume_reading()
+        self._update_reading()
         self.flush()
+
+    def _update_reading(self) -> None:
+        """Read while output flows: not while the socket is paused or requests wait (``_held``)."""
+        if self.transport is None or self.lost:
+            return
+        if self.paused or self._held:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
+    def _output_full(self) -> bool:
+        transport = self.transport
+        buffered = self.session.backlog + (transport.get_write_buffer_size() if transport is not None else 0)
+        return bool(buffered > self.server.config.outbound_queue_bytes)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self._held.clear()
         self.server.connections.discard(self)
         if self._stall_timer is not None:
             self._stall_timer.cancel()
@@ -198,7 +213,14 @@ class H2Connection(asyncio.Protocol):
 
     # --- events ------------------------------------------------------------------------------
     def _handle(self, events: list[tuple[int, int, Any, Any]]) -> None:
-        for kind, stream_id, a, b in events:
+        """Act on the session's events in order. Once the answers not yet written pass
+        ``shoal.remote.outbound-queue-bytes``, the rest wait in ``_held`` (and reading stops)
+        until output drains: one read of pipelined requests cannot make the node build
+        thousands of answers that a peer with wide-open windows never reads."""
+        if self._held:
+            self._held.extend(events)
+            return
+        for at, (kind, stream_id, a, b) in enumerate(events):
             if kind == h2grpc.EV_MESSAGE:
                 call = self.calls.get(stream_id)
                 if call is None:
@@ -208,6 +230,10 @@ class H2Connection(asyncio.Protocol):
                         self.server.streams.stream_message(call.conn, a)
                 elif call.answered:
                     self.session.send_trailers(stream_id, h2grpc.INTERNAL, "more than one request message")
+                elif self._output_full():
+                    self._held.extend(events[at:])
+                    self._update_reading()
+                    return
                 else:
                     call.answered = True
                     self._answer(call, a)
@@ -349,6 +375,12 @@ class H2Connection(asyncio.Protocol):
             events = self.session.take_events()
             if events:
                 self._handle(events)
+            if self._held and not self._output_full():  # output drained: the held requests go on
+                held = list(self._held)
+                self._held.clear()
+                self._handle(held)
+                self._update_reading()
+                self.schedule_flush()
         abuse = self.session.abuse
         if self.session.is_done() or abuse is not None or (self.session.goaway_sent and not self.calls):
             self.transport.close()  # after GOAWAY, once the last call is over (at once for abuse)
