@@ -14,8 +14,9 @@ import pytest
 from shoal.transport.grpc.transports import native_available
 
 pytest.importorskip("h2", reason="the h2 dev dependency drives HTTP/2 frames directly")
+from shoal.testing import ServerProcess, http_get, wait_until
+
 from .h2client import H2Client, grpc_frame, nacos
-from .procs import ServerProcess, http_get, wait_until
 from .rawclient import register_body
 
 MIB = 1024 * 1024
