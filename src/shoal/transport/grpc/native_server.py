@@ -15,8 +15,11 @@ HTTP/2 abuse (issue 10 item 3) is bounded per connection by ``shoal.remote.h2.*`
 bucket, unsent PING/SETTINGS ACKs and SETTINGS entries; the session's own count of
 CONTINUATION frames and its read-buffer budget; here, a connection that has not sent the
 preface within ``shoal.remote.h2.preface-timeout-ms`` is closed. A connection ended for
-abuse gets a GOAWAY, is closed once the calls the GOAWAY still allows are over, and is
-aborted if its peer does not let the close finish within a short linger.
+abuse gets a GOAWAY and is closed at once (its calls end as if the peer had gone), and is
+aborted if its peer does not let the close finish within a short linger. Its drops are
+logged at DEBUG only, so that a flood of bad connections is not a flood of log lines.
+Answers are bounded too: once a connection's unwritten answers pass
+``shoal.remote.outbound-queue-bytes``, its further requests wait, unread, until they drain.
 
 The grpc.aio transport relies on grpc core's own limits instead: its
 ``grpc.max_concurrent_streams`` and ``grpc.max_metadata_size`` channel arguments, the
