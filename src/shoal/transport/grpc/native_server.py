@@ -127,7 +127,7 @@ class H2Connection(asyncio.Protocol):
         self._preface_timer: asyncio.TimerHandle | None = None
         self._drained = 0  # outbound message bytes framed so far (progress of a slow reader)
         self._abuse_logged = False
-        self._closing = False
+        self._linger: asyncio.TimerHandle | None = None  # aborts a close that a bad peer holds up
         self._held: deque[tuple[int, int, Any, Any]] = deque()  # events waiting for output to drain
 
     # --- asyncio.Protocol ------------------------------------------------------------------
@@ -202,10 +202,18 @@ class H2Connection(asyncio.Protocol):
         self.lost = True
         self._held.clear()
         self.server.connections.discard(self)
+        # Drop the timer handles too: each holds a bound method of this connection, a cycle that
+        # would keep the connection and its nghttp2 session alive until a full GC pass (the node
+        # runs the collector rarely), so that a stream of short connections would grow the RSS.
         if self._stall_timer is not None:
             self._stall_timer.cancel()
+            self._stall_timer = None
         if self._preface_timer is not None:
             self._preface_timer.cancel()
+            self._preface_timer = None
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         streams = self.server.streams
         for call in list(self.calls.values()):
             self._finish_call(call, "transport closed")
@@ -387,9 +395,8 @@ class H2Connection(asyncio.Protocol):
         abuse = self.session.abuse
         if self.session.is_done() or abuse is not None or (self.session.goaway_sent and not self.calls):
             self.transport.close()  # after GOAWAY, once the last call is over (at once for abuse)
-            if abuse is not None and not self._closing:  # a misbehaving peer gets no say in how long that takes
-                self._closing = True
-                self.loop.call_later(CLOSE_LINGER_S, self.abort)
+            if abuse is not None and self._linger is None:  # a misbehaving peer gets no say in how long that takes
+                self._linger = self.loop.call_later(CLOSE_LINGER_S, self.abort)
         elif self.paused or self.session.backlog:
             self._arm_stall_timer()
 
