@@ -24,7 +24,8 @@ nghttp2's (window updates follow consumption automatically).
 Abuse limits (issue 10 item 3), each a constructor argument:
 
 * ``max_concurrent_streams`` and ``max_header_list`` are advertised in our SETTINGS; a stream
-  over the first is refused (REFUSED_STREAM, nghttp2), a header list over the second is reset.
+  over the first is refused by nghttp2 (REFUSED_STREAM while the peer has not ACKed our
+  SETTINGS, a connection PROTOCOL_ERROR after), a header list over the second is reset.
 * ``reset_burst``/``reset_rate``: the token bucket of nghttp2's rapid-reset guard
   (CVE-2023-44487): each RST_STREAM from the peer takes a token; none left means GOAWAY.
 * ``max_outbound_ack``: PING/SETTINGS ACKs queued and unsent (a flood) before nghttp2 ends the
@@ -40,7 +41,7 @@ Abuse limits (issue 10 item 3), each a constructor argument:
   message of ``max_message`` bytes always fits.
 
 Whichever of these ends the session sets ``abuse`` to a reason and queues a GOAWAY; the
-owner writes ``pending_output()`` and closes once ``is_done()``. Bytes that are not HTTP/2
+owner writes ``pending_output()`` and closes the connection. Bytes that are not HTTP/2
 at all raise ``H2Error`` from ``feed`` (a GOAWAY is queued first).
 
 Replies: ``send_message`` queues one message (sending the response headers first when
@@ -241,7 +242,7 @@ cdef ssize_t _read_data(nghttp2_session *session, int32_t stream_id, uint8_t *bu
 
 cdef int _on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) noexcept:
     # A GOAWAY may come from nghttp2 itself (the rapid-reset guard, a flood, a protocol error):
-    # the owner must see it to close the connection once the calls it still allows are over.
+    # the owner must see it (``abuse``, ``goaway_sent``) to close the connection.
     cdef H2Session self = <H2Session>user_data
     if frame.hd.type == NGHTTP2_GOAWAY:
         self.goaway_sent = True
