@@ -386,3 +386,36 @@ def test_pipelined_queries_from_a_peer_that_never_reads_build_bounded_answers(tm
         assert "Traceback" not in server.log()
     finally:
         kill(server)
+
+
+def test_held_requests_still_see_the_window_updates_that_let_answers_out(tmp_path: Path) -> None:
+    """A well-behaved client with the default 64 KiB windows asks for several answers bigger
+    than the window and than ``outbound-queue-bytes`` at once: the node holds the later
+    requests but keeps reading, so the client's WINDOW_UPDATEs drain the answers and every
+    call completes (stopping reading deadlocked this, e.g. a peer loading snapshot pages)."""
+    server = start_server(tmp_path, ["-D", "shoal.remote.transport=native",
+                                     "-D", "shoal.remote.outbound-queue-bytes=65536"])
+    try:
+        client = H2Client(server.grpc_port)
+        client.connect()
+        instances = [register_body("h2-wide", ip=f"10.4.0.{i % 250}", port=1000 + i,
+                                   metadata={"pad": "x" * 400})["instance"] for i in range(200)]
+        _, body = client.nacos_call("BatchInstanceRequest", {
+            "headers": {}, "namespace": "public", "serviceName": "h2-wide", "groupName": "DEFAULT_GROUP",
+            "type": "batchRegisterInstance", "module": "naming", "instances": instances})
+        assert body["resultCode"] == 200, body
+        query = nacos("ServiceQueryRequest", {"headers": {}, "namespace": "public", "serviceName": "h2-wide",
+                                              "groupName": "DEFAULT_GROUP", "module": "naming", "cluster": "",
+                                              "healthyOnly": False, "udpPort": 0})
+        streams = [client.start(UNARY) for _ in range(4)]
+        for stream_id in streams:
+            client.send(stream_id, grpc_frame(query), end=True)
+        for stream_id in streams:
+            result = client.wait_end(stream_id, timeout=20)
+            assert result.status == 0, (result.status, result.message)
+            kind, answer = result.messages()[0]
+            assert kind == "QueryServiceResponse" and len(answer["serviceInfo"]["hosts"]) == 200
+            assert len(result.data) > 65536  # bigger than the window and the bound
+        client.close()
+    finally:
+        kill(server)

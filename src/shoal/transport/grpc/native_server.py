@@ -129,6 +129,7 @@ class H2Connection(asyncio.Protocol):
         self._abuse_logged = False
         self._linger: asyncio.TimerHandle | None = None  # aborts a close that a bad peer holds up
         self._held: deque[tuple[int, int, Any, Any]] = deque()  # events waiting for output to drain
+        self._held_bytes = 0  # request bytes in _held
 
     # --- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -185,10 +186,15 @@ class H2Connection(asyncio.Protocol):
         self.flush()
 
     def _update_reading(self) -> None:
-        """Read while output flows: not while the socket is paused or requests wait (``_held``)."""
+        """Read unless the socket is paused or the requests held back pass the outbound bound.
+
+        Reading goes on while requests are merely held: the peer's WINDOW_UPDATEs, which let
+        the held-up answers out, arrive on the same socket (stopping at once deadlocked a
+        peer fetching snapshot pages bigger than the bound).
+        """
         if self.transport is None or self.lost:
             return
-        if self.paused or self._held:
+        if self.paused or self._held_bytes > self.server.config.outbound_queue_bytes:
             self.transport.pause_reading()
         else:
             self.transport.resume_reading()
@@ -201,6 +207,7 @@ class H2Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._held.clear()
+        self._held_bytes = 0
         self.server.connections.discard(self)
         # Drop the timer handles too: each holds a bound method of this connection, a cycle that
         # would keep the connection and its nghttp2 session alive until a full GC pass (the node
@@ -225,11 +232,11 @@ class H2Connection(asyncio.Protocol):
     # --- events ------------------------------------------------------------------------------
     def _handle(self, events: list[tuple[int, int, Any, Any]]) -> None:
         """Act on the session's events in order. Once the answers not yet written pass
-        ``shoal.remote.outbound-queue-bytes``, the rest wait in ``_held`` (and reading stops)
-        until output drains: one read of pipelined requests cannot make the node build
-        thousands of answers that a peer with wide-open windows never reads."""
+        ``shoal.remote.outbound-queue-bytes``, the rest wait in ``_held`` until output drains
+        (reading stops once they pass that bound too): pipelined requests cannot make the node
+        build thousands of answers that their peer never reads."""
         if self._held:
-            self._held.extend(events)
+            self._hold(events)
             return
         for at, (kind, stream_id, a, b) in enumerate(events):
             if kind == h2grpc.EV_MESSAGE:
@@ -242,8 +249,7 @@ class H2Connection(asyncio.Protocol):
                 elif call.answered:
                     self.session.send_trailers(stream_id, h2grpc.INTERNAL, "more than one request message")
                 elif self._output_full():
-                    self._held.extend(events[at:])
-                    self._update_reading()
+                    self._hold(events[at:])
                     return
                 else:
                     call.answered = True
@@ -269,6 +275,11 @@ class H2Connection(asyncio.Protocol):
                 call = self.calls.get(stream_id)
                 if call is not None:
                     self._finish_call(call, f"stream failed: {b}")
+
+    def _hold(self, events: list[tuple[int, int, Any, Any]]) -> None:
+        self._held.extend(events)
+        self._held_bytes += sum(len(a) if kind == h2grpc.EV_MESSAGE else 64 for kind, _, a, _ in events)
+        self._update_reading()
 
     def _new_call(self, stream_id: int, path: str, headers: dict[str, str]) -> None:
         streams = self.server.streams
@@ -389,6 +400,7 @@ class H2Connection(asyncio.Protocol):
             if self._held and not self._output_full():  # output drained: the held requests go on
                 held = list(self._held)
                 self._held.clear()
+                self._held_bytes = 0
                 self._handle(held)
                 self._update_reading()
                 self.schedule_flush()
