@@ -17,6 +17,13 @@ if [ "${SHOAL_NO_EXTENSIONS:-0}" = "0" ] && [ ! -f /usr/include/nghttp2/nghttp2.
     exit 1
   fi
 fi
+# The rapid-reset guard needs libnghttp2 >= 1.57, or 1.52 with Debian's CVE-2023-44487 fix (1.52.0-1+deb12u1).
+if [ "${SHOAL_NO_EXTENSIONS:-0}" = "0" ] && [ -f /usr/include/nghttp2/nghttp2.h ] &&
+   ! grep -q nghttp2_option_set_stream_reset_rate_limit /usr/include/nghttp2/nghttp2.h; then
+  echo "ci/setup.sh: libnghttp2 is too old (no nghttp2_option_set_stream_reset_rate_limit): upgrade" \
+       "libnghttp2-dev to 1.52.0-1+deb12u1 or later (Debian security updates) or 1.57+" >&2
+  exit 1
+fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 pip_quiet .venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel
 pip_quiet .venv/bin/python -m pip install --quiet -e '.[dev,analytics]'

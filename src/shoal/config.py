@@ -400,6 +400,55 @@ class Config:
         "A connection whose peer reads nothing of its queued output for this long is closed.",
         check=positive,
     )
+    # HTTP/2 abuse limits of the native transport (grpc.aio has grpc core's own, see native_server.py)
+    h2_max_concurrent_streams: int = _setting(
+        1000, "shoal.remote.h2.max-concurrent-streams",
+        "Streams one HTTP/2 connection may have open (SETTINGS_MAX_CONCURRENT_STREAMS); more are refused.",
+        check=positive,
+    )
+    h2_max_header_list_size: int = _setting(
+        16384, "shoal.remote.h2.max-header-list-size",
+        "Largest header list of one request, in bytes (SETTINGS_MAX_HEADER_LIST_SIZE); a larger one "
+        "resets its stream.",
+        check=positive,
+    )
+    h2_reset_burst: int = _setting(
+        1000, "shoal.remote.h2.reset-burst",
+        "Rapid-reset budget: RST_STREAM frames a connection may send at once before GOAWAY (token bucket).",
+        check=positive,
+    )
+    h2_reset_rate: int = _setting(
+        33, "shoal.remote.h2.reset-rate",
+        "Rapid-reset budget: tokens per second returned to a connection's RST_STREAM bucket.",
+        check=positive,
+    )
+    h2_max_outbound_ack: int = _setting(
+        1000, "shoal.remote.h2.max-outbound-ack",
+        "PING/SETTINGS acknowledgements queued unsent (a flood) before the connection is closed.",
+        check=positive,
+    )
+    h2_max_settings: int = _setting(
+        32, "shoal.remote.h2.max-settings",
+        "Entries accepted in one SETTINGS frame; more close the connection.",
+        check=positive,
+    )
+    h2_max_continuations: int = _setting(
+        8, "shoal.remote.h2.max-continuations",
+        "CONTINUATION frames accepted after one HEADERS frame; more close the connection.",
+        check=non_negative,
+    )
+    h2_preface_timeout_ms: int = _setting(
+        10_000, "shoal.remote.h2.preface-timeout-ms",
+        "A connection that has not sent the HTTP/2 preface and its SETTINGS this long after it opened "
+        "is closed.",
+        check=positive,
+    )
+    h2_max_read_buffer_bytes: int = _setting(
+        16 * 1024 * 1024, "shoal.remote.h2.max-read-buffer-bytes",
+        "Bytes of unfinished request messages one connection may hold across its streams (at least "
+        "one message of the port's max-inbound-message-size); a message that does not fit is refused.",
+        check=positive,
+    )
 
     # --- TLS (Nacos RpcServerTlsConfig for the gRPC ports; Spring Boot server.ssl.* for HTTP) ---
     # Shoal takes PEM files. With TLS on, a port serves TLS only: never plaintext beside it.

@@ -141,3 +141,13 @@ def test_test_hooks_come_only_from_their_environment_variable() -> None:
 def test_malformed_test_hooks_are_config_errors(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         TestHooks.from_env({"SHOAL_TEST_HOOKS": text})
+
+
+def test_h2_abuse_limits_are_shoal_remote_h2_settings() -> None:
+    c = Config.load(env={}, overrides={"shoal.remote.h2.max-concurrent-streams": "8",
+                                       "shoal.remote.h2.max-continuations": "0",
+                                       "shoal.remote.h2.preface-timeout-ms": "500"})
+    assert (c.h2_max_concurrent_streams, c.h2_max_continuations, c.h2_preface_timeout_ms) == (8, 0, 500)
+    assert (Config().h2_reset_burst, Config().h2_reset_rate) == (1000, 33)  # nghttp2's own defaults
+    with pytest.raises(ConfigError, match=re.escape("shoal.remote.h2.max-continuations must not be negative")):
+        Config.load(env={}, overrides={"shoal.remote.h2.max-continuations": "-1"})
