@@ -40,7 +40,7 @@ def _common(p: argparse.ArgumentParser, *, inputs: bool) -> None:
         p.add_argument(
             "--input", "-i", nargs="+", required=True, metavar="DIR", type=Path,
             help="snapshot directories, or directories containing snapshot directories "
-                 "(as written by `shoal export` or --export-dir)",
+                 "(as written by `shoal export` or a node's shoal.export.dir)",
         )
     p.add_argument("--out", "-o", required=True, metavar="DIR", type=Path,
                    help="output directory (created; existing result files are replaced)")
@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         formatter_class=_FORMATTER,
         description=_doc("""
             Offline analyses of registry snapshots (Arrow files written by `shoal export` or a
-            node's --export-dir), run with PySpark (local mode unless --master is given). Each job
+            node's shoal.export.dir), run with PySpark (local mode unless --master is given). Each job
             writes Parquet tables, a PNG chart and summary.txt into --out and prints the summary.
             Requires the `analytics` extra: pip install 'shoal[analytics]' (and a Java 17+ runtime).
         """),

@@ -20,12 +20,15 @@ from typing import Protocol
 
 from aiohttp import web
 
+from shoal import __version__, kernels
 from shoal.auth.service import READ, WRITE, AuthService, Identity, naming_resource
 from shoal.config import Config
 from shoal.errors import Forbidden, HttpStatus, NacosError
 from shoal.metrics import Metrics
 from shoal.model.keys import DEFAULT_GROUP, GROUP_SEPARATOR
 from shoal.service_layer import NamingService
+from shoal.transport.grpc.transports import transport_name
+from shoal.transport.http import access_log
 from shoal.transport.http.api import Api, core_ok, dumps, error_response, v2_ok
 from shoal.transport.http.auth_routes import IDENTITY_KEY, AuthRoutes
 from shoal.transport.http.forward import Forwarder, MemberView, Responsibility, Standalone, StandaloneMembers
@@ -67,6 +70,7 @@ class HttpServer:
         route("GET", "/nacos/v1/console/health/liveness", self.liveness, Api.V1)
         route("GET", "/nacos/v1/console/health/readiness", self.readiness, Api.V1)
         route("GET", "/nacos/actuator/prometheus", self.prometheus, Api.V1)
+        route("GET", "/nacos/v1/console/server/state", self.server_state, Api.V1)
         route("GET", "/nacos/v1/core/cluster/nodes", self.cluster_nodes, Api.CORE, ADMIN)
         route("GET", "/nacos/v2/core/cluster/node/list", self.cluster_nodes_v2, Api.V2, ADMIN)
         if naming is not None:
@@ -126,7 +130,7 @@ class HttpServer:
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(self.app, handle_signals=False, **access_log.runner_options(self.config))
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
         await site.start()
@@ -215,6 +219,21 @@ class HttpServer:
     async def prometheus(self, request: web.Request, params: Params) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8",
                             headers={"X-Prometheus-Format": "0.0.4"})
+
+    async def server_state(self, request: web.Request, params: Params) -> web.Response:
+        """Nacos's ServerStateController answer (strings), and which transport and kernels this node runs."""
+        cluster = bool(self.config.members or self.config.cluster_conf)
+        state = {
+            "version": f"shoal-{__version__}",
+            "standalone_mode": "cluster" if cluster else "standalone",
+            "function_mode": "naming",
+            "auth_enabled": str(self.config.auth_enabled).lower(),
+            "login_page_enabled": str(self.config.auth_enabled).lower(),
+            "console_ui_enabled": "false",
+            "shoal_transport": transport_name(self.config),
+            "shoal_kernels": ",".join(f"{k}={v}" for k, v in sorted(kernels.implementation().items())),
+        }
+        return web.Response(text=dumps(state), content_type="application/json")
 
     def _member_list(self, params: Params, address_key: str) -> list[dict[str, object]]:
         members = self.members.members() if self.members is not None else [_self_member(self.config)]
