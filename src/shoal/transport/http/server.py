@@ -14,6 +14,7 @@ unexpected exception a logged 500. Unknown paths answer 404.
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -38,6 +39,9 @@ from shoal.transport.http.params import Params, read_params
 log = logging.getLogger(__name__)
 
 RouteHandler = Callable[[web.Request, Params], Awaitable[web.StreamResponse]]
+
+#: Who a request carrying the cluster identity header is (it passes every check, as in Nacos).
+CLUSTER_IDENTITY = Identity("(cluster identity)", True)
 
 #: Auth requirements of a route besides READ / WRITE on a naming resource.
 ADMIN = "admin"
@@ -192,8 +196,14 @@ class HttpServer:
 
     async def _identity(self, request: web.Request, params: Params) -> Identity:
         """Token from ``accessToken`` (param or header) or ``Authorization: Bearer``; else
-        ``username``/``password`` sent with the request (docs/protocol.md §5.6)."""
+        ``username``/``password`` sent with the request (docs/protocol.md §5.6). A request that
+        carries the cluster identity header (``nacos.core.auth.server.identity.key/.value``)
+        passes as an admin, as Nacos's AuthFilter lets server-identity requests through."""
         assert self.auth is not None
+        identity_key = self.config.cluster_identity_key
+        if identity_key and hmac.compare_digest(request.headers.get(identity_key, "").encode(),
+                                                self.config.cluster_identity_value.encode()):
+            return CLUSTER_IDENTITY
         token = params.text("accessToken") or request.headers.get("accessToken", "")
         if not token:
             bearer = request.headers.get("Authorization", "")
