@@ -87,7 +87,7 @@ NACOS_FOREIGN_KEYS: frozenset[str] = frozenset(_FOREIGN_KEYS_TEXT.split())
 OWN_PREFIXES = ("nacos.", "server.", "shoal.")
 
 #: ``SHOAL_*`` variables that are not ``SHOAL_<FIELD>`` settings but are read elsewhere.
-OTHER_SHOAL_VARIABLES = frozenset({"SHOAL_TEST_HOOKS", "SHOAL_NO_EXTENSIONS"})
+OTHER_SHOAL_VARIABLES = frozenset({"SHOAL_TEST_HOOKS", "SHOAL_NO_EXTENSIONS", "SHOAL_CYTHON_ANNOTATE"})
 
 #: Nacos Docker image variables (nacos-group/nacos-docker, README and docker-startup.sh) that map
 #: straight to a property.
@@ -261,9 +261,11 @@ def docker_environment(env: Mapping[str, str], report: Report) -> dict[str, str]
             out[prop] = env[var]
     mode = env.get("MODE", "").strip().lower()
     servers = " ".join(env.get("NACOS_SERVERS", "").replace(",", " ").split())
-    if mode not in ("", "standalone", "cluster"):
-        report.errors.append(f"MODE (environment) must be standalone or cluster, got {env['MODE']!r}")
-    elif mode == "standalone":
+    if mode not in ("", "standalone", "cluster"):  # MODE is a common name: not necessarily Nacos's
+        report.warnings.append(f"MODE={env['MODE']!r} in the environment is not the Nacos Docker image's "
+                               "standalone/cluster; ignored")
+        mode = ""
+    if mode == "standalone":
         out["nacos.member.list"] = ""
         if servers:
             report.warnings.append("MODE=standalone: NACOS_SERVERS is ignored")
