@@ -2,10 +2,12 @@
 
 Every setting has a property name; where Nacos has one we use it verbatim so operators can
 carry settings over (``nacos.naming.push.pushTaskDelay``...). Precedence, lowest first:
-defaults (Nacos's, except where a field says otherwise) < properties file (``--config``,
-``key=value`` lines as in Nacos's application.properties) < environment (``SHOAL_<FIELD>``,
+defaults (Nacos's, except where a field says otherwise) < properties file (``--config``, a
+Nacos application.properties in full Java syntax, ``${VAR:default}`` placeholders) < the Nacos
+Docker image's environment (``MODE``, ``NACOS_SERVERS``, ...) < environment (``SHOAL_<FIELD>``,
 e.g. ``SHOAL_PUSH_TASK_DELAY_MS``) < command-line flags (``-D property=value`` and the
-dedicated flags such as ``--port``).
+dedicated flags such as ``--port``). Reading and checking the sources is
+:mod:`shoal.config_sources`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from shoal.config_sources import (
+    PlaceholderResolver,
+    Report,
+    classify,
+    cluster_mode_problem,
+    docker_environment,
+    read_properties,
+    shoal_variables,
+)
 from shoal.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -71,7 +82,8 @@ def _setting(default: Any, prop: str, doc: str, check: Check | None = None) -> A
 
 
 def check_fields(obj: Any) -> None:
-    """Raise ConfigError naming the first field of dataclass ``obj`` whose constraint fails."""
+    """Raise one ConfigError naming every field of dataclass ``obj`` whose constraint fails."""
+    problems: list[str] = []
     for f in dataclasses.fields(obj):
         check: Check | None = f.metadata.get("check")
         if check is None:
@@ -79,7 +91,9 @@ def check_fields(obj: Any) -> None:
         value = getattr(obj, f.name)
         problem = check(value)
         if problem is not None:
-            raise ConfigError(f"{f.metadata.get('prop', f.name)} {problem}, got {value!r}")
+            problems.append(f"{f.metadata.get('prop', f.name)} {problem}, got {value!r}")
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -105,6 +119,28 @@ class Config:
     log_level: str = _setting(
         "info", "shoal.log.level", "Log level: debug, info, warning, error.",
         check=one_of("debug", "info", "warning", "error", "critical"),
+    )
+    log_format: str = _setting(
+        "text", "shoal.log.format", "Log line format: text, or json (one object per line: ts, level, logger, msg...).",
+        check=one_of("text", "json"),
+    )
+    log_file: str = _setting(
+        "", "shoal.log.file", "Write the log to this file (rotated by size) instead of standard error.",
+    )
+    log_file_max_bytes: int = _setting(
+        100 * 1024 * 1024, "shoal.log.file.max-bytes", "Size at which the log file (and the access log) rotates.",
+        check=positive,
+    )
+    log_file_count: int = _setting(
+        7, "shoal.log.file.count", "Rotated log files kept besides the current one.", check=positive,
+    )
+    access_log_enabled: bool = _setting(
+        False, "server.tomcat.accesslog.enabled",
+        "HTTP access log (method, path, status, duration, remote); Nacos's shipped file turns it on.",
+    )
+    access_log_file: str = _setting(
+        "", "shoal.log.access-file",
+        "Access log file (rotated like the log); empty = <data_dir>/logs/access_log.log, '-' = the main log.",
     )
     max_inbound_message_size: int = _setting(
         10 * 1024 * 1024,
@@ -615,17 +651,55 @@ class Config:
         env: Mapping[str, str] | None = None,
         overrides: Mapping[str, str] | None = None,
     ) -> Config:
-        """Defaults < file < env < overrides (keys: property names or field names)."""
-        values: dict[str, Any] = {}
-        if file:
-            values.update(_convert_all(read_properties(Path(file)), source=str(file)))
+        """Defaults < file < Nacos Docker env < ``SHOAL_<FIELD>`` env < overrides (property or field names)."""
+        return cls.load_with_report(file, env, overrides)[0]
+
+    @classmethod
+    def load_with_report(
+        cls,
+        file: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        overrides: Mapping[str, str] | None = None,
+    ) -> tuple[Config, Report]:
+        """:meth:`load`, and the report of keys accepted but not used (to log once logging is set up).
+
+        Every problem found in every source is raised together in one ConfigError.
+        """
         env = os.environ if env is None else env
-        env_values = {
-            f.name: env[f"SHOAL_{f.name.upper()}"] for f in _fields() if f"SHOAL_{f.name.upper()}" in env
-        }
-        values.update(_convert_all(env_values, source="environment"))
-        values.update(_convert_all(dict(overrides or {}), source="command line"))
-        return cls(**values).validate()
+        report = Report()
+        raw_overrides = dict(overrides or {})
+        known_props = set(_BY_PROP)
+        props = read_properties(Path(file)) if file else {}
+        resolver = PlaceholderResolver(props, env, raw_overrides)
+        layers: list[tuple[str, dict[str, str]]] = []
+        if file:
+            layers.append((str(file), classify(props, known_props, str(file), report)))
+        layers.append(("Nacos Docker environment", docker_environment(env, report)))
+        layers.append(("environment", shoal_variables(env, list(_BY_NAME), report)))
+        layers.append(("command line", classify(raw_overrides, known_props | set(_BY_NAME), "command line", report)))
+        values: dict[str, Any] = {}
+        for source, layer in layers:
+            for key, text in layer.items():
+                f = _BY_PROP.get(key) or _BY_NAME[key]
+                try:
+                    resolved = resolver.resolve(text)
+                except ConfigError as exc:
+                    report.errors.append(f"{f.metadata['prop']} ({source}): {exc}")
+                    continue
+                try:
+                    values[f.name] = _convert(f, resolved, source)
+                except ConfigError as exc:
+                    report.errors.append(str(exc))
+        problem = cluster_mode_problem(env, values.get("members", ""), values.get("cluster_conf", ""))
+        if problem:
+            report.errors.append(problem)
+        if not report.errors:
+            try:
+                cls(**values).validate()
+            except ConfigError as exc:
+                report.errors.append(str(exc))
+        report.raise_if_errors()
+        return cls(**values), report
 
     def describe(self) -> Iterator[tuple[str, Any, str]]:
         """(property, value, doc) for every setting: used by --help and the startup log."""
@@ -699,40 +773,6 @@ _BY_NAME = {f.name: f for f in dataclasses.fields(Config)}
 
 def prop_of(field_name: str) -> str:
     return str(_BY_NAME[field_name].metadata["prop"])
-
-
-def read_properties(path: Path) -> dict[str, str]:
-    """Parse a Java-style properties file: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-    out: dict[str, str] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep <= 0:
-            raise ConfigError(f"{path}:{lineno}: expected key=value, got {raw!r}")
-        out[line[:sep].strip()] = line[sep + 1 :].strip()
-    return out
-
-
-def _convert_all(raw: Mapping[str, str], source: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, text in raw.items():
-        f = _BY_PROP.get(key) or _BY_NAME.get(key)
-        if f is None:
-            if key.startswith(("nacos.", "server.", "shoal.")):
-                # Nacos properties we do not implement are accepted and ignored, so an existing
-                # application.properties can be reused; typos in our own names are not.
-                if key.startswith("shoal."):
-                    raise ConfigError(f"unknown setting {key!r} ({source})")
-                continue
-            raise ConfigError(f"unknown setting {key!r} ({source})")
-        out[f.name] = _convert(f, text, source)
-    return out
 
 
 def _convert(f: dataclasses.Field[Any], text: str, source: str) -> Any:

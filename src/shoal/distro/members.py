@@ -84,14 +84,17 @@ class Member:
 
 
 def parse_member(text: str) -> tuple[str, int]:
-    """``ip[:port]`` → (ip, port); the port defaults to 8848 as in cluster.conf."""
-    item = text.strip()
+    """``ip[:port][?raft_port=N]`` → (ip, port); the port defaults to 8848 as in cluster.conf.
+
+    Nacos's member entries may carry ``?raft_port=N`` (MEMBER_LIST, cluster.conf): accepted, not used.
+    """
+    item = text.split("?", 1)[0].strip()
     host, sep, port = item.rpartition(":")
     if not sep:
         host, port = item, str(DEFAULT_PORT)
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"bad cluster member {text!r}: expected ip[:port]")
+        raise ConfigError(f"bad cluster member {text!r}: expected ip[:port][?raft_port=N]")
     return host, int(port)
 
 

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="download an Arrow snapshot from a running node",
         description="Ask a running node for a fresh Arrow snapshot (instances, clients, services, "
                     "events) and unpack it into --out as <node>-<taken_at_ms>/. Needs an admin "
-                    "token (or --username/--password) when the node runs with auth.",
+                    "token (or --username with --password-file) when the node runs with auth.",
     )
     parser.add_argument("--addr", required=True, metavar="HOST:PORT",
                         help="the node's main (HTTP) address; https://HOST:PORT for a node serving HTTPS")
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--out", required=True, metavar="DIR", help="directory to unpack the snapshot into")
     parser.add_argument("--token", help="accessToken of an admin user")
     parser.add_argument("--username", help="admin user (logs in to get a token)")
-    parser.add_argument("--password-file", help="file holding the admin user's password")
+    parser.add_argument("--password-file", metavar="FILE", help="file holding the admin user's password")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the node (default 300)")
     parser.set_defaults(func=_cmd_export)
 
