@@ -43,6 +43,11 @@ REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 #: every step); here the larger of the current and the previous window of this length.
 MAX_WINDOW_S = 60.0
 
+#: At most this many (transport, type, code, method) request series; later new ones are counted
+#: under the type ``OVERFLOW_TYPE``.
+MAX_REQUEST_SERIES = 2000
+OVERFLOW_TYPE = "other"
+
 #: Nacos's gRPC request types whose ``Request.getModule()`` is ``internal``.
 INTERNAL_REQUEST_TYPES = frozenset({
     "ServerCheckRequest", "HealthCheckRequest", "ConnectionSetupRequest", "ServerLoaderInfoRequest",
@@ -394,7 +399,11 @@ class Metrics:
         key = (transport, type_name, code, method)
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._entries[key] = [0.0] * (6 + len(REQUEST_BUCKETS))
+            if len(self._entries) >= MAX_REQUEST_SERIES:  # bounded, whatever type names peers send
+                key = (transport, OVERFLOW_TYPE, code, method)
+                entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = [0.0] * (6 + len(REQUEST_BUCKETS))
         entry[0] += 1
         if seconds is not None:
             entry[1] += 1

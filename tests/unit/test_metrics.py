@@ -5,7 +5,9 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from shoal.metrics import (
+    MAX_REQUEST_SERIES,
     MAX_WINDOW_S,
+    OVERFLOW_TYPE,
     REQUEST_BUCKETS,
     ClusterFigures,
     Metrics,
@@ -149,3 +151,13 @@ def test_no_created_series_but_process_and_gc() -> None:
     assert not [n for n in names if n.endswith("_created")]
     assert b"_created" not in m.render()
     assert {"process_cpu_seconds_total", "python_gc_collections_total", "process_uptime_seconds"} <= names
+
+
+def test_request_series_are_bounded() -> None:
+    m = Metrics()
+    for i in range(MAX_REQUEST_SERIES + 50):
+        m.request("cluster", f"Garbage{i}Request", 403, 0.001)
+    m.request("cluster", "Garbage0Request", 403, 0.001)  # an existing series still counts as itself
+    assert m.request_count("cluster", "Garbage0Request", 403) == 2
+    assert m.request_count("cluster", OVERFLOW_TYPE, 403) == 50
+    assert m.request_count("cluster", f"Garbage{MAX_REQUEST_SERIES + 1}Request", 403) == 0
