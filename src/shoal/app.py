@@ -11,6 +11,8 @@ from pathlib import Path
 from shoal.auth.service import AuthService
 from shoal.clock import Clock, SystemClock
 from shoal.config import Config, TestHooks
+from shoal.cp.factory import CpRuntime, build_cp
+from shoal.cp.store import Keyspace, json_view
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.responsibility import ForwardAllTo, MapperResponsibility, Responsibility, Standalone
@@ -23,6 +25,7 @@ from shoal.metrics import Metrics
 from shoal.model.client import Client, ClientKind
 from shoal.model.keys import ServiceKey
 from shoal.push.service import PushService
+from shoal.service_layer.namespaces import NamespaceService
 from shoal.stack import ModelStack
 from shoal.tasks import Periodic, run_blocking
 from shoal.transport.grpc.cluster_server import ClusterServer
@@ -35,7 +38,8 @@ from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http.api import Api
 from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import MemberList
-from shoal.transport.http.server import ADMIN, HttpServer
+from shoal.transport.http.namespaces import NamespaceRoutes
+from shoal.transport.http.server import ADMIN, IDENTITY, HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +104,13 @@ class Node:
             ForwardAllTo(self.hooks.forward_all_to) if self.hooks.forward_all_to
             else MapperResponsibility(self.distro.mapper) if self.distro is not None else Standalone())
         self.http.forwarder.responsibility = self.responsibility
+        # The CP store (issue 12): namespaces and auth data are cluster-wide through it.
+        self.cp: CpRuntime = build_cp(config, [(m.ip, m.port) for m in self.members.all_members()]
+                                      if self.members is not None else [],
+                                      self.members.self_address if self.members is not None else "")
+        self.namespace_view = json_view(self.cp.store, Keyspace.NAMESPACES)
+        self.namespaces = NamespaceService(self.namespace_view, self.clock.now_ms)
+        NamespaceRoutes(self.namespaces).register(self.http.add_route, ADMIN, IDENTITY)
         self.heartbeats = HeartbeatChecker(config, self.clock, self.clients, self.services, self.naming.beats,
                                            self.responsibility)
         self.periodics.append(Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick))
@@ -113,6 +124,7 @@ class Node:
         self.http.add_route("GET", "/nacos/v1/shoal/export", export_routes.export, Api.CORE, ADMIN)
         self._serving = False
         self._started = False
+        self._cp_started = False
         self.metrics.add_sizes(self._sizes)
 
     # --- status -------------------------------------------------------------------------
@@ -130,7 +142,10 @@ class Node:
     async def start(self) -> None:
         """Open the listeners (answering 300 until ready), start the loops, then serve."""
         await run_blocking(self.limits.reload_if_changed)  # limits hold from the first connection
-        await self.auth.start()  # users and the token key (generated on first start)
+        await self.cp.start()  # the store (and, managed, this node's etcd member) before any listener
+        self._cp_started = True
+        self.namespace_view.start()
+        await self.auth.start(self.cp.store)  # users and the cluster's token key, from the CP store
         await self.http.start()
         await self.sdk_server.start()
         self._started = True
@@ -160,6 +175,10 @@ class Node:
             await self.cluster_server.stop(0.5)
         await self.push.stop()
         await self.http.stop()
+        await self.namespace_view.stop()
+        await self.auth.stop()
+        if self._cp_started:
+            await self.cp.stop()
         log.info("node stopped")
 
     # --- glue ---------------------------------------------------------------------------
