@@ -157,6 +157,7 @@ class Node:
             periodic.start()
         if self.distro is not None:  # a starting cluster node loads a peer's snapshot before serving
             await self.distro.wait_loaded(self.config.load_timeout_ms / 1000)
+        await self._wait_namespace_view()
         if self.config.startup_delay_ms:
             await asyncio.sleep(self.config.startup_delay_ms / 1000)
         self._serving = True
@@ -180,6 +181,13 @@ class Node:
         if self._cp_started:
             await self.cp.stop()
         log.info("node stopped")
+
+    async def _wait_namespace_view(self) -> None:
+        """Readiness waits for the namespaces' first full read (bounded like the other CP views)."""
+        try:
+            await self.namespace_view.wait_ready(self.config.load_timeout_ms / 1000)
+        except TimeoutError:
+            log.warning("CP store (%s) not readable: namespaces appear once it is", self.cp.mode)
 
     # --- glue ---------------------------------------------------------------------------
     @functools.cached_property

@@ -18,7 +18,9 @@ events to the loop (in commit order) and every watcher's queue receives those un
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -79,7 +81,14 @@ class EmbeddedStore(CpStore):
         await self._call(self._open)
 
     def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Private: the store holds password hashes and the cluster's token key. SQLite gives its
+        # -wal and -shm files the main file's mode.
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
+        for path in (self.path, self.path.with_name(self.path.name + "-wal"),
+                     self.path.with_name(self.path.name + "-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(path, 0o600)
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
