@@ -145,7 +145,8 @@ class Node:
         await self.cp.start()  # the store (and, managed, this node's etcd member) before any listener
         self._cp_started = True
         self.namespace_view.start()
-        await self.auth.start(self.cp.store)  # users and the cluster's token key, from the CP store
+        await self.auth.start(self.cp.store, wait_s=0)  # users and the cluster's token key, from the CP store
+        cp_ready = asyncio.get_running_loop().create_task(self._wait_cp_ready(), name="cp-ready")
         await self.http.start()
         await self.sdk_server.start()
         self._started = True
@@ -157,7 +158,7 @@ class Node:
             periodic.start()
         if self.distro is not None:  # a starting cluster node loads a peer's snapshot before serving
             await self.distro.wait_loaded(self.config.load_timeout_ms / 1000)
-        await self._wait_namespace_view()
+        await cp_ready  # waited for alongside the Distro load, under the same bound
         if self.config.startup_delay_ms:
             await asyncio.sleep(self.config.startup_delay_ms / 1000)
         self._serving = True
@@ -182,12 +183,17 @@ class Node:
             await self.cp.stop()
         log.info("node stopped")
 
-    async def _wait_namespace_view(self) -> None:
-        """Readiness waits for the namespaces' first full read (bounded like the other CP views)."""
+    async def _wait_cp_ready(self) -> None:
+        """Readiness waits for the namespaces' first read and the auth data and token key, within
+        the load timeout: a node whose store has no quorum yet serves AP traffic meanwhile."""
+        timeout_s = self.config.load_timeout_ms / 1000
         try:
-            await self.namespace_view.wait_ready(self.config.load_timeout_ms / 1000)
+            async with asyncio.timeout(timeout_s):
+                await self.namespace_view.wait_ready()
+                await self.auth.wait_ready()
         except TimeoutError:
-            log.warning("CP store (%s) not readable: namespaces appear once it is", self.cp.mode)
+            log.warning("CP store (%s) not readable after %.1f s: serving AP traffic; namespaces, users and "
+                        "tokens follow once it is", self.cp.mode, timeout_s)
 
     # --- glue ---------------------------------------------------------------------------
     @functools.cached_property

@@ -150,8 +150,9 @@ class AuthService:
         """Read users from ``store`` (the node's CP store; None = an embedded store of its own in
         the data dir), import a per-node user file once, and get the token key.
 
-        Waits up to ``wait_s`` (default: the load timeout) for the store; if it has no quorum yet,
-        the rest happens in the background and logins answer 503 meanwhile."""
+        Waits up to ``wait_s`` (default: the load timeout; 0 = not at all, see :meth:`wait_ready`)
+        for the store; if it has no quorum yet, the rest happens in the background and logins
+        answer 503 meanwhile."""
         if store is None:
             store = self._own_store = EmbeddedStore.in_data_dir(self.config.data_dir,
                                                                 self.config.cp_history_revisions)
@@ -163,11 +164,18 @@ class AuthService:
             self._tokens = TokenManager(key, self.config.auth_token_expire_s, self._now_s)
         self._preparing = asyncio.get_running_loop().create_task(self._prepare(), name="auth-prepare")
         timeout = self.config.load_timeout_ms / 1000 if wait_s is None else wait_s
+        if timeout <= 0:
+            return
         try:
-            await asyncio.wait_for(asyncio.shield(self._preparing), timeout)
+            await self.wait_ready(timeout)
         except TimeoutError:
             log.warning("auth: the CP store (%s) is not answering yet; users and the token key load in the "
                         "background and logins answer 503 until then", store.kind)
+
+    async def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Wait until users are read, a user file imported and the token key loaded."""
+        if self._preparing is not None:
+            await asyncio.wait_for(asyncio.shield(self._preparing), timeout_s)
 
     async def _prepare(self) -> None:
         data = self.data
