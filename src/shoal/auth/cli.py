@@ -43,6 +43,12 @@ def register(sub: Any) -> None:
                             help="a standalone node's data dir: its embedded store (default ./.data)")
         parser.add_argument("--cp-endpoints", default="", metavar="HOST:PORT,...",
                             help="the cluster's etcd endpoints instead of a data dir")
+        parser.add_argument("--cp-tls-ca", default="", metavar="FILE", help="CA file for etcd's TLS (https)")
+        parser.add_argument("--cp-tls-cert", default="", metavar="FILE", help="client certificate for etcd")
+        parser.add_argument("--cp-tls-key", default="", metavar="FILE", help="client key for etcd")
+        parser.add_argument("--cp-user", default="", help="etcd user, when etcd has auth enabled")
+        parser.add_argument("--cp-password-file", default="", metavar="FILE",
+                            help="file whose first line is the etcd user's password")
 
     create = actions.add_parser("create", help="create a user (bcrypt-hashed password)",
                                 description="Create a user in the CP store.")
@@ -81,7 +87,9 @@ def _read_password(source: str) -> str:
 def _store(args: argparse.Namespace) -> CpStore:
     endpoints = [e.strip() for e in str(args.cp_endpoints).split(",") if e.strip()]
     if endpoints:
-        return EtcdStore(endpoints)
+        password = _read_password(args.cp_password_file) if args.cp_password_file else ""
+        return EtcdStore(endpoints, ca_file=args.cp_tls_ca, cert_file=args.cp_tls_cert, key_file=args.cp_tls_key,
+                         user=args.cp_user, password=password)
     return EmbeddedStore.in_data_dir(args.data_dir)
 
 
