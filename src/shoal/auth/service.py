@@ -4,7 +4,8 @@ Transport-neutral: the HTTP routes and the gRPC request filter call these; failu
 ``Forbidden`` (403, Nacos's messages ``user not found!`` / ``token invalid!`` / ``token
 expired!`` / ``authorization failed!``), ``InvalidParam`` (400) or ``TooManyLogins`` (429).
 bcrypt work runs in the executor (at most two at a time, so a login storm cannot starve the
-loop's executor), and failed logins are rate-limited per source ip.
+loop's executor), and failed logins are rate-limited per source ip. Users, roles, permissions
+and the token key come from the CP store (:mod:`shoal.auth.cpdata`), shared by every node.
 """
 
 from __future__ import annotations
