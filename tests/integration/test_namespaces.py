@@ -132,6 +132,13 @@ def test_created_on_one_node_is_seen_and_changed_on_the_others(tmp_path: Path) -
         poll_until(lambda: "shared" not in listed(a) and "shared" not in listed(b), timeout=10,
                    what="the delete on A and B")
         assert json.loads(call("GET", a.url(V2), {"namespaceId": "shared"})[1])["code"] == 22001
+        # without its store a node refuses namespace writes with a 503 and still lists from memory
+        assert call_json("POST", a.url(V2), data={"namespaceId": "kept", "namespaceName": "Kept"})["data"]
+        poll_until(lambda: "kept" in listed(c), timeout=10, what="kept on C")
+        etcd.stop()
+        status, text = call("POST", c.url(V2), data={"namespaceId": "lost", "namespaceName": "Lost"})
+        assert status == 503 and json.loads(text)["code"] == 30000, text
+        assert "kept" in listed(c) and "lost" not in listed(c)
     finally:
         cluster.stop_all()
         etcd.stop()
