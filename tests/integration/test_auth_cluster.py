@@ -122,5 +122,9 @@ def test_users_commands_on_the_data_dir_of_a_running_standalone_node(tmp_path: P
         assert run_users("delete", "ops", *data).returncode == 0
         assert login(server, "ops", "second-pass")[0] == 403
         assert run_users("delete", "ops", *data).returncode == 2  # no such user
+        # roles granted meanwhile reach the running node too
+        assert run_users("create", "boss", "--password-file", str(pw), "--admin", *data).returncode == 0
+        poll_until(lambda: '"globalAdmin":true' in login(server, "boss", "second-pass")[1], timeout=10,
+                   what="the new admin's role on the running node")
     finally:
         kill(server)

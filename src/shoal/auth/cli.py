@@ -9,8 +9,8 @@ STORE is ``--data-dir DIR`` (a standalone node's embedded store, ``DIR/cp/store.
 default) or ``--cp-endpoints host:port,...`` (the etcd cluster of a cluster: its endpoints, or the
 managed members on each node's port - 1000). The password is the file's first line (``-`` reads
 standard input), so it never appears in a process list or shell history. Nodes on etcd see a
-change at once; a standalone node running on the same data dir sees a new user or password at
-the next login, and new roles after a restart.
+change at once; a standalone node running on the same data dir within about a second (its store
+polls the file's revision).
 """
 
 from __future__ import annotations
