@@ -11,6 +11,8 @@ from pathlib import Path
 from shoal.auth.service import AuthService
 from shoal.clock import Clock, SystemClock
 from shoal.config import Config, TestHooks
+from shoal.cp.factory import CpRuntime, build_cp
+from shoal.cp.store import Keyspace, json_view
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.responsibility import (
@@ -30,6 +32,7 @@ from shoal.model.client import Client, ClientKind
 from shoal.model.keys import ServiceKey
 from shoal.node_metrics import watch_node
 from shoal.push.service import PushService
+from shoal.service_layer.namespaces import NamespaceService
 from shoal.stack import ModelStack
 from shoal.tasks import Periodic, run_blocking
 from shoal.tls import NodeTls
@@ -43,7 +46,8 @@ from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http.api import Api
 from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import MemberList
-from shoal.transport.http.server import ADMIN, HttpServer
+from shoal.transport.http.namespaces import NamespaceRoutes
+from shoal.transport.http.server import ADMIN, IDENTITY, HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +120,13 @@ class Node:
         if self.distro is not None and not self.hooks.forward_all_to:
             # an owner that does not answer a forwarded write in time: handle it here (docs/protocol.md §5.5)
             self.http.forwarder.fallback = DistroFallback(self.distro.members, self.distro.handoff)
+        # The CP store (issue 12): namespaces and auth data are cluster-wide through it.
+        self.cp: CpRuntime = build_cp(config, [(m.ip, m.port) for m in self.members.all_members()]
+                                      if self.members is not None else [],
+                                      self.members.self_address if self.members is not None else "")
+        self.namespace_view = json_view(self.cp.store, Keyspace.NAMESPACES)
+        self.namespaces = NamespaceService(self.namespace_view, self.clock.now_ms)
+        NamespaceRoutes(self.namespaces).register(self.http.add_route, ADMIN, IDENTITY)
         self.heartbeats = HeartbeatChecker(config, self.clock, self.clients, self.services, self.naming.beats,
                                            self.responsibility)
         self.periodics.append(Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick))
@@ -129,6 +140,7 @@ class Node:
         self.http.add_route("GET", "/nacos/v1/shoal/export", export_routes.export, Api.CORE, ADMIN)
         self._serving = False
         self._started = False
+        self._cp_started = False
         self.metrics.add_sizes(self._sizes)
         watch_node(self.metrics, self)
 
@@ -147,7 +159,11 @@ class Node:
     async def start(self) -> None:
         """Open the listeners (answering 300 until ready), start the loops, then serve."""
         await run_blocking(self.limits.reload_if_changed)  # limits hold from the first connection
-        await self.auth.start()  # users and the token key (generated on first start)
+        await self.cp.start()  # the store (and, managed, this node's etcd member) before any listener
+        self._cp_started = True
+        self.namespace_view.start()
+        await self.auth.start(self.cp.store, wait_s=0)  # users and the cluster's token key, from the CP store
+        cp_ready = asyncio.get_running_loop().create_task(self._wait_cp_ready(), name="cp-ready")
         await self.http.start()
         await self.sdk_server.start()
         self._started = True
@@ -159,6 +175,7 @@ class Node:
             periodic.start()
         if self.distro is not None:  # a starting cluster node loads a peer's snapshot before serving
             await self.distro.wait_loaded(self.config.load_timeout_ms / 1000)
+        await cp_ready  # waited for alongside the Distro load, under the same bound
         if self.config.startup_delay_ms:
             await asyncio.sleep(self.config.startup_delay_ms / 1000)
         self._serving = True
@@ -177,7 +194,23 @@ class Node:
             await self.cluster_server.stop(0.5)
         await self.push.stop()
         await self.http.stop()
+        await self.namespace_view.stop()
+        await self.auth.stop()
+        if self._cp_started:
+            await self.cp.stop()
         log.info("node stopped")
+
+    async def _wait_cp_ready(self) -> None:
+        """Readiness waits for the namespaces' first read and the auth data and token key, within
+        the load timeout: a node whose store has no quorum yet serves AP traffic meanwhile."""
+        timeout_s = self.config.load_timeout_ms / 1000
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.namespace_view.wait_ready()
+                await self.auth.wait_ready()
+        except TimeoutError:
+            log.warning("CP store (%s) not readable after %.1f s: serving AP traffic; namespaces, users and "
+                        "tokens follow once it is", self.cp.mode, timeout_s)
 
     # --- glue ---------------------------------------------------------------------------
     @functools.cached_property

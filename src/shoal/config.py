@@ -291,7 +291,7 @@ class Config:
     )
     auth_token_secret_key: str = _setting(
         "", "nacos.core.auth.plugin.nacos.token.secret.key",
-        "Base64 HS256 key (>= 32 bytes); empty = generated once into <data_dir>/auth/token.secret.key.",
+        "Base64 HS256 key (>= 32 bytes); empty = generated once per cluster into the CP store.",
     )
     auth_login_max_failures: int = _setting(
         5, "shoal.auth.login.max-failures", "Failed logins from one source ip before it is refused for a while.",
