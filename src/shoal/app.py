@@ -11,6 +11,8 @@ from pathlib import Path
 from shoal.auth.service import AuthService
 from shoal.clock import Clock, SystemClock
 from shoal.config import Config, TestHooks
+from shoal.cp.factory import CpRuntime, build_cp
+from shoal.cp.store import Keyspace, json_view
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.responsibility import ForwardAllTo, MapperResponsibility, Responsibility, Standalone
@@ -23,6 +25,7 @@ from shoal.metrics import Metrics
 from shoal.model.client import Client, ClientKind
 from shoal.model.keys import ServiceKey
 from shoal.push.service import PushService
+from shoal.service_layer.persistent import PersistentNaming
 from shoal.stack import ModelStack
 from shoal.tasks import Periodic, run_blocking
 from shoal.transport.grpc.cluster_server import ClusterServer
@@ -100,6 +103,16 @@ class Node:
             ForwardAllTo(self.hooks.forward_all_to) if self.hooks.forward_all_to
             else MapperResponsibility(self.distro.mapper) if self.distro is not None else Standalone())
         self.http.forwarder.responsibility = self.responsibility
+        # The CP store (issue 12): persistent instances and service metadata, fed into the model
+        # by the views' watches on every node (shoal.service_layer.persistent).
+        self.cp: CpRuntime = build_cp(config, [(m.ip, m.port) for m in self.members.all_members()]
+                                      if self.members is not None else [],
+                                      self.members.self_address if self.members is not None else "")
+        self.instance_view = json_view(self.cp.store, Keyspace.INSTANCES)
+        self.service_view = json_view(self.cp.store, Keyspace.SERVICES)
+        self.persistent = PersistentNaming(self.naming, self.instance_view, self.service_view)
+        self.http.set_persistent(self.persistent)
+        self.sdk_server.handlers.update(naming_handlers(self.naming, self.persistent))
         self.heartbeats = HeartbeatChecker(config, self.clock, self.clients, self.services, self.naming.beats,
                                            self.responsibility)
         self.periodics.append(Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick))
@@ -113,6 +126,7 @@ class Node:
         self.http.add_route("GET", "/nacos/v1/shoal/export", export_routes.export, Api.CORE, ADMIN)
         self._serving = False
         self._started = False
+        self._cp_started = False
         self.metrics.add_sizes(self._sizes)
 
     # --- status -------------------------------------------------------------------------
@@ -124,6 +138,8 @@ class Node:
             return None
         if self.distro is not None and not self.distro.loaded and self._started:
             return "node is loading a snapshot from its peers"
+        if self._started and not (self.instance_view.ready and self.service_view.ready):
+            return "node is reading its CP store"
         return "node is starting"
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -131,6 +147,10 @@ class Node:
         """Open the listeners (answering 300 until ready), start the loops, then serve."""
         await run_blocking(self.limits.reload_if_changed)  # limits hold from the first connection
         await self.auth.start()  # users and the token key (generated on first start)
+        await self.cp.start()  # the store (and, managed, this node's etcd member) before any listener
+        self._cp_started = True
+        self.instance_view.start()
+        self.service_view.start()
         await self.http.start()
         await self.sdk_server.start()
         self._started = True
@@ -142,6 +162,7 @@ class Node:
             periodic.start()
         if self.distro is not None:  # a starting cluster node loads a peer's snapshot before serving
             await self.distro.wait_loaded(self.config.load_timeout_ms / 1000)
+        await self._wait_cp_views()
         if self.config.startup_delay_ms:
             await asyncio.sleep(self.config.startup_delay_ms / 1000)
         self._serving = True
@@ -160,7 +181,22 @@ class Node:
             await self.cluster_server.stop(0.5)
         await self.push.stop()
         await self.http.stop()
+        await self.instance_view.stop()
+        await self.service_view.stop()
+        if self._cp_started:
+            await self.cp.stop()
         log.info("node stopped")
+
+    async def _wait_cp_views(self) -> None:
+        """Readiness waits for the CP views' first full read (bounded by the load timeout: a
+        node whose store has no quorum yet still serves AP traffic, and its views fill later)."""
+        timeout_s = self.config.load_timeout_ms / 1000
+        try:
+            await self.instance_view.wait_ready(timeout_s)
+            await self.service_view.wait_ready(timeout_s)
+        except TimeoutError:
+            log.warning("CP store (%s) not readable after %.1f s: serving AP traffic; persistent instances "
+                        "and service metadata appear once it is", self.cp.mode, timeout_s)
 
     # --- glue ---------------------------------------------------------------------------
     @functools.cached_property

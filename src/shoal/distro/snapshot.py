@@ -75,7 +75,8 @@ class SnapshotServer:
         session = self._sessions.get(session_id)
         if session is None:
             session_id = str(next(self._ids))
-            session = self._sessions[session_id] = _Session(sorted(self.clients.clients), 0)
+            ids = sorted(c.client_id for c in self.clients if c.replicated)  # persistent ones come from CP
+            session = self._sessions[session_id] = _Session(ids, 0)
         session.expires_ms = now + self.session_ttl_ms
         offset = int(request.get("offset") or 0)
         grouped: dict[str, list[ClientRecord]] = defaultdict(list)
