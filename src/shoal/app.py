@@ -19,6 +19,7 @@ from shoal.distro.responsibility import ForwardAllTo, MapperResponsibility, Resp
 from shoal.errors import ConfigError
 from shoal.export.eventlog import ChangeLog
 from shoal.export.node_export import NodeExporter, export_and_rotate
+from shoal.health.checker import CheckSettings, PersistentHealthChecker
 from shoal.health.heartbeat import HeartbeatChecker
 from shoal.health.keepalive import ConnectionKeepAlive
 from shoal.metrics import Metrics
@@ -113,6 +114,15 @@ class Node:
         self.persistent = PersistentNaming(self.naming, self.instance_view, self.service_view)
         self.http.set_persistent(self.persistent)
         self.sdk_server.handlers.update(naming_handlers(self.naming, self.persistent))
+        mapper = self.distro.mapper if self.distro is not None else None
+        self.health_checker = PersistentHealthChecker(
+            self.persistent, mapper.responsible if mapper is not None else (lambda _name: True),
+            self.clock.monotonic_ms,
+            CheckSettings(config.health_check_interval_ms, config.health_check_jitter_ms,
+                          config.health_check_timeout_ms, config.health_check_times, config.health_check_concurrency),
+            self.metrics.health_checked)
+        self.periodics.append(Periodic("persistent-health-check", min(200, config.health_check_interval_ms),
+                                       self.health_checker.tick))
         self.heartbeats = HeartbeatChecker(config, self.clock, self.clients, self.services, self.naming.beats,
                                            self.responsibility)
         self.periodics.append(Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick))
@@ -179,6 +189,7 @@ class Node:
             await self.distro.stop()
         if self.cluster_server is not None:
             await self.cluster_server.stop(0.5)
+        await self.health_checker.stop()
         await self.push.stop()
         await self.http.stop()
         await self.instance_view.stop()

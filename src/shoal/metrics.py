@@ -44,6 +44,10 @@ class Metrics:
         self.connections_closed = Counter(
             "shoal_connections_closed", "Connections unregistered, by reason", ["reason"], registry=self.registry,
         )
+        self.health_checks = Counter(
+            "shoal_health_checks", "Server-side checks of persistent instances run by this node, by type",
+            ["type"], registry=self.registry,
+        )
         self._request_children: dict[tuple[str, str, int], Any] = {}
 
     def add_sizes(self, sizes: Callable[[], dict[str, float]]) -> None:
@@ -60,6 +64,9 @@ class Metrics:
         self.pushes.labels(result).inc()
         if latency_s is not None:
             self.push_latency.observe(latency_s)
+
+    def health_checked(self, kind: str) -> None:
+        self.health_checks.labels(kind).inc()
 
     def connection_closed(self, reason: str) -> None:
         self.connections_closed.labels(reason.split(":", 1)[0]).inc()
