@@ -176,9 +176,14 @@ class PersistentNaming:
                                      instance_doc(service, full))
 
     async def deregister(self, service: ServiceKey, ip: str, port: int, cluster: str = DEFAULT_CLUSTER) -> None:
-        """Remove one persistent instance; an unknown one is a successful no-op (as Nacos)."""
+        """Remove the persistent instance ``ip:port`` of the service, whatever its cluster (Nacos
+        removes the ``ip:port#false`` client's publication; the cluster is not compared); an
+        unknown one is a successful no-op."""
         self.naming.check_params(service, clusters=cluster)
-        await self.instances.delete(instance_name(service, cluster or DEFAULT_CLUSTER, ip, port))
+        names = [name for name, inst in self._by_service.get(service, {}).items()
+                 if inst.ip == ip and inst.port == port]
+        for name in names or [instance_name(service, cluster or DEFAULT_CLUSTER, ip, port)]:
+            await self.instances.delete(name)
 
     async def update(self, service: ServiceKey, ip: str, port: int, cluster: str, *, weight: float | None,
                      enabled: bool | None, metadata: Mapping[str, str] | None, healthy: bool | None = None) -> None:
