@@ -173,13 +173,6 @@ async def test_three_nodes_share_persistent_instances_checks_and_restart(
     for node in cp_cluster.nodes:
         poll_until(lambda n=node: _all_members_up(n, 3), 20, 0.1, "every member UP")  # type: ignore[misc]
 
-    # Written on A, listed on B and C within a second.
-    assert call(a, "POST", "/nacos/v1/ns/instance", serviceName="shared", ip="10.6.0.1", port=7000,
-                ephemeral="false")[0] == 200
-    for node in (b, c):
-        poll_until(lambda n=node: [h["ip"] for h in listed(n, "shared")] == ["10.6.0.1"], 1.0, 0.02,  # type: ignore[misc]
-                   f"the persistent instance on {node.addr}")
-
     # A real listener: healthy while it accepts, unhealthy once closed, healthy again on reopen.
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -211,9 +204,16 @@ async def test_three_nodes_share_persistent_instances_checks_and_restart(
         await wait_until(lambda: pushed_health() is True, 10, "a push with the instance healthy again")
     finally:
         listener.close()
-    # Only one node runs the checks of a service.
+    # Only one node runs the checks of a service (the only persistent service so far).
     counts = [n.metric("health_checks_total", type="TCP") for n in cp_cluster.nodes]
     assert sum(1 for count in counts if count > 0) == 1, counts
+
+    # Written on A, listed on B and C within a second.
+    assert call(a, "POST", "/nacos/v1/ns/instance", serviceName="shared", ip="10.6.0.1", port=7000,
+                ephemeral="false")[0] == 200
+    for node in (b, c):
+        poll_until(lambda n=node: [h["ip"] for h in listed(n, "shared")] == ["10.6.0.1"], 1.0, 0.02,  # type: ignore[misc]
+                   f"the persistent instance on {node.addr}")
 
     # All three nodes (and their etcd members) killed and restarted: the instances are back.
     cp_cluster.kill_all()
