@@ -30,6 +30,7 @@ CP_OFFSETS = (-1000, -999, 0, 1000, 1001)
 FAST_HEALTH = ["-D", "shoal.health.check-interval-ms=300", "-D", "shoal.health.check-jitter-ms=0",
                "-D", "shoal.health.check-times=1"]
 FAST_CLUSTER = ["-D", "shoal.member.report-interval-ms=300", "-D", "nacos.core.member.fail-access-cnt=2",
+                "-D", "shoal.cp.request-timeout-ms=2000",
                 "-D", "nacos.core.protocol.distro.data.load.timeoutMs=15000"]
 
 
@@ -221,3 +222,14 @@ async def test_three_nodes_share_persistent_instances_checks_and_restart(
     for node in cp_cluster.nodes:
         assert {h["ip"] for h in listed(node, "shared")} == {"10.6.0.1"}
         assert [h["port"] for h in listed(node, "checked")] == [port]
+
+    # Two of three members gone: the last node refuses CP writes with a clear 503, keeps reading
+    # its view and keeps taking ephemeral (AP) registrations.
+    survivor = cp_cluster.nodes[0]
+    for node in cp_cluster.nodes[1:]:
+        node.kill()
+    status, body = call(survivor, "POST", "/nacos/v1/ns/instance", serviceName="shared", ip="10.6.0.2",
+                        port=7000, ephemeral="false")
+    assert status == 503 and "CP store" in body, (status, body)
+    assert {h["ip"] for h in listed(survivor, "shared")} == {"10.6.0.1"}
+    assert call(survivor, "POST", "/nacos/v1/ns/instance", serviceName="ap-still", ip="10.6.0.3", port=1)[0] == 200
