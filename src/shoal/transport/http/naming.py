@@ -403,6 +403,12 @@ def beat_target(p: Params) -> tuple[str, int, InstanceInfo | None, bool]:
     return ip, port, inst, ephemeral
 
 
+def persistent_write(p: Params) -> bool:
+    """A write of a persistent instance (``ephemeral=false``): it goes to the CP store from
+    whichever node takes it, so the DistroFilter does not forward it."""
+    return p.text("ephemeral").strip().lower() == "false"
+
+
 def distro_tag(p: Params) -> str:
     """The ``ip:port`` the DistroFilter routes a write by (the beat JSON's when present)."""
     ip = p.text("ip")

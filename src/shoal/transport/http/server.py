@@ -30,7 +30,7 @@ from shoal.service_layer.persistent import PersistentNaming
 from shoal.transport.http.api import Api, core_ok, dumps, error_response, v2_ok
 from shoal.transport.http.auth_routes import IDENTITY_KEY, AuthRoutes
 from shoal.transport.http.forward import Forwarder, MemberView, Responsibility, Standalone, StandaloneMembers
-from shoal.transport.http.naming import NamingRoutes, distro_tag
+from shoal.transport.http.naming import NamingRoutes, distro_tag, persistent_write
 from shoal.transport.http.params import Params, read_params
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ class HttpServer:
                 params = await read_params(request)
                 if auth is not None and self.auth is not None and self.auth.enabled:
                     await self._authorize(request, params, auth)
-                if distro:
+                if distro and not persistent_write(params):  # CP writes need no owner: any node writes
                     owner = forwarder.owner_of(distro_tag(params))
                     if owner is not None:
                         response: web.StreamResponse = await forwarder.forward(request, owner)
