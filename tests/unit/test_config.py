@@ -140,3 +140,13 @@ def test_test_hooks_come_only_from_their_environment_variable() -> None:
 def test_malformed_test_hooks_are_config_errors(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         TestHooks.from_env({"SHOAL_TEST_HOOKS": text})
+
+
+def test_persistent_health_checks_default_to_nacos_timings() -> None:
+    c = Config()
+    # HealthCheckTask: checkRtNormalized = 2000 + random(0, random(0, TcpHealthParams.max=5000));
+    # probes time out after 500 ms; SwitchDomain.checkTimes = 3.
+    assert (c.health_check_interval_ms, c.health_check_jitter_ms) == (2000, 5000)
+    assert (c.health_check_timeout_ms, c.health_check_times) == (500, 3)
+    with pytest.raises(ConfigError, match=r"shoal\.health\.check-times"):
+        dataclasses.replace(Config(), health_check_times=0).validate()
