@@ -216,6 +216,19 @@ async def test_three_nodes_share_persistent_instances_checks_and_restart(
         poll_until(lambda n=node: [h["ip"] for h in listed(n, "shared")] == ["10.6.0.1"], 1.0, 0.02,  # type: ignore[misc]
                    f"the persistent instance on {node.addr}")
 
+    # Service metadata written on B applies on A and C (the protection threshold included).
+    assert call(b, "PUT", "/nacos/v1/ns/service", serviceName="shared", protectThreshold=0.9,
+                metadata="owner=dba")[0] == 200
+
+    def metadata_on(node: ServerProcess) -> tuple[float, dict[str, str]] | None:
+        status, body = call(node, "GET", "/nacos/v2/ns/service", serviceName="shared")
+        data = json.loads(body)["data"] if status == 200 else None
+        return (data["protectThreshold"], data["metadata"]) if data else None
+
+    for node in (a, c):
+        poll_until(lambda n=node: metadata_on(n) == (0.9, {"owner": "dba"}), 5, 0.05,  # type: ignore[misc]
+                   f"the service metadata on {node.addr}")
+
     # All three nodes (and their etcd members) killed and restarted: the instances are back.
     cp_cluster.kill_all()
     await asyncio.to_thread(cp_cluster.start_all, *FAST_HEALTH)
