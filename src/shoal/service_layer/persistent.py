@@ -124,9 +124,10 @@ class PersistentNaming:
         services.subscribe(self._on_service)
 
     # --- reads ------------------------------------------------------------------------------
-    def persistent_instances(self, service: ServiceKey) -> dict[str, InstanceInfo]:
-        """The persistent instances of a service by their store name (from the local view)."""
-        return dict(self._by_service.get(service, {}))
+    def persistent_instances(self, service: ServiceKey) -> Mapping[str, InstanceInfo]:
+        """The persistent instances of a service by their store name (from the local view; live,
+        not a copy: iterate it without awaiting in between)."""
+        return self._by_service.get(service, {})
 
     def persistent_services(self) -> list[ServiceKey]:
         return list(self._by_service)
