@@ -17,6 +17,9 @@ from shoal.cp.embedded import EmbeddedStore
 from shoal.cp.store import Keyspace, json_view
 from shoal.distro.mapper import DistroMapper
 from shoal.errors import InvalidParam, ServiceNotEmpty
+from shoal.export.eventlog import ChangeLog
+from shoal.export.node_export import NodeExporter, export_and_rotate
+from shoal.export.reader import read_snapshot
 from shoal.health.checker import CheckSettings, PersistentHealthChecker, http_check, tcp_check
 from shoal.model.client import ClientKind
 from shoal.model.instance import InstanceInfo
@@ -205,3 +208,18 @@ async def drive(cp: Cp, checker: PersistentHealthChecker, done: Callable[[], boo
             cp.registry.clock.advance(100)
             await asyncio.sleep(0.01)  # let the probes (real sockets) run
     assert done(), what
+
+
+async def test_persistent_instances_are_exported_and_listed_like_ephemeral_ones(cp: Cp, tmp_path: Path) -> None:
+    log = ChangeLog(cp.registry.bus, cp.registry.clock, cp.registry.clients, capacity=100)
+    await cp.persistent.register(SVC, InstanceInfo("10.0.0.7", 5432))
+    assert cp.registry.naming.list_services("public", "DEFAULT_GROUP", 1, 10).names == ["db"]
+    exporter = NodeExporter("10.0.0.1:8848", cp.registry.clock, cp.registry.clients, cp.registry.services,
+                            cp.registry.index, cp.registry.storage, log, lambda c: "10.0.0.1:8848")
+    tables = read_snapshot((await export_and_rotate(exporter, tmp_path / "export", keep=1)).path)
+    [row] = tables["instances"].to_pylist()
+    assert (row["ip"], row["ephemeral"], row["client_id"]) == ("10.0.0.7", False, persistent_client_id(SVC))
+    [client] = tables["clients"].to_pylist()
+    assert client["kind"] == "persistent"
+    [service] = tables["services"].to_pylist()
+    assert service["ephemeral"] is False and service["instance_count"] == 1
