@@ -29,8 +29,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:nacos.*")
 CP_OFFSETS = (-1000, -999, 0, 1000, 1001)
 FAST_HEALTH = ["-D", "shoal.health.check-interval-ms=300", "-D", "shoal.health.check-jitter-ms=0",
                "-D", "shoal.health.check-times=1"]
-FAST_CLUSTER = ["-D", "shoal.member.report-interval-ms=300", "-D", "nacos.core.member.fail-access-cnt=2",
-                "-D", "shoal.cp.request-timeout-ms=2000",
+# Default member reports: a member marked down under a loaded CI box would move the service's
+# checks to another node mid-test, which the "only one node checks" assertion must not see.
+FAST_CLUSTER = ["-D", "shoal.cp.request-timeout-ms=2000",
                 "-D", "nacos.core.protocol.distro.data.load.timeoutMs=15000"]
 
 
