@@ -89,6 +89,15 @@ def test_created_service_takes_persistent_instances_and_keeps_its_metadata(
     assert detail["protectThreshold"] == 0.5 and detail["metadata"] == {"team": "core"}
     # an ephemeral registration into the created (persistent) service is refused
     assert call(server, "POST", "/nacos/v1/ns/instance", serviceName="made", ip="10.5.2.2", port=1)[0] == 400
+    # health set by hand (HealthController), for a cluster whose checker is NONE
+    assert call(server, "PUT", "/nacos/v1/ns/cluster", serviceName="made", clusterName="DEFAULT",
+                healthChecker='{"type":"NONE"}')[0] == 200
+    assert call(server, "PUT", "/nacos/v1/ns/health", serviceName="made", ip="10.5.2.1", port=5432,
+                healthy="false")[0] == 200
+    status, body = call(server, "GET", "/nacos/v1/ns/instance", serviceName="made", ip="10.5.2.1", port=5432)
+    assert status == 200 and json.loads(body)["healthy"] is False
+    # (the listing shows it healthy: 0 of 1 healthy is under the 0.5 protection threshold)
+    assert [h["healthy"] for h in listed(server, "made")] == [True]
     # a non-empty service cannot be deleted; once empty it can
     assert call(server, "DELETE", "/nacos/v1/ns/service", serviceName="made")[0] == 400
     assert call(server, "DELETE", "/nacos/v1/ns/instance", serviceName="made", ip="10.5.2.1", port=5432,

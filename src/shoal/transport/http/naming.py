@@ -224,6 +224,19 @@ class NamingRoutes:
         return dict(selector) if isinstance(selector, dict) and selector.get("type") not in (None, "none") \
             else dict(_SELECTOR_NONE)
 
+    async def v1_health_update(self, request: web.Request, p: Params) -> web.Response:
+        """PUT /nacos/v1/ns/health[/instance] (HealthController.update): set a persistent
+        instance's health by hand (``healthy``, or the 1.x ``valid``); the next server-side check
+        may flip it back unless the cluster's checker is NONE."""
+        service = p.v1_service()
+        raw = p.text("healthy") or p.text("valid")
+        if not raw:
+            raise InvalidParam("Param 'healthy' is required.")
+        healthy = p.boolean("healthy" if p.text("healthy") else "valid", True)
+        await self._cp().update(service, p.required("ip"), p.port(), p.cluster(), weight=None, enabled=None,
+                                metadata=None, healthy=healthy)
+        return ok_text()
+
     async def v1_cluster_update(self, request: web.Request, p: Params) -> web.Response:
         """PUT /nacos/v1/ns/cluster (ClusterController.update): a cluster's health checker
         (JSON ``{"type":"TCP"|"HTTP"|"NONE","path":..,"headers":..,"expectedResponseCode":..}``),

@@ -102,6 +102,8 @@ class HttpServer:
             route("GET", f"{base}/service", detail, api, READ)
             route("GET", f"{base}/service/list", listing, api, READ)
         route("PUT", "/nacos/v1/ns/cluster", n.v1_cluster_update, Api.V1, WRITE)
+        route("PUT", "/nacos/v1/ns/health", n.v1_health_update, Api.V1, WRITE)
+        route("PUT", "/nacos/v1/ns/health/instance", n.v1_health_update, Api.V1, WRITE)
         route("GET", "/nacos/v1/ns/operator/metrics", n.v1_metrics, Api.V1)
         route("GET", "/nacos/v1/ns/ops/metrics", n.v1_metrics, Api.V1)
         route("GET", "/nacos/v2/ns/operator/metrics", n.v2_metrics, Api.V2)
