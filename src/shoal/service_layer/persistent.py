@@ -340,8 +340,8 @@ class PersistentNaming:
             self.bus.publish(ServiceChanged(service, now))
             return
         record = self.services.get_or_create(service, now, ephemeral=bool(new.get("ephemeral", False)))
-        if not self._by_service.get(service):
-            record.ephemeral = bool(new.get("ephemeral", False)) and record.ephemeral
+        if not self.index.publishers_of(service):  # a service with instances keeps the kind they gave it
+            record.ephemeral = bool(new.get("ephemeral", False))
         if not new.get("implicit"):
             record.has_metadata = True
         try:
