@@ -378,6 +378,10 @@ class Metrics:
         ProcessCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         self.registry.register(_UptimeCollector())
+        self.health_checks = Counter(
+            "shoal_health_checks", "Server-side checks of persistent instances run by this node, by type",
+            ["type"], registry=self.registry,
+        )
 
     def add_sizes(self, sizes: Callable[[], dict[str, float]]) -> None:
         self.registry.register(_SizeCollector(sizes))
@@ -435,6 +439,9 @@ class Metrics:
             push.cost_sum_ms += cost_ms
             if cost_ms > push.cost_max_ms:
                 push.cost_max_ms = cost_ms
+
+    def health_checked(self, kind: str) -> None:
+        self.health_checks.labels(kind).inc()
 
     def connection_closed(self, reason: str) -> None:
         self.connections_closed.labels(reason.split(":", 1)[0]).inc()
