@@ -4,14 +4,11 @@ from cpython.number cimport PyNumber_Index
 from cpython.unicode cimport (
     PyUnicode_1BYTE_KIND,
     PyUnicode_2BYTE_KIND,
-    PyUnicode_DATA,
-    PyUnicode_GET_LENGTH,
-    PyUnicode_KIND,
 )
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, uint32_t
 
-from pyunicode cimport Py_UCS1, Py_UCS2, Py_UCS4_t, PyUnicode_READY
+from pyunicode cimport Py_UCS1, Py_UCS2, Py_UCS4_t, UnicodeView, unicode_view
 
 
 cdef long long INT_MAX = 2147483647  # Java Integer.MAX_VALUE
@@ -21,26 +18,24 @@ cdef inline uint32_t _java_hash(str s) except? 0xFFFFFFFF:
     # Java String.hashCode over UTF-16 code units: h = 31 * h + unit, wrapping mod 2**32
     # (uint32_t arithmetic wraps by definition in C). The str's code points are read in place;
     # kinds 1 and 2 hold only BMP code points, i.e. exactly one UTF-16 unit each.
-    PyUnicode_READY(s)
-    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(s)
-    cdef unsigned int kind = PyUnicode_KIND(s)
-    cdef void* data = PyUnicode_DATA(s)
+    cdef UnicodeView u = unicode_view(s)
+    cdef Py_ssize_t i
     cdef const Py_UCS1* p1
     cdef const Py_UCS2* p2
     cdef const Py_UCS4_t* p4
     cdef uint32_t h = 0
     cdef uint32_t c  # not Py_UCS4: Cython treats that as a character type
-    if kind == PyUnicode_1BYTE_KIND:
-        p1 = <const Py_UCS1*>data
-        for i in range(n):
+    if u.kind == PyUnicode_1BYTE_KIND:
+        p1 = <const Py_UCS1*>u.data
+        for i in range(u.length):
             h = 31u * h + p1[i]
-    elif kind == PyUnicode_2BYTE_KIND:
-        p2 = <const Py_UCS2*>data
-        for i in range(n):
+    elif u.kind == PyUnicode_2BYTE_KIND:
+        p2 = <const Py_UCS2*>u.data
+        for i in range(u.length):
             h = 31u * h + p2[i]
     else:
-        p4 = <const Py_UCS4_t*>data
-        for i in range(n):
+        p4 = <const Py_UCS4_t*>u.data
+        for i in range(u.length):
             c = p4[i]
             if c > 0xFFFF:
                 # Astral code point: Java sees the surrogate pair (high, low).

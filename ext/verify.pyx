@@ -8,13 +8,10 @@ from cpython.object cimport PyObject, PyObject_RichCompareBool, Py_NE
 from cpython.unicode cimport (
     PyUnicode_1BYTE_KIND,
     PyUnicode_2BYTE_KIND,
-    PyUnicode_DATA,
-    PyUnicode_GET_LENGTH,
-    PyUnicode_KIND,
 )
 from libc.stdint cimport uint64_t
 
-from pyunicode cimport Py_UCS1, Py_UCS2, Py_UCS4_t, PyUnicode_READY, PyUnicode_IS_ASCII
+from pyunicode cimport Py_UCS1, Py_UCS2, Py_UCS4_t, PyUnicode_IS_ASCII, UnicodeView, unicode_view
 
 
 cdef uint64_t FNV_OFFSET = 0xCBF29CE484222325ULL
@@ -42,26 +39,24 @@ cdef inline uint64_t _fnv_cp(uint64_t h, uint64_t c) noexcept:
 cdef uint64_t _fnv(object cid) except? 0:
     if not isinstance(cid, str):
         raise TypeError(f"client ids must be str, got {type(cid).__name__}")
-    PyUnicode_READY(cid)
-    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(cid)
-    cdef unsigned int kind = PyUnicode_KIND(cid)
-    cdef void* data = PyUnicode_DATA(cid)
+    cdef UnicodeView u = unicode_view(cid)
+    cdef Py_ssize_t i
     cdef const Py_UCS1* p1
     cdef const Py_UCS2* p2
     cdef const Py_UCS4_t* p4
     cdef uint64_t c, h = FNV_OFFSET
-    if kind == PyUnicode_1BYTE_KIND:
-        p1 = <const Py_UCS1*>data
+    if u.kind == PyUnicode_1BYTE_KIND:
+        p1 = <const Py_UCS1*>u.data
         if PyUnicode_IS_ASCII(cid):  # the str's bytes are its UTF-8 bytes
-            for i in range(n):
+            for i in range(u.length):
                 h = (h ^ p1[i]) * FNV_PRIME
         else:
-            for i in range(n):
+            for i in range(u.length):
                 h = _fnv_cp(h, p1[i])
         return h
-    if kind == PyUnicode_2BYTE_KIND:
-        p2 = <const Py_UCS2*>data
-        for i in range(n):
+    if u.kind == PyUnicode_2BYTE_KIND:
+        p2 = <const Py_UCS2*>u.data
+        for i in range(u.length):
             c = p2[i]
             if 0xD800 <= c <= 0xDFFF:
                 break
@@ -69,8 +64,8 @@ cdef uint64_t _fnv(object cid) except? 0:
         else:
             return h
     else:
-        p4 = <const Py_UCS4_t*>data
-        for i in range(n):
+        p4 = <const Py_UCS4_t*>u.data
+        for i in range(u.length):
             c = p4[i]
             if 0xD800 <= c <= 0xDFFF:
                 break
