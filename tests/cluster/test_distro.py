@@ -438,3 +438,54 @@ async def test_unknown_cluster_request_types_have_no_handler() -> None:
     cluster = SimCluster(2)
     with pytest.raises(NoHandler):
         await cluster[0].distro.dispatch(cluster.addresses[1], "NoSuchRequest", b"")
+
+
+# --- body shapes (issue 11 item 4): a body without its type's shape is a 502 before any handler ---
+DEEP = b'{"a":' * 50_000 + b"1" + b"}" * 50_000
+BAD_BODIES = [
+    ("DistroSnapshotRequest", b"[1, 2, 3]"),
+    ("DistroSnapshotRequest", DEEP),
+    ("DistroSnapshotRequest", b"\xff\xfe"),
+    ("DistroSnapshotRequest", b'{"session": {"x": 1}}'),
+    ("DistroSnapshotRequest", b'{"offset": "10"}'),
+    ("DistroSnapshotRequest", b'{"offset": -1}'),
+    ("DistroVerifyRequest", b"no header line"),
+    ("DistroVerifyRequest", b"[1]\n"),
+    ("DistroVerifyRequest", b'{"buckets": 0}\n'),
+    ("DistroVerifyRequest", b'{"buckets": 2}\n' + b"\x00" * 15),
+    ("DistroVerifyDetailRequest", b'{"buckets": 1}'),
+    ("DistroVerifyDetailRequest", b'{"buckets": 1, "clients": []}'),
+    ("DistroVerifyDetailRequest", b'{"buckets": 1, "clients": {"x": []}}'),
+    ("DistroVerifyDetailRequest", b'{"buckets": 1, "clients": {"0": [["id"]]}}'),
+    ("DistroVerifyDetailRequest", b'{"buckets": 1, "clients": {"0": [["id", "7"]]}}'),
+    ("DistroVerifyDetailRequest", DEEP),
+]
+
+
+@pytest.mark.parametrize(("type_name", "body"), BAD_BODIES, ids=[f"{t}-{i}" for i, (t, _) in enumerate(BAD_BODIES)])
+async def test_cluster_bodies_without_their_shape_are_bad_request_bodies(type_name: str, body: bytes) -> None:
+    from shoal.errors import BadRequestBody
+
+    cluster = SimCluster(2)
+    cluster[0].register("c1", 1)
+    await cluster.flush()
+    with pytest.raises(BadRequestBody):
+        await cluster[1].distro.dispatch(cluster.addresses[0], type_name, body)
+    assert cluster[1].ports() == [1]
+
+
+async def test_well_formed_bodies_pass_their_shape_checks() -> None:
+    from shoal.distro.protocol import BODY_CHECKS
+    from shoal.distro.verify import detail_request, digest_request
+
+    BODY_CHECKS["DistroSnapshotRequest"](b"")
+    BODY_CHECKS["DistroSnapshotRequest"](b'{"session": "3", "offset": 10}')
+    BODY_CHECKS["DistroVerifyRequest"](digest_request(["a", "b"], [1, 2]))
+    BODY_CHECKS["DistroVerifyDetailRequest"](detail_request(["a", "b"], [1, 2], 1, {0}))
+
+
+def test_every_cluster_route_has_a_body_check() -> None:
+    from shoal.distro.protocol import BODY_CHECKS
+
+    cluster = SimCluster(2)
+    assert set(cluster[0].distro._routes) == set(BODY_CHECKS)
