@@ -83,7 +83,8 @@ def test_a_down_peer_is_logged_briefly(fault_cluster: Callable[..., FaultCluster
     assert tracebacks(a.log()) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11 item 7: a restarted peer flaps UP -> DOWN "
+# Not strict: the flap is a race, and the CI run on this tree passed it once by chance.
+@pytest.mark.xfail(strict=False, reason="issue 11 item 7: a restarted peer flaps UP -> DOWN "
                    "'after 1 failed reports' (a refused call on the survivor's channel still in reconnect backoff); "
                    "measured with 300 ms reports: 1-7 flaps per survivor, in 4 of 4 runs")
 def test_a_restarted_peer_stays_up(fault_cluster: Callable[..., FaultCluster]) -> None:
