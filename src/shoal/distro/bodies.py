@@ -5,9 +5,10 @@ The cluster port takes bodies from peers; a peer with a bug (or a caller that go
 member check) must get an answer, not a traceback: the SDK port answers a body that is not a
 JSON object with 502 (``BadRequestBody``), and the cluster port now does the same for each body
 that does not have its request type's shape. A check parses only what it must: the JSON part
-(header or whole body) and the field types the handler relies on. Binary parts (sync batches,
-digests) are checked by their decoders, whose ``ValueError`` (``SyncDecodeError``, ...) the
-cluster server answers 500 without a traceback, as Nacos answers a distro request that failed.
+(header or whole body) and the field types the handler relies on. The handler checks the rest
+(the verify wire version, value ranges, the binary parts' lengths, a sync batch) with a
+ValueError (``SyncDecodeError``, ...), which the cluster server answers 500 without a
+traceback, as Nacos answers a distro request that failed.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from shoal import jsonfast
 from shoal.errors import BadRequestBody
 
 __all__ = ["BodyCheck", "binary", "detail_request", "digest_request", "header_line", "json_object",
-           "report_request", "snapshot_request"]
+           "report_request", "snapshot_request", "sub_digest_request"]
 
 #: Checks one request body; raises BadRequestBody when it does not have the expected shape.
 BodyCheck = Callable[[bytes], None]
@@ -75,6 +76,12 @@ def header_line(body: bytes, what: str) -> tuple[dict[str, Any], bytes]:
     return json_object(head, f"{what} header"), rest
 
 
+def _int_list(obj: dict[str, Any], key: str, what: str) -> None:
+    value = obj.get(key)
+    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+        raise BadRequestBody(f"{what}: '{key}' must be a list of integers")
+
+
 def digest_request(body: bytes) -> None:
     """DistroVerifyRequest: a JSON header line with ``buckets`` (int >= 1), then 8 bytes per bucket."""
     what = "DistroVerifyRequest"
@@ -84,18 +91,25 @@ def digest_request(body: bytes) -> None:
         raise BadRequestBody(f"{what}: {len(packed)} bytes of digests for {header['buckets']} buckets")
 
 
+def sub_digest_request(body: bytes) -> None:
+    """DistroVerifySubDigestRequest: a JSON header line ``{"buckets", "k", "salt", "list": [bucket...]}``,
+    then packed sub-digests (their count is checked by the handler)."""
+    what = "DistroVerifySubDigestRequest header"
+    header, _packed = header_line(body, "DistroVerifySubDigestRequest")
+    _int_field(header, "buckets", what, low=1, required=True)
+    _int_field(header, "k", what, low=1, required=True)
+    _int_field(header, "salt", what, required=True)
+    _int_list(header, "list", what)
+
+
 def detail_request(body: bytes) -> None:
-    """DistroVerifyDetailRequest: ``{"buckets": int >= 1, "clients": {"<bucket>": [[id, revision], ...]}}``."""
-    what = "DistroVerifyDetailRequest body"
-    request = json_object(body, what)
-    _int_field(request, "buckets", what, low=1, required=True)
-    clients = request.get("clients")
-    if not isinstance(clients, dict):
-        raise BadRequestBody(f"{what}: 'clients' must be an object of buckets")
-    for bucket, pairs in clients.items():
-        if not (bucket.isascii() and bucket.isdigit()) or not isinstance(pairs, list):
-            raise BadRequestBody(f"{what}: 'clients' maps bucket numbers to lists of [id, revision]")
-        for pair in pairs:
-            if (not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str)
-                    or isinstance(pair[1], bool) or not isinstance(pair[1], int)):
-                raise BadRequestBody(f"{what}: each client is [id, revision]")
+    """DistroVerifyDetailRequest: a JSON header line ``{"buckets", "k", "salt", "subs", "counts"}``,
+    then the packed sub-buckets, counts and keys (their lengths are checked by the handler)."""
+    what = "DistroVerifyDetailRequest header"
+    header, _packed = header_line(body, "DistroVerifyDetailRequest")
+    _int_field(header, "buckets", what, low=1, required=True)
+    _int_field(header, "k", what, low=1, required=True)
+    _int_field(header, "salt", what, required=True)
+    _int_field(header, "subs", what, required=True)
+    if not isinstance(header.get("counts"), str):
+        raise BadRequestBody(f"{what}: 'counts' must be a string")

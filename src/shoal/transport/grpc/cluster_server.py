@@ -21,6 +21,7 @@ from shoal.errors import BadRequestBody, Code, Forbidden, NacosError
 from shoal.kernels.payload import PayloadDecodeError, decode, encode
 from shoal.logutil import RateLimitedLog
 from shoal.metrics import Metrics
+from shoal.tls import PortTls
 from shoal.transport.grpc import codec
 from shoal.transport.grpc.transports import GrpcTransport, make_transport
 
@@ -34,8 +35,9 @@ class ClusterServer:
     (the DistroProtocol) and turns failures into ErrorResponse payloads; its transport is the
     configured one (native or grpcio)."""
 
-    def __init__(self, config: Config, dispatch: Dispatch, metrics: Metrics) -> None:
+    def __init__(self, config: Config, dispatch: Dispatch, metrics: Metrics, tls: PortTls | None = None) -> None:
         self.config = config
+        self.tls = tls  # None: plaintext
         self.dispatch = dispatch
         self.metrics = metrics
         self.garbage = RateLimitedLog(log)  # bad input and failures: one line per kind per interval
@@ -44,7 +46,7 @@ class ClusterServer:
     async def start(self) -> None:
         """Bind the cluster port (OSError when it is taken) and start serving."""
         transport = make_transport(self.config, self.config.cluster_port, "cluster gRPC", self, None,
-                                   self.config.cluster_max_inbound_message_size)
+                                   self.config.cluster_max_inbound_message_size, self.tls)
         await transport.start()
         self._transport = transport
 
