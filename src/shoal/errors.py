@@ -48,6 +48,7 @@ class HttpStatus(IntEnum):
     FORBIDDEN = 403
     NOT_FOUND = 404
     CONFLICT = 409
+    PAYLOAD_TOO_LARGE = 413
     TOO_MANY_REQUESTS = 429
     INTERNAL_SERVER_ERROR = 500
     BAD_GATEWAY = 502
@@ -99,6 +100,16 @@ class BeatCode(IntEnum):
 
     OK = 10200
     RESOURCE_NOT_FOUND = 20404
+
+
+class GrpcStatus(IntEnum):
+    """The gRPC status codes a transport ends a call or a stream with (grpc/status.h)."""
+
+    OK = 0
+    INVALID_ARGUMENT = 3
+    RESOURCE_EXHAUSTED = 8
+    INTERNAL = 13
+    UNAVAILABLE = 14
 
 
 class NacosError(Exception):
@@ -239,6 +250,13 @@ class BadRequestBody(NacosError):
 
     code = Code.BAD_GATEWAY
     http_status = HttpStatus.BAD_GATEWAY
+
+
+class PayloadTooLarge(InvalidParam):
+    """An HTTP request body over ``nacos.remote.server.grpc.maxinbound.message.size`` (413, as the
+    servlet container answers before Nacos sees the request)."""
+
+    http_status = HttpStatus.PAYLOAD_TOO_LARGE
 
 
 class ForwardFailed(NacosError):

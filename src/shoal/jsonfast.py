@@ -10,10 +10,11 @@ Both backends agree on every body a Nacos SDK sends: objects, arrays, strings (a
 64-bit integers, finite floats, booleans, null. Where they do not, the rule is the standard
 library's, checked after orjson declines:
 
-* ``loads`` rejects ``NaN``/``Infinity`` literals and bytes that are not UTF-8 with a
-  ``ValueError`` (as ``codec.decode_body``'s decoder does); input orjson rejects that the standard
-  library accepts (a lone-surrogate escape such as ``"\\ud800"``, a float past the double range
-  such as ``1e400``) is parsed by the standard library. An integer past 64 bits comes back as a
+* ``loads`` rejects ``NaN``/``Infinity`` literals, bytes that are not UTF-8 and hostile nesting
+  (deeper than :data:`MAX_DEPTH`, or the recursion limit) with a ``ValueError`` (as
+  ``codec.decode_body``'s decoder does); input orjson rejects that the standard library accepts
+  (a lone-surrogate escape such as ``"\\ud800"``, a float past the double range such as
+  ``1e400``) is parsed by the standard library. An integer past 64 bits comes back as a
   float under orjson and as an int otherwise: no Nacos field holds one.
 * ``dumps`` raises ``ValueError`` for a non-finite float and ``TypeError`` for a non-str key,
   an int past 64 bits, a str with a lone surrogate or a type JSON has no form for, on both
@@ -31,7 +32,11 @@ try:
 except ImportError:  # not installed yet in this environment: same results, slower
     orjson = None  # type: ignore[assignment,unused-ignore]
 
-__all__ = ["BACKEND", "dumps", "loads"]
+__all__ = ["BACKEND", "MAX_DEPTH", "dumps", "loads"]
+
+#: The deepest nesting ``loads`` accepts: orjson's fixed limit. Deeper input is a ValueError on both
+#: backends (the standard library stops at the interpreter's recursion limit, about as deep).
+MAX_DEPTH = 1024
 
 #: "orjson" or "json": which library does the work in this process.
 BACKEND: str = "json" if orjson is None else "orjson"
@@ -47,7 +52,10 @@ _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=
 
 def _loads_json(data: bytes | bytearray | memoryview | str) -> Any:
     text = data if isinstance(data, str) else bytes(data).decode("utf-8")  # UnicodeDecodeError is a ValueError
-    return _decode(text)
+    try:
+        return _decode(text)
+    except RecursionError:  # hostile nesting: the parser hit the interpreter's recursion limit
+        raise ValueError("JSON nested too deeply") from None
 
 
 def _dumps_json(value: Any) -> bytes:

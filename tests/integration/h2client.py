@@ -77,12 +77,12 @@ class StreamResult:
 class H2Client:
     """One TCP connection = one HTTP/2 session = one Nacos connection."""
 
-    def __init__(self, port: int, rcvbuf: int = 0) -> None:
+    def __init__(self, port: int, rcvbuf: int = 0, host: str = "127.0.0.1") -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf:  # a small receive buffer makes a client that stops reading stall the server fast
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.settimeout(5)
-        self.sock.connect(("127.0.0.1", port))
+        self.sock.connect((host, port))
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
         self.streams: dict[int, StreamResult] = {}
         self.pings: list[bytes] = []

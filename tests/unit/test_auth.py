@@ -68,6 +68,14 @@ def test_tampered_tokens_are_invalid(mangle: Any) -> None:
         tokens.username_of(mangle(tokens.create("u")))
 
 
+def test_a_token_with_a_hostile_header_is_invalid_not_a_crash() -> None:
+    # the header is parsed before the signature is checked: 50,000 levels of nesting in it hit the
+    # JSON parser's recursion limit, which is no ValueError
+    header = base64.urlsafe_b64encode(b'{"a":' * 50_000 + b"1" + b"}" * 50_000).decode().rstrip("=")
+    with pytest.raises(Forbidden, match="token invalid!"):
+        TokenManager(KEY, 60, Now()).username_of(f"{header}.e30.c2ln")
+
+
 def test_signing_key_is_generated_once_with_mode_0600(tmp_path: Path) -> None:
     auth_dir = tmp_path / "auth"
     key = load_or_create_secret(auth_dir, "")

@@ -4,8 +4,10 @@ auth over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -341,6 +343,54 @@ async def test_bad_form_body_and_file_fields_are_400(http: Http) -> None:
     form.add_field("serviceName", b"x", filename="f.txt")
     resp = await http.client.post(REG, data=form)
     assert resp.status == 400 and "serviceName" in await resp.text()
+
+
+# --- hostile input (issue 11 item 4): a clear 4xx, no 500, no traceback ----------------------------
+DEEP = '{"a":' * 50_000 + "1" + "}" * 50_000
+NESTED = "[" * 1_000 + "1" + "]" * 1_000  # parses (orjson allows 1,024 levels), but str() of it recurses
+HOSTILE_INPUTS = [
+    ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "metadata": DEEP}),
+    ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "metadata": '{"k":' + NESTED + "}"}),
+    ("PUT", "/nacos/v1/ns/instance/beat", {"serviceName": "s", "beat": DEEP}),
+    ("PUT", "/nacos/v1/ns/instance/beat", {"serviceName": "s", "beat": '{"ip":' + NESTED + ',"port":1}'}),
+    ("PUT", "/nacos/v1/ns/instance/beat", {"serviceName": "s", "beat": '{"ip":"1.1.1.1","port":' + NESTED + "}"}),
+    ("POST", "/nacos/v1/ns/service", {"serviceName": "s", "selector": DEEP}),
+    ("POST", "/nacos/v1/ns/service", {"serviceName": "s", "selector": '{"type":' + NESTED + "}"}),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "form"), HOSTILE_INPUTS,
+                         ids=[f"{m} {p.rsplit('/', 1)[1]} {i}" for i, (m, p, _f) in enumerate(HOSTILE_INPUTS)])
+async def test_hostile_json_parameters_are_a_400(http: Http, method: str, path: str, form: dict[str, str],
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    resp = await http.client.request(method, path, data=form)
+    assert resp.status == 400, await resp.text()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_body_over_the_size_limit_is_a_413(make_http: Factory) -> None:
+    http = await make_http(max_inbound_message_size=64 * 1024)
+    resp = await http.client.post(REG, data={"serviceName": "s", "ip": "1.1.1.1", "port": "1",
+                                             "metadata": "a" * 100_000})
+    assert resp.status == 413, await resp.text()
+    resp = await http.client.post(REG, data={"serviceName": "s", "ip": "1.1.1.1", "port": "1"})
+    assert resp.status == 200, await resp.text()
+
+
+async def test_unparseable_http_is_a_warning_without_traceback(http: Http, caplog: pytest.LogCaptureFixture) -> None:
+    host, port = http.client.host, http.client.port
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(b"GET /nacos/v1/ns/instance/list?serviceName=" + b"x" * 20_000 + b" HTTP/1.1\r\n\r\n")
+            await writer.drain()
+            status_line = await reader.readline()
+            writer.close()
+            assert status_line.split(b" ")[1] == b"400"
+    aiohttp_lines = [r for r in caplog.records if r.name == "aiohttp.server"]
+    ours = [r for r in caplog.records if r.name == "shoal.transport.http.server"]
+    assert aiohttp_lines == []
+    assert len(ours) == 1 and ours[0].levelno == logging.WARNING and ours[0].exc_info is None
 
 
 # --- forwarding (DistroFilter) ------------------------------------------------------------------

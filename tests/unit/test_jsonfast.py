@@ -98,3 +98,19 @@ def test_loads_rejects_like_the_grpc_codec(jsonfast: ModuleType, data: bytes) ->
 @pytest.mark.parametrize(("data", "expected"), [(b'"\\ud800"', "\ud800"), (b"[1e400]", [math.inf])])
 def test_loads_accepts_what_the_standard_library_accepts(jsonfast: ModuleType, data: bytes, expected: Any) -> None:
     assert jsonfast.loads(data) == expected
+
+
+@pytest.mark.parametrize("depth", [1_025, 50_000])
+def test_hostile_nesting_is_a_value_error_on_both_backends(jsonfast: ModuleType, depth: int) -> None:
+    # orjson stops at 1,024 levels; the standard library at the recursion limit (a RecursionError,
+    # which is no ValueError): both must be the ValueError every caller already handles.
+    for text in ("[" * depth + "]" * depth, '{"a":' * depth + "1" + "}" * depth):
+        with pytest.raises(ValueError):
+            jsonfast.loads(text.encode())
+
+
+def test_nesting_within_the_limit_still_parses(jsonfast: ModuleType) -> None:
+    value: Any = jsonfast.loads(b"[" * 500 + b"]" * 500)
+    for _ in range(499):
+        value = value[0]
+    assert value == []

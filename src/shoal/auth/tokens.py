@@ -134,7 +134,7 @@ class TokenManager:
             if not hmac.compare_digest(expected, parts[2].encode("ascii")):
                 raise ValueError("signature")
             claims = json.loads(_unb64url(parts[1]))
-        except (ValueError, UnicodeError, binascii.Error):
+        except (ValueError, UnicodeError, binascii.Error, RecursionError):  # RecursionError: hostile nesting
             raise Forbidden("token invalid!") from None
         if not isinstance(claims, dict):
             raise Forbidden("token invalid!")

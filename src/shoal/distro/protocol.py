@@ -20,7 +20,7 @@ from typing import Any
 
 from shoal.clock import Clock
 from shoal.config import Config
-from shoal.distro import records
+from shoal.distro import bodies, records
 from shoal.distro.mapper import DistroMapper, IpPortHandoff
 from shoal.distro.members import REPORT_REQUEST, ClusterConfWatcher, MemberManager, MemberReporter
 from shoal.distro.processor import DistroProcessor
@@ -50,6 +50,17 @@ INDEX_REBUILD_INLINE = 50_000
 
 #: Answers one cluster request: (sender address, body) → (response type, response body).
 Handler = Callable[[str, bytes], Awaitable[tuple[str, bytes]]]
+
+#: The shape check of each routed request type's body, run before its handler: a body without
+#: its type's shape is a BadRequestBody (502), as on the SDK port. Every route needs one.
+BODY_CHECKS: dict[str, bodies.BodyCheck] = {
+    SYNC_REQUEST: bodies.binary,  # the batch decoder checks it (SyncDecodeError, a ValueError)
+    DIGEST_REQUEST: bodies.digest_request,
+    SUB_REQUEST: bodies.sub_digest_request,
+    DETAIL_REQUEST: bodies.detail_request,
+    SNAPSHOT_REQUEST: bodies.snapshot_request,
+    REPORT_REQUEST: bodies.report_request,
+}
 
 
 class DistroProtocol:
@@ -120,12 +131,19 @@ class DistroProtocol:
         }
 
     async def dispatch(self, sender: str, type_name: str, body: bytes) -> tuple[str, bytes]:
-        """Handle one cluster request from the peer at ``sender``."""
+        """Handle one cluster request from the peer at ``sender``.
+
+        Raises Forbidden (not a member), NoHandler (unknown type), BadRequestBody (the body does
+        not have its type's shape) or ValueError (a binary part does not decode, e.g. a sync
+        batch's SyncDecodeError: answered 500, as before)."""
         if sender and sender != self.members.self_address and sender not in self.members.peers:
             raise Forbidden(f"{sender} is not a member of this cluster")
         handler = self._routes.get(type_name)
         if handler is None:
             raise NoHandler()
+        check = BODY_CHECKS.get(type_name)
+        if check is not None:
+            check(body)
         return await handler(sender, body)
 
     # --- lifecycle --------------------------------------------------------------------------

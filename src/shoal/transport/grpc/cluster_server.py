@@ -3,8 +3,10 @@
 Peers call /Request/request with our own cluster request types; bodies are bytes (binary sync
 batches and snapshot pages, JSON for the rest). Only members may call it, and when a cluster
 identity is configured every request must carry it (nacos.core.auth.server.identity.*);
-anything else is refused with 403. A handler failure is logged and answered as an
-ErrorResponse — it never reaches the transport or the loop.
+anything else is refused with 403. A body without its type's shape is answered 502
+(BadRequestBody, checked by the DistroProtocol before the handler runs), bytes that are no
+Payload INVALID_ARGUMENT. A handler failure is answered as an ErrorResponse — it never reaches
+the transport or the loop. Each kind of failure is logged at most once per interval with a count.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from collections.abc import Awaitable, Callable
 
 from shoal.config import Config
 from shoal.distro.transport import MEMBER_HEADER
-from shoal.errors import Code, Forbidden, NacosError
-from shoal.kernels.payload import decode, encode
+from shoal.errors import BadRequestBody, Code, Forbidden, NacosError
+from shoal.kernels.payload import PayloadDecodeError, decode, encode
+from shoal.logutil import RateLimitedLog
 from shoal.metrics import Metrics
 from shoal.tls import PortTls
 from shoal.transport.grpc import codec
@@ -38,6 +41,7 @@ class ClusterServer:
         self.tls = tls  # None: plaintext
         self.dispatch = dispatch
         self.metrics = metrics
+        self.garbage = RateLimitedLog(log)  # bad input and failures: one line per kind per interval
         self._transport: GrpcTransport | None = None
 
     async def start(self) -> None:
@@ -54,9 +58,15 @@ class ClusterServer:
             self._transport = None
 
     async def unary(self, data: bytes, peer: str) -> bytes:
-        """One /Request/request from a peer; raises PayloadDecodeError for bytes that are no Payload."""
+        """One /Request/request from a peer; raises PayloadDecodeError for bytes that are no Payload
+        (the transport answers INVALID_ARGUMENT)."""
         started = time.perf_counter()
-        type_name, raw_headers, _client_ip, raw = decode(data)
+        try:
+            type_name, raw_headers, _client_ip, raw = decode(data)
+        except PayloadDecodeError as exc:
+            self.garbage.warning("bad-frame", "cluster request from %s is no Payload (answered INVALID_ARGUMENT): %s",
+                                 peer, exc)
+            raise
         headers = {k.lower(): v for k, v in raw_headers.items()}
         sender = headers.get(MEMBER_HEADER, "")
         try:
@@ -64,12 +74,20 @@ class ClusterServer:
             reply_type, body = await self.dispatch(sender, type_name, raw)
             code = 200
         except NacosError as exc:
+            if isinstance(exc, BadRequestBody):
+                self.garbage.warning(f"bad-body {type_name[:64]}", "cluster request %s from %s refused: %s",
+                                     type_name, sender or peer, exc.message)
             reply_type, code = "ErrorResponse", exc.code
             result = Code.SERVER_ERROR if exc.code in (Code.NO_HANDLER, Code.NO_RIGHT) else exc.code
             body = codec.error(result, exc.code, exc.message).encode()
-        except Exception as exc:  # malformed batches land here too: answer, never crash
-            log.warning("cluster request %s from %s failed: %s", type_name, sender or peer, exc,
-                        exc_info=not isinstance(exc, ValueError))
+        except Exception as exc:  # a handler's failure: answer, never crash (a traceback once per interval)
+            # A ValueError is a binary part that does not decode (a sync batch's SyncDecodeError):
+            # answered 500 as Nacos's DistroDataRequestHandler answers a failed request, logged
+            # without a traceback. Anything else is a bug here: logged with its traceback.
+            bad_input = isinstance(exc, ValueError)
+            self.garbage.log(logging.WARNING if bad_input else logging.ERROR,
+                             f"failed {type_name[:64]} {type(exc).__name__}", "cluster request %s from %s failed: %s",
+                             type_name, sender or peer, exc, exc_info=not bad_input)
             reply_type, code = "ErrorResponse", Code.SERVER_ERROR
             body = codec.error(code, code, f"handle distro request with exception: {exc}").encode()
         self.metrics.request("cluster", type_name if code != Code.NO_HANDLER else "unknown", code,

@@ -36,6 +36,8 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         body = _decoder.decode(raw.decode("utf-8")) if raw else {}
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadRequestBody(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:  # hostile nesting, not a server fault
+        raise BadRequestBody("request body is not valid JSON: nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequestBody("request body must be a JSON object")
     return body

@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from shoal import jsonfast
 from shoal.clock import Clock
 from shoal.config import Config
+from shoal.errors import GrpcStatus
 from shoal.kernels import expiry
 from shoal.kernels import payload as payload_codec
+from shoal.logutil import RateLimitedLog
 from shoal.transport.grpc import codec
 from shoal.transport.grpc._proto import Payload
 from shoal.transport.grpc.limits import LimitRuleFile
@@ -44,7 +46,7 @@ class ConnectionGone(Exception):
 
 
 #: gRPC status the server ends a client's stream with when it drops the connection.
-UNAVAILABLE = 14
+UNAVAILABLE = GrpcStatus.UNAVAILABLE
 
 
 class StreamSink(Protocol):
@@ -116,6 +118,7 @@ class ConnectionManager:
         self._request_ids = itertools.count(1)
         self._seq = itertools.count(1)
         self.on_unregister_hooks: list[Callable[[Connection, str], None]] = []
+        self.garbage = RateLimitedLog(log)  # malformed responses: one line per interval
 
     # --- lookup and lifecycle -----------------------------------------------------------
     def __len__(self) -> int:
@@ -292,16 +295,23 @@ class ConnectionManager:
             conn.pending.pop(request_id, None)
 
     def on_response(self, conn: Connection, type_name: str, raw_body: bytes) -> None:
-        """A response the client sent on its stream: refresh activity, resolve its request."""
+        """A response the client sent on its stream: refresh activity, resolve its request.
+
+        A body that is not a JSON object (or is nested too deeply) is dropped with a
+        rate-limited line; the stream stays, and the request it answered times out."""
         self.touch(conn)
         try:
-            body = json.loads(raw_body) if raw_body else {}
-        except ValueError:
-            log.warning("unparseable %s on the stream of %s", type_name, conn.connection_id)
+            body = jsonfast.loads(raw_body) if raw_body else {}
+        except ValueError as exc:
+            self.garbage.warning("bad-response", "dropped %s on the stream of %s: body is not JSON (%s)",
+                                 type_name, conn.connection_id, exc)
             return
         if not isinstance(body, dict):
+            self.garbage.warning("bad-response", "dropped %s on the stream of %s: body is not a JSON object",
+                                 type_name, conn.connection_id)
             return
-        request_id = str(body.get("requestId") or "")
+        raw_id = body.get("requestId")
+        request_id = str(raw_id) if isinstance(raw_id, str | int) else ""  # never str() of a nested value
         future = conn.pending.get(request_id)
         if future is None:
             log.debug("response for unknown request id %r from %s", request_id, conn.connection_id)

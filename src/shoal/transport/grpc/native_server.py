@@ -44,6 +44,7 @@ from typing import Any
 
 from shoal._ext import h2grpc
 from shoal.config import Config
+from shoal.errors import GrpcStatus
 from shoal.kernels.payload import PayloadDecodeError
 from shoal.tls import ALPN_H2, PortTls
 from shoal.tls import describe as describe_tls
@@ -310,8 +311,8 @@ class H2Connection(asyncio.Protocol):
     def _answer(self, call: _Call, data: bytes) -> None:
         try:
             reply = self.server.unary.unary(data, self.peer)
-        except PayloadDecodeError as exc:
-            self.session.send_trailers(call.stream_id, h2grpc.INTERNAL, str(exc))
+        except PayloadDecodeError as exc:  # the bytes are no Payload: the caller's fault, not ours
+            self.session.send_trailers(call.stream_id, GrpcStatus.INVALID_ARGUMENT, str(exc))
             return
         except Exception:  # the service answers its own errors; this is a bug: never a traceback to the peer
             log.exception("unexpected failure answering a call from %s", self.peer)
@@ -325,8 +326,8 @@ class H2Connection(asyncio.Protocol):
     async def _answer_later(self, call: _Call, reply: Awaitable[bytes]) -> None:
         try:
             data = await reply
-        except PayloadDecodeError as exc:
-            self.session.send_trailers(call.stream_id, h2grpc.INTERNAL, str(exc))
+        except PayloadDecodeError as exc:  # the bytes are no Payload: the caller's fault, not ours
+            self.session.send_trailers(call.stream_id, GrpcStatus.INVALID_ARGUMENT, str(exc))
         except Exception:
             log.exception("unexpected failure answering a call from %s", self.peer)
             self.session.send_trailers(call.stream_id, h2grpc.INTERNAL, "server error")

@@ -11,6 +11,11 @@ connection → 301; unparseable body → 502; then the parameter filter (typed r
 and the handler, whose NacosError becomes an ErrorResponse with resultCode == errorCode. An
 unexpected exception is logged once and answered 500: it never reaches the transport, the
 connection or the loop.
+
+Garbage is answered, never raised: bytes that are no Payload get INVALID_ARGUMENT (the stream
+they came on is ended with it), a body that is not a JSON object (or is nested too deeply) a
+502, a malformed ``*Response`` on a stream is dropped. Each kind is logged at most once per
+interval with a count (:class:`shoal.logutil.RateLimitedLog`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from shoal.errors import (
     BadRequestBody,
     Code,
     Forbidden,
+    GrpcStatus,
     NacosError,
     NoHandler,
     ParamCheckFailed,
@@ -34,6 +40,7 @@ from shoal.errors import (
     Unregistered,
 )
 from shoal.kernels.payload import PayloadDecodeError, decode, encode
+from shoal.logutil import RateLimitedLog
 from shoal.metrics import Metrics
 from shoal.tls import PortTls
 from shoal.transport.grpc import codec
@@ -72,6 +79,7 @@ class SdkServer:
         self.metrics = metrics
         self.port = port
         self.source = source
+        self.garbage = RateLimitedLog(log)  # one line per kind of bad input per interval
         self._transport: GrpcTransport | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -90,16 +98,23 @@ class SdkServer:
 
     # --- unary --------------------------------------------------------------------------
     def unary(self, data: bytes, peer: str) -> bytes | Awaitable[bytes]:
-        """Answer one /Request/request call; raises PayloadDecodeError for bytes that are no Payload.
-        A handler that waits (a CP write) makes the answer an awaitable; both transports await it."""
+        """Answer one /Request/request call; raises PayloadDecodeError for bytes that are no Payload
+        (the transport answers INVALID_ARGUMENT). A handler that waits (a CP write) makes the answer
+        an awaitable; both transports await it."""
         started = time.perf_counter()
-        type_name, headers, _client_ip, raw = decode(data)
+        try:
+            type_name, headers, _client_ip, raw = decode(data)
+        except PayloadDecodeError as exc:
+            self.garbage.warning("bad-frame", "request from %s is no Payload (answered INVALID_ARGUMENT): %s",
+                                 peer, exc)
+            raise
         handler = self.handlers.get(type_name)
         label = type_name if handler is not None or type_name == "ServerCheckRequest" else "unknown"
         try:
             reply_type, body, code = self._dispatch(peer, type_name, headers, raw, handler)
-        except Exception:  # the last line of defence: never let the transport see an exception
-            log.exception("unexpected failure answering %s from %s", type_name, peer)
+        except Exception as exc:  # the last line of defence: never let the transport see an exception
+            self.garbage.log(logging.ERROR, f"unexpected {type(exc).__name__}", "unexpected failure answering %s "
+                             "from %s", type_name, peer, exc_info=True)
             code = NacosError.code
             reply_type, body = "ErrorResponse", codec.error(code, code, "server error")
         if not isinstance(body, str):
@@ -141,10 +156,11 @@ class SdkServer:
                 raise Unregistered()
             conn = found
             body = codec.parse_body(raw)
+            merged = _merge_headers(body.get("headers"), headers)
         except NacosError as exc:  # refused before any handler ran: resultCode 500
             return "ErrorResponse", codec.error(Code.SERVER_ERROR, exc.code, exc.message), exc.code
         self.manager.touch(conn)
-        ctx = RequestContext(conn, _merge_headers(body.get("headers"), headers))
+        ctx = RequestContext(conn, merged)
         try:
             if self.auth is not None:
                 self.auth.check_request(ctx, type_name, body)
@@ -167,16 +183,35 @@ class SdkServer:
         return conn
 
     def stream_message(self, conn: Connection, data: bytes) -> None:
-        """One message the client sent on its stream (setup, or a response to our request)."""
+        """One message the client sent on its stream (setup, or a response to our request).
+
+        Never raises: bytes that are no Payload, or a ConnectionSetupRequest whose body is not a
+        JSON object, end the stream with INVALID_ARGUMENT (and the connection); anything
+        unexpected is logged and the message dropped."""
         if conn.closed:
             return
         try:
+            self._stream_message(conn, data)
+        except Exception as exc:  # the last line of defence: the transport's read path must not see it
+            self.garbage.log(logging.ERROR, f"unexpected {type(exc).__name__} on a stream", "unexpected failure "
+                             "handling a message on the stream of %s", conn.connection_id, exc_info=True)
+
+    def _stream_message(self, conn: Connection, data: bytes) -> None:
+        try:
             type_name, headers, client_ip, raw = decode(data)
         except PayloadDecodeError as exc:
-            log.warning("undecodable message on the stream of %s: %s", conn.connection_id, exc)
+            self.garbage.warning("bad-stream-frame", "message on the stream of %s is no Payload (stream ended "
+                                 "INVALID_ARGUMENT): %s", conn.connection_id, exc)
+            self._end_stream(conn, f"message is not a Payload: {exc}")
             return
         if type_name == "ConnectionSetupRequest":
-            refusal = self._setup(conn, headers, client_ip, raw)
+            try:
+                refusal = self._setup(conn, headers, client_ip, raw)
+            except BadRequestBody as exc:
+                self.garbage.warning("bad-setup", "ConnectionSetupRequest on the stream of %s refused (stream "
+                                     "ended INVALID_ARGUMENT): %s", conn.connection_id, exc.message)
+                self._end_stream(conn, f"bad ConnectionSetupRequest: {exc.message}")
+                return
             if refusal is not None:
                 self.manager.unregister(conn.connection_id, refusal)  # ends the stream UNAVAILABLE
                 return
@@ -188,6 +223,13 @@ class SdkServer:
             self.manager.on_response(conn, type_name, raw)
         else:
             log.debug("ignoring %s sent on the stream of %s", type_name, conn.connection_id)
+
+    def _end_stream(self, conn: Connection, reason: str) -> None:
+        """End the stream with INVALID_ARGUMENT (the client sent something unusable) and drop the
+        connection; resending the same bytes on a new stream would fail the same way."""
+        if conn.stream is not None:
+            conn.stream.close(GrpcStatus.INVALID_ARGUMENT, reason)
+        self.manager.unregister(conn.connection_id, reason)
 
     def stream_ended(self, conn: Connection, reason: str = "stream closed by client") -> None:
         """The stream is over (client end, reset, or transport gone): drop its connection."""
@@ -205,15 +247,13 @@ class SdkServer:
             self.manager.unregister(conn.connection_id, "transport closed")
 
     def _setup(self, conn: Connection, headers: dict[str, str], client_ip: str, raw: bytes) -> str | None:
-        """Apply ConnectionSetupRequest; the reason to refuse it, or None once registered."""
-        try:
-            body = codec.parse_body(raw)
-        except BadRequestBody as exc:
-            return f"bad ConnectionSetupRequest: {exc.message}"
+        """Apply ConnectionSetupRequest; the reason to refuse it, or None once registered.
+        Raises BadRequestBody when the body is not a JSON object."""
+        body = codec.parse_body(raw)
         labels = body.get("labels")
-        conn.labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
-        conn.client_version = str(body.get("clientVersion") or "")
-        conn.tenant = str(body.get("tenant") or "")
+        conn.labels = {str(k): _scalar(v, "labels") for k, v in labels.items()} if isinstance(labels, dict) else {}
+        conn.client_version = _scalar(body.get("clientVersion") or "", "clientVersion")
+        conn.tenant = _scalar(body.get("tenant") or "", "tenant")
         conn.app = conn.labels.get("AppName") or "-"
         conn.source = conn.labels.get("source") or "sdk"
         conn.client_ip = client_ip or conn.remote_ip
@@ -270,12 +310,21 @@ class SdkServer:
                 "ConnectResetRequest", codec.server_request(fields, self.manager.next_request_id()).encode()))
 
 
+def _scalar(value: Any, field: str) -> str:
+    """A string field of a request body (Nacos's ``Map<String, String>`` or ``String``); an object
+    or array there is a bad body, as Jackson refuses it (and ``str()`` of hostile nesting recurses)."""
+    if isinstance(value, dict | list):
+        raise BadRequestBody(f"'{field}' must hold strings, not a JSON {type(value).__name__}")
+    return str(value)
+
+
 def _merge_headers(body_headers: Any, metadata_headers: dict[str, str]) -> dict[str, str]:
-    """Body headers then metadata headers (which win), case-insensitively (docs/protocol.md §1.3)."""
+    """Body headers then metadata headers (which win), case-insensitively (docs/protocol.md §1.3).
+    Raises BadRequestBody when a body header is an object or an array."""
     merged: dict[str, str] = {}
     if isinstance(body_headers, dict):
         for key, value in body_headers.items():
-            merged[str(key).lower()] = str(value)
+            merged[str(key).lower()] = _scalar(value, "headers")
     for key, value in metadata_headers.items():
         merged[key.lower()] = value
     return merged

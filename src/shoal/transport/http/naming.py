@@ -8,12 +8,12 @@ model as the gRPC clients (each sees the other's instances, and both are pushed)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
+from shoal import jsonfast
 from shoal.config import Config
 from shoal.errors import InvalidParam, ServiceNotFound, UnknownService
 from shoal.model.instance import InstanceInfo
@@ -245,7 +245,7 @@ class NamingRoutes:
         cluster = p.required("clusterName")
         raw = p.required("healthChecker")
         try:
-            checker = json.loads(raw)
+            checker = jsonfast.loads(raw)
         except ValueError:
             raise InvalidParam("Param 'healthChecker' must be a JSON object.") from None
         if not isinstance(checker, dict) or str(checker.get("type", "")).upper() not in ("TCP", "HTTP", "NONE"):
@@ -386,8 +386,8 @@ def beat_target(p: Params) -> tuple[str, int, InstanceInfo | None, bool]:
     if not raw:
         return p.required("ip"), p.port(), None, True
     try:
-        beat = json.loads(raw)
-    except ValueError:
+        beat = jsonfast.loads(raw)
+    except ValueError:  # not JSON, or nested too deeply
         raise InvalidParam("Param 'beat' must be a JSON object.") from None
     if not isinstance(beat, dict):
         raise InvalidParam("Param 'beat' must be a JSON object.")
@@ -427,11 +427,13 @@ def distro_tag(p: Params) -> str:
     ip = p.text("ip")
     if not ip and p.text("beat"):
         try:
-            beat = json.loads(p.text("beat"))
+            beat = jsonfast.loads(p.text("beat"))
         except ValueError:
             beat = None
-        if isinstance(beat, dict):
-            return f"{beat.get('ip', '')}:{beat.get('port', 0)}"
+        if isinstance(beat, dict):  # only scalars are formatted: str() of hostile nesting recurses
+            beat_ip, beat_port = beat.get("ip", ""), beat.get("port", 0)
+            beat_ip = beat_ip if isinstance(beat_ip, str) else ""
+            return f"{beat_ip}:{beat_port if isinstance(beat_port, str | int) else 0}"
     return f"{ip}:{p.text('port') or '0'}"
 
 
@@ -442,12 +444,13 @@ def check_selector(p: Params) -> dict[str, Any] | None:
     if not raw:
         return None
     try:
-        selector = json.loads(raw)
+        selector = jsonfast.loads(raw)
     except ValueError:
         raise InvalidParam("Param 'selector' must be a JSON object.") from None
-    if not isinstance(selector, dict) or str(selector.get("type", "")).lower() not in ("none", "label"):
+    kind = selector.get("type", "") if isinstance(selector, dict) else None
+    if not isinstance(kind, str) or kind.lower() not in ("none", "label"):
         raise InvalidParam("Param 'selector' must be a JSON object with type 'none' or 'label'.")
-    return selector
+    return dict(selector)
 
 
 def detail_json(service: ServiceKey, inst: InstanceInfo, service_key: str) -> dict[str, Any]:

@@ -5,7 +5,6 @@ value that does not parse is a 400 whose message names the parameter. Range and 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -13,7 +12,8 @@ from typing import Any, TypeVar
 from aiohttp import web
 from multidict import MultiDictProxy
 
-from shoal.errors import InvalidParam, MissingParam
+from shoal import jsonfast
+from shoal.errors import InvalidParam, MissingParam, PayloadTooLarge
 from shoal.model.keys import DEFAULT_CLUSTER, DEFAULT_GROUP, GROUP_SEPARATOR, ServiceKey, normalise_namespace
 from shoal.service_layer import parse_metadata
 
@@ -138,8 +138,8 @@ class Params:
 
 def parse_metadata_text(value: str, name: str = "metadata") -> dict[str, str]:
     try:
-        raw = json.loads(value)
-    except ValueError:
+        raw = jsonfast.loads(value)
+    except ValueError:  # not JSON (or nested too deeply): the k1=v1,k2=v2 form is tried
         raw = None
     if isinstance(raw, dict):
         return dict(parse_metadata(raw, name))
@@ -163,4 +163,10 @@ async def read_params(request: web.Request) -> Params:
         form: MultiDictProxy[Any] = await request.post()
     except (ValueError, UnicodeDecodeError, AssertionError) as exc:
         raise InvalidParam(f"request body is not a valid form: {exc}") from None
+    except web.HTTPRequestEntityTooLarge:
+        # Answered here, not by aiohttp: aiohttp keeps the HTTPException it answers in a reference
+        # cycle (its handler frame holds it as the response), and the exception's traceback holds
+        # the frames that read the body, up to the size limit, until the cycle collector runs: a
+        # burst of oversized bodies grew the node by each body's size.
+        raise PayloadTooLarge(f"request body is larger than {request.client_max_size} bytes") from None
     return Params(query, form)

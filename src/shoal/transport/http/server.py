@@ -10,6 +10,10 @@ form), check the token when auth is on (read / write on the service's namespace,
 forward a write for an ``ip:port`` another node is responsible for (DistroFilter), run the
 handler; a NacosError becomes the API generation's error shape (400s name the parameter), an
 unexpected exception a logged 500. Unknown paths answer 404.
+
+Requests aiohttp cannot parse (a request line or header over its limits, bad framing) are
+answered 400 by aiohttp, which logs each at ERROR with a traceback; :class:`BadHttpFilter`
+turns those into one WARNING per kind per interval, without the traceback.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from shoal import __version__, kernels
 from shoal.auth.service import READ, WRITE, AuthService, Identity, naming_resource
 from shoal.config import Config
 from shoal.errors import Forbidden, HttpStatus, NacosError
+from shoal.logutil import RateLimitedLog
 from shoal.metrics import Metrics
 from shoal.model.keys import DEFAULT_GROUP, GROUP_SEPARATOR
 from shoal.service_layer import NamingService
@@ -53,6 +59,28 @@ ADMIN = "admin"
 IDENTITY = "identity"
 
 
+class BadHttpFilter(logging.Filter):
+    """Filter of the ``aiohttp.server`` logger: a request aiohttp could not parse (it answered
+    it 400, e.g. ``LineTooLong``) becomes one rate-limited WARNING line without a traceback;
+    anything else aiohttp logs passes unchanged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.garbage = RateLimitedLog(log)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError):
+            return True
+        self.garbage.warning(f"bad-http {type(exc).__name__}", "unparseable HTTP request answered %s (%s): %s",
+                             exc.code or 400, type(exc).__name__, str(exc.message)[:200].replace("\n", " "))
+        return False
+
+
+#: One filter for the process (aiohttp logs through one module-level logger).
+BAD_HTTP_FILTER = BadHttpFilter()
+
+
 class NodeStatus(Protocol):
     """What the HTTP layer asks of the node: serving yet, and why not ready."""
 
@@ -76,6 +104,8 @@ class HttpServer:
         self.forwarder = Forwarder(responsibility or Standalone(), config.http_forward_timeout_ms,
                                    tls.client_context() if tls is not None else None)
         self.members = members
+        self.garbage = RateLimitedLog(log)  # unexpected failures: one traceback per kind per interval
+        logging.getLogger("aiohttp.server").addFilter(BAD_HTTP_FILTER)  # idempotent: one instance
         self.app = web.Application(client_max_size=config.max_inbound_message_size)
         self._runner: web.AppRunner | None = None
         self.naming_routes: NamingRoutes | None = None
@@ -200,8 +230,9 @@ class HttpServer:
                 response = error_response(api, exc)
             except web.HTTPException:
                 raise
-            except Exception:
-                log.exception("unexpected failure answering %s %s", request.method, request.path)
+            except Exception as exc:
+                self.garbage.log(logging.ERROR, f"unexpected {type(exc).__name__} {path}", "unexpected failure "
+                                 "answering %s %s", request.method, request.path, exc_info=True)
                 response = web.Response(status=NacosError.http_status, text="server error")
             metrics.request("http", path, response.status, time.perf_counter() - started, method)
             return response
