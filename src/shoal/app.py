@@ -28,7 +28,9 @@ from shoal.health.keepalive import ConnectionKeepAlive
 from shoal.metrics import Metrics
 from shoal.model.client import Client, ClientKind
 from shoal.model.keys import ServiceKey
+from shoal.push.fuzzy import FuzzyNotifier
 from shoal.push.service import PushService
+from shoal.service_layer.fuzzy import FuzzyWatchContext
 from shoal.stack import ModelStack
 from shoal.tasks import Periodic, run_blocking
 from shoal.tls import NodeTls
@@ -73,11 +75,15 @@ class Node:
         # A naming connection's client is created and released by the service layer.
         self.sdk_connections.listeners.append(NamingConnectionListener(self.naming))
         self.sdk_connections.on_unregister_hooks.append(self._count_closed)
-        self.sdk_server = SdkServer(config, self.sdk_connections, naming_handlers(self.naming), self.is_serving,
+        self.fuzzy = FuzzyWatchContext(config, self.bus, self.services, self.index)
+        self.sdk_server = SdkServer(config, self.sdk_connections, naming_handlers(self.naming, self.fuzzy),
+                                    self.is_serving,
                                     self.metrics, config.grpc_port, auth=self.auth if config.auth_enabled else None,
                                     tls=self.tls.sdk)
         self.push = PushService(config, self.clock, self.bus, self.sdk_server, self.index.subscribers_of,
                                 self._push_payload, self.metrics)
+        self.fuzzy_notifier = FuzzyNotifier(config, self.sdk_server)
+        self.fuzzy.notify = self.fuzzy_notifier.enqueue
         self.keepalive = ConnectionKeepAlive(config, self.sdk_connections, self.sdk_server, self.limits)
         self.http = HttpServer(config, self, self.metrics, self.naming, self.auth, tls=self.tls.http)
         self.periodics = [
@@ -153,6 +159,7 @@ class Node:
             await self.cluster_server.start()
             await self.distro.start()
         self.push.start()
+        self.fuzzy_notifier.start()
         for periodic in self.periodics:
             periodic.start()
         if self.distro is not None:  # a starting cluster node loads a peer's snapshot before serving
@@ -174,6 +181,7 @@ class Node:
         if self.cluster_server is not None:
             await self.cluster_server.stop(0.5)
         await self.push.stop()
+        await self.fuzzy_notifier.stop()
         await self.http.stop()
         log.info("node stopped")
 

@@ -226,6 +226,26 @@ class Config:
         check=non_negative,
     )
     push_enabled: bool = _setting(True, "nacos.naming.push.enabled", "Push service changes to subscribers.")
+    fuzzy_watch_max_pattern_count: int = _setting(
+        20, "nacos.naming.fuzzy.watch.max.pattern.count",
+        "Distinct fuzzy-watch patterns this node keeps (a new one beyond it is refused with 50310).",
+        check=positive,
+    )
+    fuzzy_watch_max_match_count: int = _setting(
+        500, "nacos.naming.fuzzy.watch.max.pattern.match.service.count",
+        "Services one fuzzy-watch pattern tracks (beyond it the watch answers 50311 and stops reporting).",
+        check=positive,
+    )
+    fuzzy_watch_batch_size: int = _setting(
+        100, "shoal.naming.fuzzy-watch.sync-batch-size",
+        "Service keys per NamingFuzzyWatchSyncRequest of an initial or diff sync.",
+        check=positive,
+    )
+    fuzzy_watch_max_pending: int = _setting(
+        10_000, "shoal.naming.fuzzy-watch.max-pending",
+        "Fuzzy-watch notifications queued for delivery on this node; beyond it the oldest are dropped.",
+        check=positive,
+    )
     push_cache_millis: int = _setting(
         10_000, "nacos.naming.push.defaultPushCacheMillis", "cacheMillis stamped on pushed ServiceInfo.",
         check=non_negative,

@@ -38,6 +38,8 @@ class Code(IntEnum):
     SERVER_ERROR = 500
     BAD_GATEWAY = 502
     OVER_THRESHOLD = 503
+    FUZZY_WATCH_PATTERN_OVER_LIMIT = 50310  # v2 ErrorCode, also the errorCode of NamingFuzzyWatchResponse
+    FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT = 50311
 
 
 class HttpStatus(IntEnum):
@@ -69,6 +71,8 @@ class V2Code(IntEnum):
     SERVICE_NOT_EXIST = 21008
     SERVICE_DELETE_FAILURE = 21009
     SERVER_ERROR = 30000
+    FUZZY_WATCH_PATTERN_OVER_LIMIT = 50310
+    FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT = 50311
 
 
 #: The ``message`` of a v2 answer for each ErrorCode (ErrorCode.getMsg()).
@@ -85,6 +89,8 @@ V2_TEXT: dict[int, str] = {
     V2Code.SERVICE_NOT_EXIST: "service not exist",
     V2Code.SERVICE_DELETE_FAILURE: "service delete failure",
     V2Code.SERVER_ERROR: "server error",
+    V2Code.FUZZY_WATCH_PATTERN_OVER_LIMIT: "fuzzy watch pattern over limit",
+    V2Code.FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT: "fuzzy watch pattern matched count over limit",
 }
 
 
@@ -262,6 +268,27 @@ class OverThreshold(NacosError):
 
     code = Code.OVER_THRESHOLD
     http_status = HttpStatus.SERVICE_UNAVAILABLE
+
+
+class FuzzyWatchPatternOverLimit(NacosError):
+    """A new fuzzy-watch pattern would exceed ``nacos.naming.fuzzy.watch.max.pattern.count``
+    (Nacos ErrorCode.FUZZY_WATCH_PATTERN_OVER_LIMIT, NamingFuzzyWatchContextService)."""
+
+    code = Code.FUZZY_WATCH_PATTERN_OVER_LIMIT
+    http_status = HttpStatus.SERVICE_UNAVAILABLE
+    v2_code = V2Code.FUZZY_WATCH_PATTERN_OVER_LIMIT
+    default_message = "fuzzy watch pattern over limit"
+
+
+class FuzzyWatchMatchOverLimit(NacosError):
+    """A fuzzy-watch pattern matches at least ``...max.pattern.match.service.count`` services;
+    the watch is kept but further matches are not reported (Nacos
+    ErrorCode.FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT, NamingFuzzyWatchRequestHandler)."""
+
+    code = Code.FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT
+    http_status = HttpStatus.SERVICE_UNAVAILABLE
+    v2_code = V2Code.FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT
+    default_message = "fuzzy watch pattern matched count over limit"
 
 
 class CpUnavailable(NacosError):

@@ -17,6 +17,8 @@ from shoal.errors import (
     CpUnavailable,
     Forbidden,
     ForwardFailed,
+    FuzzyWatchMatchOverLimit,
+    FuzzyWatchPatternOverLimit,
     InvalidParam,
     MissingParam,
     NacosError,
@@ -58,6 +60,8 @@ TABLE: dict[type[NacosError], tuple[int, int, int, str]] = {
     TooManyRequests: (429, 429, 30000, "server error"),
     OverThreshold: (503, 503, 30000, "server error"),
     CpUnavailable: (503, 503, 30000, "server error"),
+    FuzzyWatchPatternOverLimit: (50310, 503, 50310, "fuzzy watch pattern over limit"),
+    FuzzyWatchMatchOverLimit: (50311, 503, 50311, "fuzzy watch pattern matched count over limit"),
 }
 
 
