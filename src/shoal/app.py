@@ -25,6 +25,7 @@ from shoal.export.eventlog import ChangeLog
 from shoal.export.node_export import NodeExporter, export_and_rotate
 from shoal.health.heartbeat import HeartbeatChecker
 from shoal.health.keepalive import ConnectionKeepAlive
+from shoal.health.rebalance import ServerLoader
 from shoal.metrics import Metrics
 from shoal.model.client import Client, ClientKind
 from shoal.model.keys import ServiceKey
@@ -44,6 +45,7 @@ from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http.api import Api
 from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import MemberList
+from shoal.transport.http.loader import HttpLoaderPeers, LoaderRoutes
 from shoal.transport.http.server import ADMIN, HttpServer
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,13 @@ class Node:
             self.periodics.append(Periodic("arrow-export", config.export_interval_ms, self._export_periodically))
         export_routes = ExportRoutes(self.exporter, Path(config.data_dir) / "export-scratch")
         self.http.add_route("GET", "/nacos/v1/shoal/export", export_routes.export, Api.CORE, ADMIN)
+        # Connection rebalancing: the Nacos loader API, and the automatic round when enabled.
+        self.loader_peers = HttpLoaderPeers(config, self.tls.http) if self.members is not None else None
+        self.loader = ServerLoader(config, self.sdk_connections, self.sdk_server, self.address, self._member_addresses,
+                                   self.loader_peers, self.is_serving, self.clock.monotonic_ms)
+        LoaderRoutes(self.loader, self.sdk_connections).install(self.http, Api.CORE, ADMIN)
+        if config.rebalance_enabled:
+            self.periodics.append(Periodic("rebalance", config.rebalance_interval_ms, self.loader.rebalance_tick))
         self._serving = False
         self._started = False
         self.metrics.add_sizes(self._sizes)
@@ -182,6 +191,8 @@ class Node:
             await self.cluster_server.stop(0.5)
         await self.push.stop()
         await self.fuzzy_notifier.stop()
+        if self.loader_peers is not None:
+            await self.loader_peers.stop()
         await self.http.stop()
         log.info("node stopped")
 
@@ -198,6 +209,9 @@ class Node:
             except OSError:
                 host = "127.0.0.1"
         return f"{host}:{self.config.port}"
+
+    def _member_addresses(self) -> list[str]:
+        return [m.address for m in self.members.all_members()] if self.members is not None else [self.address]
 
     def _renew_beats(self, client: Client, now_mono_ms: int) -> None:
         """A verified ip:port copy is as fresh as its owner says (Nacos resets its beat time)."""

@@ -199,6 +199,27 @@ class Config:
         "ip:port sent in ConnectResetRequest to connections expelled by the limit rules.",
         check=host_port_or_empty,
     )
+    rebalance_enabled: bool = _setting(
+        False, "shoal.rebalance.enabled",
+        "Move SDK connections from busy members to idle ones when their counts drift apart (beyond Nacos).",
+    )
+    rebalance_threshold: float = _setting(
+        0.1, "shoal.rebalance.threshold",
+        "Rebalance when max - min connection count exceeds this fraction of the members' average.",
+        check=positive,
+    )
+    rebalance_rate: int = _setting(
+        50, "shoal.rebalance.rate", "Most connections one member moves per rebalancing round.", check=positive,
+    )
+    rebalance_floor: int = _setting(
+        0, "shoal.rebalance.floor", "Rebalancing never leaves a member with fewer SDK connections than this.",
+        check=non_negative,
+    )
+    rebalance_interval_ms: int = _setting(
+        5000, "shoal.rebalance.interval-ms",
+        "Interval of the automatic rebalancing round (long enough for moved clients to land).",
+        check=positive,
+    )
     push_backlog_per_connection: int = _setting(
         1024,
         "shoal.remote.server.connection.max-pending-requests",
