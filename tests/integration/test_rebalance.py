@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from v2.nacos import RegisterInstanceParam
 
 from shoal.testing import ServerProcess, free_port_block, http_get, kill, start_server, wait_until
 
@@ -199,3 +200,39 @@ async def test_automatic_rebalancing_evens_out_the_members(three_nodes: Callable
         return total == 60 and max(now.values()) - min(now.values()) <= math.floor(0.1 * total / 3)
 
     await wait_until(balanced, timeout=90, interval=0.5)
+
+
+async def test_nacos_sdk_python_is_moved_by_closing_its_stream(three_nodes: Callable[..., list[int]],
+                                                               sdk: Any) -> None:
+    ports = three_nodes()
+    client = await sdk(",".join(f"127.0.0.1:{p}" for p in ports))
+    await client.register_instance(RegisterInstanceParam(service_name="moved", ip="10.40.0.1", port=1))
+
+    async def python_connections() -> dict[str, int]:
+        found: dict[str, int] = {}
+        for port in ports:
+            for conn_id, conn in (await aloader(port, "current")).items():
+                if conn["metaInfo"]["version"].startswith("Nacos-Python-Client"):
+                    found[conn_id] = port
+        return found
+
+    before = await wait_until(python_connections, what="the SDK's connection")
+    (conn_id, home), = before.items()
+    target = next(p for p in ports if p != home)
+    assert await aloader(home, f"reloadClient?connectionId={conn_id}&redirectAddress=127.0.0.1:{target}") \
+        == "success"
+
+    async def reconnected() -> bool:
+        now = await python_connections()
+        return bool(now) and conn_id not in now
+
+    await wait_until(reconnected, timeout=30, what="the SDK to reconnect after its stream was closed")
+    # it registers again on its new connection (its redo task runs every 30 s)
+    def listed() -> bool:
+        status, text = http_get(f"http://127.0.0.1:{ports[0]}/nacos/v1/ns/instance/list?serviceName=moved")
+        return status == 200 and bool(json.loads(text)["hosts"])
+
+    async def alisted() -> bool:
+        return await asyncio.to_thread(listed)
+
+    await wait_until(alisted, timeout=60, interval=0.5, what="the instance to be registered again")
