@@ -19,9 +19,12 @@ from shoal.errors import (
     ForwardFailed,
     FuzzyWatchMatchOverLimit,
     FuzzyWatchPatternOverLimit,
+    IllegalNamespace,
     InvalidParam,
     MissingParam,
     NacosError,
+    NamespaceAlreadyExist,
+    NamespaceNotExist,
     NoHandler,
     NotFound,
     OverThreshold,
@@ -62,6 +65,9 @@ TABLE: dict[type[NacosError], tuple[int, int, int, str]] = {
     CpUnavailable: (503, 503, 30000, "server error"),
     FuzzyWatchPatternOverLimit: (50310, 503, 50310, "fuzzy watch pattern over limit"),
     FuzzyWatchMatchOverLimit: (50311, 503, 50311, "fuzzy watch pattern matched count over limit"),
+    IllegalNamespace: (400, 400, 22000, "illegal namespace"),
+    NamespaceNotExist: (404, 404, 22001, "namespace not exist"),
+    NamespaceAlreadyExist: (409, 500, 22002, "namespace already exist"),
 }
 
 
