@@ -28,11 +28,14 @@ from shoal.export.node_export import NodeExporter, export_and_rotate
 from shoal.health.checker import CheckSettings, PersistentHealthChecker
 from shoal.health.heartbeat import HeartbeatChecker
 from shoal.health.keepalive import ConnectionKeepAlive
+from shoal.health.rebalance import ServerLoader
 from shoal.metrics import Metrics
 from shoal.model.client import Client, ClientKind
 from shoal.model.keys import ServiceKey
 from shoal.node_metrics import watch_node
+from shoal.push.fuzzy import FuzzyNotifier
 from shoal.push.service import PushService
+from shoal.service_layer.fuzzy import FuzzyWatchContext
 from shoal.service_layer.namespaces import NamespaceService
 from shoal.service_layer.persistent import PersistentNaming
 from shoal.stack import ModelStack
@@ -48,6 +51,7 @@ from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http.api import Api
 from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import MemberList
+from shoal.transport.http.loader import HttpLoaderPeers, LoaderRoutes
 from shoal.transport.http.namespaces import NamespaceRoutes
 from shoal.transport.http.server import ADMIN, IDENTITY, HttpServer
 
@@ -80,11 +84,15 @@ class Node:
         # A naming connection's client is created and released by the service layer.
         self.sdk_connections.listeners.append(NamingConnectionListener(self.naming))
         self.sdk_connections.on_unregister_hooks.append(self._count_closed)
-        self.sdk_server = SdkServer(config, self.sdk_connections, naming_handlers(self.naming), self.is_serving,
+        self.fuzzy = FuzzyWatchContext(config, self.bus, self.services, self.index)
+        self.sdk_server = SdkServer(config, self.sdk_connections, naming_handlers(self.naming, fuzzy=self.fuzzy),
+                                    self.is_serving,
                                     self.metrics, config.grpc_port, auth=self.auth if config.auth_enabled else None,
                                     tls=self.tls.sdk)
         self.push = PushService(config, self.clock, self.bus, self.sdk_server, self.index.subscribers_of,
                                 self._push_payload, self.metrics)
+        self.fuzzy_notifier = FuzzyNotifier(config, self.sdk_server)
+        self.fuzzy.notify = self.fuzzy_notifier.enqueue
         self.keepalive = ConnectionKeepAlive(config, self.sdk_connections, self.sdk_server, self.limits)
         self.http = HttpServer(config, self, self.metrics, self.naming, self.auth, tls=self.tls.http)
         self.periodics = [
@@ -134,7 +142,7 @@ class Node:
         self.service_view = json_view(self.cp.store, Keyspace.SERVICES)
         self.persistent = PersistentNaming(self.naming, self.instance_view, self.service_view)
         self.http.set_persistent(self.persistent)
-        self.sdk_server.handlers.update(naming_handlers(self.naming, self.persistent))
+        self.sdk_server.handlers.update(naming_handlers(self.naming, self.persistent, self.fuzzy))
         mapper = self.distro.mapper if self.distro is not None else None
         self.health_checker = PersistentHealthChecker(
             self.persistent, mapper.responsible if mapper is not None else (lambda _name: True),
@@ -155,6 +163,13 @@ class Node:
             self.periodics.append(Periodic("arrow-export", config.export_interval_ms, self._export_periodically))
         export_routes = ExportRoutes(self.exporter, Path(config.data_dir) / "export-scratch")
         self.http.add_route("GET", "/nacos/v1/shoal/export", export_routes.export, Api.CORE, ADMIN)
+        # Connection rebalancing: the Nacos loader API, and the automatic round when enabled.
+        self.loader_peers = HttpLoaderPeers(config, self.tls.http) if self.members is not None else None
+        self.loader = ServerLoader(config, self.sdk_connections, self.sdk_server, self.address, self._member_addresses,
+                                   self.loader_peers, self.is_serving, self.clock.monotonic_ms)
+        LoaderRoutes(self.loader, self.sdk_connections).install(self.http, Api.CORE, ADMIN)
+        if config.rebalance_enabled:
+            self.periodics.append(Periodic("rebalance", config.rebalance_interval_ms, self.loader.rebalance_tick))
         self._serving = False
         self._started = False
         self._cp_started = False
@@ -192,6 +207,7 @@ class Node:
             await self.cluster_server.start()
             await self.distro.start()
         self.push.start()
+        self.fuzzy_notifier.start()
         for periodic in self.periodics:
             periodic.start()
         if self.distro is not None:  # a starting cluster node loads a peer's snapshot before serving
@@ -215,6 +231,9 @@ class Node:
             await self.cluster_server.stop(0.5)
         await self.health_checker.stop()
         await self.push.stop()
+        await self.fuzzy_notifier.stop()
+        if self.loader_peers is not None:
+            await self.loader_peers.stop()
         await self.http.stop()
         await self.namespace_view.stop()
         await self.instance_view.stop()
@@ -252,6 +271,9 @@ class Node:
             except OSError:
                 host = "127.0.0.1"
         return f"{host}:{self.config.port}"
+
+    def _member_addresses(self) -> list[str]:
+        return [m.address for m in self.members.all_members()] if self.members is not None else [self.address]
 
     def _renew_beats(self, client: Client, now_mono_ms: int) -> None:
         """A verified ip:port copy is as fresh as its owner says (Nacos resets its beat time)."""

@@ -199,6 +199,27 @@ class Config:
         "ip:port sent in ConnectResetRequest to connections expelled by the limit rules.",
         check=host_port_or_empty,
     )
+    rebalance_enabled: bool = _setting(
+        False, "shoal.rebalance.enabled",
+        "Move SDK connections from busy members to idle ones when their counts drift apart (beyond Nacos).",
+    )
+    rebalance_threshold: float = _setting(
+        0.1, "shoal.rebalance.threshold",
+        "Rebalance when max - min connection count exceeds this fraction of the members' average.",
+        check=positive,
+    )
+    rebalance_rate: int = _setting(
+        50, "shoal.rebalance.rate", "Most connections one member moves per rebalancing round.", check=positive,
+    )
+    rebalance_floor: int = _setting(
+        0, "shoal.rebalance.floor", "Rebalancing never leaves a member with fewer SDK connections than this.",
+        check=non_negative,
+    )
+    rebalance_interval_ms: int = _setting(
+        5000, "shoal.rebalance.interval-ms",
+        "Interval of the automatic rebalancing round (long enough for moved clients to land).",
+        check=positive,
+    )
     push_backlog_per_connection: int = _setting(
         1024,
         "shoal.remote.server.connection.max-pending-requests",
@@ -226,6 +247,26 @@ class Config:
         check=non_negative,
     )
     push_enabled: bool = _setting(True, "nacos.naming.push.enabled", "Push service changes to subscribers.")
+    fuzzy_watch_max_pattern_count: int = _setting(
+        20, "nacos.naming.fuzzy.watch.max.pattern.count",
+        "Distinct fuzzy-watch patterns this node keeps (a new one beyond it is refused with 50310).",
+        check=positive,
+    )
+    fuzzy_watch_max_match_count: int = _setting(
+        500, "nacos.naming.fuzzy.watch.max.pattern.match.service.count",
+        "Services one fuzzy-watch pattern tracks (beyond it the watch answers 50311 and stops reporting).",
+        check=positive,
+    )
+    fuzzy_watch_batch_size: int = _setting(
+        100, "shoal.naming.fuzzy-watch.sync-batch-size",
+        "Service keys per NamingFuzzyWatchSyncRequest of an initial or diff sync.",
+        check=positive,
+    )
+    fuzzy_watch_max_pending: int = _setting(
+        10_000, "shoal.naming.fuzzy-watch.max-pending",
+        "Fuzzy-watch notifications queued for delivery on this node; beyond it the oldest are dropped.",
+        check=positive,
+    )
     push_cache_millis: int = _setting(
         10_000, "nacos.naming.push.defaultPushCacheMillis", "cacheMillis stamped on pushed ServiceInfo.",
         check=non_negative,

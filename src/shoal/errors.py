@@ -38,6 +38,8 @@ class Code(IntEnum):
     SERVER_ERROR = 500
     BAD_GATEWAY = 502
     OVER_THRESHOLD = 503
+    FUZZY_WATCH_PATTERN_OVER_LIMIT = 50310  # v2 ErrorCode, also the errorCode of NamingFuzzyWatchResponse
+    FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT = 50311
 
 
 class HttpStatus(IntEnum):
@@ -73,6 +75,8 @@ class V2Code(IntEnum):
     NAMESPACE_NOT_EXIST = 22001
     NAMESPACE_ALREADY_EXIST = 22002
     SERVER_ERROR = 30000
+    FUZZY_WATCH_PATTERN_OVER_LIMIT = 50310
+    FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT = 50311
 
 
 #: The ``message`` of a v2 answer for each ErrorCode (ErrorCode.getMsg()).
@@ -92,6 +96,8 @@ V2_TEXT: dict[int, str] = {
     V2Code.NAMESPACE_NOT_EXIST: "namespace not exist",
     V2Code.NAMESPACE_ALREADY_EXIST: "namespace already exist",
     V2Code.SERVER_ERROR: "server error",
+    V2Code.FUZZY_WATCH_PATTERN_OVER_LIMIT: "fuzzy watch pattern over limit",
+    V2Code.FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT: "fuzzy watch pattern matched count over limit",
 }
 
 
@@ -309,6 +315,27 @@ class OverThreshold(NacosError):
 
     code = Code.OVER_THRESHOLD
     http_status = HttpStatus.SERVICE_UNAVAILABLE
+
+
+class FuzzyWatchPatternOverLimit(NacosError):
+    """A new fuzzy-watch pattern would exceed ``nacos.naming.fuzzy.watch.max.pattern.count``
+    (Nacos ErrorCode.FUZZY_WATCH_PATTERN_OVER_LIMIT, NamingFuzzyWatchContextService)."""
+
+    code = Code.FUZZY_WATCH_PATTERN_OVER_LIMIT
+    http_status = HttpStatus.SERVICE_UNAVAILABLE
+    v2_code = V2Code.FUZZY_WATCH_PATTERN_OVER_LIMIT
+    default_message = "fuzzy watch pattern over limit"
+
+
+class FuzzyWatchMatchOverLimit(NacosError):
+    """A fuzzy-watch pattern matches at least ``...max.pattern.match.service.count`` services;
+    the watch is kept but further matches are not reported (Nacos
+    ErrorCode.FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT, NamingFuzzyWatchRequestHandler)."""
+
+    code = Code.FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT
+    http_status = HttpStatus.SERVICE_UNAVAILABLE
+    v2_code = V2Code.FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT
+    default_message = "fuzzy watch pattern matched count over limit"
 
 
 class CpUnavailable(NacosError):

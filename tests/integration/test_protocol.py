@@ -45,7 +45,8 @@ async def test_server_check_then_setup_then_naming(raw: Any) -> None:
     await client.send("ConnectionSetupRequest", {"clientVersion": "raw", "labels": {"module": "naming"},
                                                  "abilityTable": {"x": True}})
     kind, ack = await client.receive()
-    assert kind == "SetupAckRequest" and ack["abilityTable"] == {"supportPersistentInstanceByGrpc": True}
+    assert kind == "SetupAckRequest" and ack["abilityTable"] == {"supportPersistentInstanceByGrpc": True,
+                                                          "fuzzyWatch": True}
     assert "requestId" not in ack and ack["headers"] == {}
     kind, body = await client.call("InstanceRequest", register_body("proto-a"))
     assert (kind, body["resultCode"], body["type"]) == ("InstanceResponse", 200, "registerInstance")

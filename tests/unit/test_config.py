@@ -65,7 +65,7 @@ def test_distro_timings_must_be_positive(prop: str) -> None:
 
 
 # --- constraints declared next to the fields ---------------------------------------------------
-BAD_CANDIDATES: tuple[object, ...] = (0, -1, 70_000, "", "nohost", "no-such-choice")
+BAD_CANDIDATES: tuple[object, ...] = (0, -1, 70_000, 0.0, -1.0, "", "nohost", "no-such-choice")
 
 
 def _constrained_fields() -> list[dataclasses.Field[object]]:

@@ -118,6 +118,7 @@ class HasHeaders(Protocol):
 GRPC_ACTIONS = {
     "InstanceRequest": WRITE, "BatchInstanceRequest": WRITE, "PersistentInstanceRequest": WRITE,
     "ServiceQueryRequest": READ, "SubscribeServiceRequest": READ, "ServiceListRequest": READ,
+    "NamingFuzzyWatchRequest": READ,
 }
 
 

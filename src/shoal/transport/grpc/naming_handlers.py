@@ -6,20 +6,23 @@ import math
 from collections.abc import Awaitable
 from typing import Any
 
-from shoal.errors import InvalidParam
+from shoal.errors import Code, FuzzyWatchMatchOverLimit, FuzzyWatchPatternOverLimit, InvalidParam
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import DEFAULT_GROUP, ServiceKey, normalise_namespace
 from shoal.service_layer import PERSISTENT_UNSUPPORTED, NamingService, parse_metadata
+from shoal.service_layer.fuzzy import WATCH_TYPE_CANCEL_WATCH, WATCH_TYPE_WATCH, FuzzyWatchContext
 from shoal.service_layer.persistent import PersistentNaming
 from shoal.transport.grpc import codec
 from shoal.transport.grpc.connections import Connection
 from shoal.transport.grpc.handlers import Handler, RequestContext
 
 
-def naming_handlers(naming: NamingService, persistent: PersistentNaming | None = None) -> dict[str, Handler]:
-    """The handler table for the naming module (persistent instances need the CP use cases)."""
-    h = _NamingHandlers(naming, persistent)
-    return {
+def naming_handlers(naming: NamingService, persistent: PersistentNaming | None = None,
+                    fuzzy: FuzzyWatchContext | None = None) -> dict[str, Handler]:
+    """The handler table for the naming module (persistent instances need the CP use cases; the 3.x
+    fuzzy watch is served when ``fuzzy`` is given)."""
+    h = _NamingHandlers(naming, persistent, fuzzy)
+    table = {
         "InstanceRequest": Handler("InstanceResponse", h.instance),
         "BatchInstanceRequest": Handler("BatchInstanceResponse", h.batch_instance),
         "PersistentInstanceRequest": Handler("InstanceResponse", h.persistent_instance),
@@ -27,14 +30,19 @@ def naming_handlers(naming: NamingService, persistent: PersistentNaming | None =
         "SubscribeServiceRequest": Handler("SubscribeServiceResponse", h.subscribe),
         "ServiceListRequest": Handler("ServiceListResponse", h.list_services),
     }
+    if fuzzy is not None:
+        table["NamingFuzzyWatchRequest"] = Handler("NamingFuzzyWatchResponse", h.fuzzy_watch)
+    return table
 
 
 class _NamingHandlers:
     """Each naming request: parse the body, call the service layer, shape the response."""
 
-    def __init__(self, naming: NamingService, persistent: PersistentNaming | None) -> None:
+    def __init__(self, naming: NamingService, persistent: PersistentNaming | None,
+                 fuzzy: FuzzyWatchContext | None = None) -> None:
         self.naming = naming
         self.persistent = persistent
+        self.fuzzy = fuzzy
 
     def instance(self, ctx: RequestContext, body: dict[str, Any]) -> str:
         service = service_of(body)
@@ -105,6 +113,30 @@ class _NamingHandlers:
         group = text(body, "groupName") or DEFAULT_GROUP
         page = self.naming.list_services(namespace, group, integer(body, "pageNo", 1), integer(body, "pageSize", 10))
         return codec.ok({"count": page.count, "serviceNames": page.names})
+
+    def fuzzy_watch(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+        """NamingFuzzyWatchRequest (NamingFuzzyWatchRequestHandler): a limit is a typed 500 with its code."""
+        assert self.fuzzy is not None
+        pattern = text(body, "groupKeyPattern")
+        if not pattern:
+            raise InvalidParam("Param 'groupKeyPattern' is required")
+        kind = text(body, "watchType")
+        client_id = ctx.conn.connection_id
+        if kind == WATCH_TYPE_WATCH:
+            received = body.get("receivedGroupKeys") or []
+            if not isinstance(received, list) or not all(isinstance(k, str) for k in received):
+                raise InvalidParam("'receivedGroupKeys' must be a list of strings")
+            # Jackson names the boolean field isInitializing "initializing" (getter isInitializing()).
+            initializing = flag(body, "initializing", False) or flag(body, "isInitializing", False)
+            try:
+                self.fuzzy.watch(client_id, pattern, received, initializing)
+            except (FuzzyWatchPatternOverLimit, FuzzyWatchMatchOverLimit) as exc:
+                return codec.error(Code.SERVER_ERROR, exc.code, exc.message)
+        elif kind == WATCH_TYPE_CANCEL_WATCH:
+            self.fuzzy.cancel(client_id, pattern)
+        else:
+            raise InvalidParam(f"Unsupported request type {kind}")
+        return codec.ok()
 
 
 async def _answered(write: Awaitable[None], kind: str) -> str:

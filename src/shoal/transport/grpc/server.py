@@ -60,7 +60,7 @@ class AuthFilter(Protocol):
 
 
 #: Abilities we advertise in SetupAckRequest: only what is implemented (docs/protocol.md §2.3).
-SERVER_ABILITIES = {"supportPersistentInstanceByGrpc": True}
+SERVER_ABILITIES = {"supportPersistentInstanceByGrpc": True, "fuzzyWatch": True}
 
 
 class SdkServer:
@@ -284,6 +284,15 @@ class SdkServer:
         try:
             reply = await self.manager.request(client_id, "NotifySubscriberRequest", {"module": "naming"},
                                                timeout_ms, raw={"serviceInfo": service_info_json})
+        except ConnectionGone as exc:
+            raise PushGone(str(exc)) from None
+        return is_success(reply)
+
+    async def send_server_request(self, client_id: str, type_name: str, fields: dict[str, Any],
+                                  timeout_ms: int) -> bool:
+        """One server request (fuzzy-watch sync or change) awaiting the client's ack (FuzzySender)."""
+        try:
+            reply = await self.manager.request(client_id, type_name, fields, timeout_ms)
         except ConnectionGone as exc:
             raise PushGone(str(exc)) from None
         return is_success(reply)

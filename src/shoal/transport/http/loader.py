@@ -1,0 +1,136 @@
+"""``/nacos/v2/core/loader/*`` (Nacos ServerLoaderController shapes) and the peer calls behind them.
+
+* ``GET current``: this node's connections, ``{connectionId: {"metaInfo": {...}, ...}}``.
+* ``GET cluster``: every member's loader metrics with max/min/avg/threshold/total.
+* ``GET reloadCurrent?count=N[&redirectAddress=ip:port]``: keep N SDK connections, move the rest.
+* ``GET smartReloadCluster[?loaderFactor=0.1]``: ``Ok`` or ``Fail``.
+* ``GET reloadClient?connectionId=..[&redirectAddress=..]``.
+
+A member's own metrics come from the Shoal-only ``GET /nacos/v1/shoal/loader/metrics``; peers
+are called over HTTP with the cluster identity header (which passes them as admins).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Protocol
+
+import aiohttp
+from aiohttp import web
+
+from shoal.config import Config
+from shoal.health.rebalance import ServerLoader
+from shoal.tls import PortTls
+from shoal.transport.http.api import dumps, json_text, ok_text
+from shoal.transport.http.params import Params
+
+log = logging.getLogger(__name__)
+
+PEER_TIMEOUT_S = 1.0  # ServerLoaderController waits 1 s for the members' metrics
+
+
+class Routes(Protocol):
+    def add_route(self, method: str, path: str, handler: Any, api: Any, auth: str | None = None) -> None: ...
+
+
+class LoaderRoutes:
+    """The loader API over a :class:`ServerLoader` (Nacos ServerLoaderController)."""
+
+    def __init__(self, loader: ServerLoader, connections: Any) -> None:
+        self.loader = loader
+        self.connections = connections
+
+    async def current(self, request: web.Request, params: Params) -> web.Response:
+        answer: dict[str, Any] = {}
+        for conn in list(self.connections.by_id.values()):
+            if not conn.registered or conn.closed:
+                continue
+            answer[conn.connection_id] = {
+                "traced": False, "abilityTable": {},
+                "metaInfo": {"connectType": "GRPC", "clientIp": conn.client_ip, "localPort": 0,
+                             "version": conn.client_version, "connectionId": conn.connection_id,
+                             "createTime": conn.created_ms, "lastActiveTime": self.connections.last_active_ms(conn),
+                             "appName": conn.app, "tenant": conn.tenant, "labels": conn.labels,
+                             "remoteIp": conn.remote_ip, "remotePort": conn.remote_port}}
+        return json_text(dumps(answer))
+
+    async def cluster(self, request: web.Request, params: Params) -> web.Response:
+        return json_text(dumps(await self.loader.cluster_summary()))
+
+    async def reload_current(self, request: web.Request, params: Params) -> web.Response:
+        count = params.integer("count", low=0)
+        await self.loader.reload_count(count, params.text("redirectAddress"))
+        return ok_text("success")
+
+    async def smart_reload(self, request: web.Request, params: Params) -> web.Response:
+        factor = params.number("loaderFactor", 0.1)
+        return ok_text("Ok" if await self.loader.smart_reload(factor) else "Fail")
+
+    async def reload_client(self, request: web.Request, params: Params) -> web.Response:
+        await self.loader.reload_client(params.text("connectionId"), params.text("redirectAddress"))
+        return ok_text("success")
+
+    async def metrics(self, request: web.Request, params: Params) -> web.Response:
+        return json_text(dumps(self.loader.local_metrics()))
+
+    def install(self, server: Routes, api: Any, admin: str) -> None:
+        for prefix in ("/nacos/v2/core/loader", "/nacos/v3/admin/core/loader"):
+            server.add_route("GET", f"{prefix}/current", self.current, api, admin)
+            server.add_route("GET", f"{prefix}/cluster", self.cluster, api, admin)
+            server.add_route("GET", f"{prefix}/reloadCurrent", self.reload_current, api, admin)
+            server.add_route("GET", f"{prefix}/smartReloadCluster", self.smart_reload, api, admin)
+            server.add_route("GET", f"{prefix}/reloadClient", self.reload_client, api, admin)
+        server.add_route("GET", "/nacos/v1/shoal/loader/metrics", self.metrics, api, admin)
+
+
+class HttpLoaderPeers:
+    """:class:`shoal.health.rebalance.LoaderPeers` over the members' HTTP ports."""
+
+    def __init__(self, config: Config, tls: PortTls | None) -> None:
+        self.config = config
+        self.scheme = "https" if tls is not None else "http"
+        self.ssl = tls.client_context() if tls is not None else None
+        self._session: aiohttp.ClientSession | None = None
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"User-Agent": "Nacos-Server"}
+        if self.config.cluster_identity_key:
+            headers[self.config.cluster_identity_key] = self.config.cluster_identity_value
+        return headers
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(ssl=self.ssl) if self.ssl is not None else None
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PEER_TIMEOUT_S),
+                                                  connector=connector)
+        return self._session
+
+    async def _get(self, address: str, path: str, params: dict[str, str]) -> tuple[int, str] | None:
+        try:
+            async with self._client().get(f"{self.scheme}://{address}{path}", params=params,
+                                          headers=self._headers()) as response:
+                return response.status, await response.text()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.debug("loader call %s to %s failed: %s", path, address, exc)
+            return None
+
+    async def metrics(self, address: str) -> dict[str, str] | None:
+        answer = await self._get(address, "/nacos/v1/shoal/loader/metrics", {})
+        if answer is None or answer[0] != 200:
+            return None
+        try:
+            data = json.loads(answer[1])
+        except ValueError:
+            return None
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None
+
+    async def reload(self, address: str, count: int, redirect: str) -> bool:
+        answer = await self._get(address, "/nacos/v2/core/loader/reloadCurrent",
+                                 {"count": str(count), "redirectAddress": redirect})
+        return answer is not None and answer[0] == 200
+
+    async def stop(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
