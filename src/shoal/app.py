@@ -49,11 +49,13 @@ from shoal.transport.grpc.peer_client import GrpcPeerTransport
 from shoal.transport.grpc.server import SdkServer
 from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http.api import Api
+from shoal.transport.http.auth_routes import AuthRoutes
 from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import MemberList
 from shoal.transport.http.loader import HttpLoaderPeers, LoaderRoutes
 from shoal.transport.http.namespaces import NamespaceRoutes
 from shoal.transport.http.server import ADMIN, IDENTITY, HttpServer
+from shoal.transport.http.v3 import V3Routes
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +140,9 @@ class Node:
         self.namespace_view = json_view(self.cp.store, Keyspace.NAMESPACES)
         self.namespaces = NamespaceService(self.namespace_view, self.clock.now_ms)
         NamespaceRoutes(self.namespaces).register(self.http.add_route, ADMIN, IDENTITY)
+        if self.http.naming_routes is not None:  # the Nacos 3.x surface over the same handlers
+            V3Routes(self.http.naming_routes, self.namespaces, AuthRoutes(self.auth) if self.auth is not None else None,
+                     self.http.server_state, self.http.cluster_nodes_v2).register(self.http.add_route, ADMIN)
         self.instance_view = json_view(self.cp.store, Keyspace.INSTANCES)
         self.service_view = json_view(self.cp.store, Keyspace.SERVICES)
         self.persistent = PersistentNaming(self.naming, self.instance_view, self.service_view)

@@ -202,9 +202,11 @@ class HttpServer:
             await self._runner.cleanup()
             self._runner = None
 
-    def add_route(self, method: str, path: str, handler: RouteHandler, api: Api, auth: str | None = None) -> None:
-        """Add a route from outside (e.g. the node's admin endpoints) through the same wrapper."""
-        self._route(method, path, handler, api, auth)
+    def add_route(self, method: str, path: str, handler: RouteHandler, api: Api, auth: str | None = None,
+                  distro: bool = False) -> None:
+        """Add a route from outside (e.g. the node's admin endpoints) through the same wrapper;
+        ``distro`` routes an ephemeral write to the node responsible for its ``ip:port``."""
+        self._route(method, path, handler, api, auth, distro)
 
     # --- the wrapper (Nacos's filter chain) ---------------------------------------------------
     def _route(self, method: str, path: str, handler: RouteHandler, api: Api, auth: str | None = None,
