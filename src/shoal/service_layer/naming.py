@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from shoal.clock import Clock
 from shoal.config import Config
@@ -391,6 +392,21 @@ class NamingService:
                 continue
             out.extend((key, inst) for inst in self.storage.view(key).instances)
         return out
+
+    def service_instances(self, service: ServiceKey, clusters: str = "",
+                          healthy_only: bool = False) -> list[dict[str, Any]]:
+        """Every instance of one service as Nacos Instance objects, enabled or not (the admin
+        view: no enabled filter and no protection threshold, unlike :meth:`query`)."""
+        self.check_params(service, clusters=clusters)
+        wanted = parse_clusters(clusters)
+        view = self.storage.view(service)
+        return [inst.to_nacos(service, view.ephemeral) for inst in view.instances
+                if (not wanted or inst.cluster in wanted) and (inst.healthy or not healthy_only)]
+
+    def instance_json(self, service: ServiceKey, ip: str, port: int, cluster: str) -> dict[str, Any]:
+        """One instance as a Nacos Instance object; NotFound as :meth:`find_instance`."""
+        inst = self.find_instance(service, ip, port, cluster)
+        return inst.to_nacos(service, self.storage.view(service).ephemeral)
 
     def client_ids(self) -> list[str]:
         """Every naming client of this node (own and replicated), sorted."""

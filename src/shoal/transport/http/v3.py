@@ -27,7 +27,7 @@ from aiohttp import web
 
 from shoal import jsonfast
 from shoal.auth.service import READ, WRITE
-from shoal.errors import V2_TEXT, BeatCode, InvalidParam, V2Code
+from shoal.errors import V2_TEXT, BeatCode, V2Code
 from shoal.model.keys import DEFAULT_GROUP, ServiceKey
 from shoal.service_layer.namespaces import NamespaceService
 from shoal.transport.http.api import Api, dumps, json_text, v2_ok
@@ -117,22 +117,13 @@ class V3Routes:
     # --- admin ----------------------------------------------------------------------------
     async def admin_instances(self, request: web.Request, p: Params) -> web.StreamResponse:
         """Every instance of the service (enabled or not), optionally healthy only."""
-        info = self.naming.naming.query(p.v2_service(), p.text("clusterName"), False, grouped_name=True)
-        hosts = _hosts(info)
-        if p.boolean("healthyOnly", False):
-            hosts = [h for h in hosts if h.get("healthy", False)]
+        hosts = self.naming.naming.service_instances(p.v2_service(), p.text("clusterName"),
+                                                     p.boolean("healthyOnly", False))
         return v2_ok(dumps(hosts))
 
     async def admin_instance(self, request: web.Request, p: Params) -> web.StreamResponse:
         """One instance in the Instance shape; NotFound (404, 20004) when absent."""
-        service = p.v2_service()
-        ip, port, cluster = p.required("ip"), p.port(), p.cluster()
-        self.naming.naming.find_instance(service, ip, port, cluster)  # raises the 404s
-        info = self.naming.naming.query(service, cluster, False, grouped_name=True)
-        for host in _hosts(info):
-            if host.get("ip") == ip and host.get("port") == port:
-                return v2_ok(dumps(host))
-        raise InvalidParam("no matched ip found!")  # pragma: no cover - find_instance found it
+        return v2_ok(dumps(self.naming.naming.instance_json(p.v2_service(), p.required("ip"), p.port(), p.cluster())))
 
     async def admin_services(self, request: web.Request, p: Params) -> web.StreamResponse:
         """A Page of ServiceView (name, groupName, counts) of one namespace and group."""

@@ -1,0 +1,155 @@
+"""The Nacos 3.x HTTP surface on real servers: the Result envelope and ErrorCodes of the client,
+admin and core endpoints, with auth off and on, and a 3.x-style login flow (v3 first, v1 on 404)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from shoal.testing import ServerProcess, free_port_block, kill, poll_until, start_server
+
+from .cpcluster import call, call_json
+
+PASSWORD = "correct horse battery"
+CLIENT = "/nacos/v3/client/ns/instance"
+ADMIN_INSTANCE = "/nacos/v3/admin/ns/instance"
+ADMIN_SERVICE = "/nacos/v3/admin/ns/service"
+NAMESPACE = "/nacos/v3/admin/core/namespace"
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    server = start_server(tmp_path_factory.mktemp("v3"))
+    yield server
+    kill(server)
+
+
+@pytest.fixture(scope="module")
+def auth_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """`shoal server --auth` with an admin `nacos` made by `shoal users create`."""
+    tmp = tmp_path_factory.mktemp("v3auth")
+    port = free_port_block()
+    data_dir = tmp / f"node-{port}"
+    data_dir.mkdir(parents=True)
+    (tmp / "pw").write_text(PASSWORD + "\n")
+    done = subprocess.run([sys.executable, "-m", "shoal", "users", "create", "nacos", "--password-file",
+                           str(tmp / "pw"), "--data-dir", str(data_dir), "--admin"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    server = start_server(tmp, ["--auth"], port=port)
+    yield server
+    kill(server)
+
+
+def ok(body: Any) -> Any:
+    assert body["code"] == 0 and body["message"] == "success", body
+    return body["data"]
+
+
+def test_client_register_list_heartbeat_deregister(node: ServerProcess) -> None:
+    svc = {"serviceName": "orders", "groupName": "G"}
+    assert ok(call_json("POST", node.url(CLIENT), data={**svc, "ip": "10.0.0.1", "port": "80"})) == "ok"
+    assert ok(call_json("POST", node.url(CLIENT), data={**svc, "ip": "10.0.0.2", "port": "80",
+                                                        "enabled": "false"})) == "ok"
+    hosts = ok(call_json("GET", node.url(CLIENT + "/list"), svc))
+    assert [(h["ip"], h["port"]) for h in hosts] == [("10.0.0.1", 80)]  # enabled=false left out
+    # the admin list shows both, the detail is the Instance shape
+    listed = ok(call_json("GET", node.url(ADMIN_INSTANCE + "/list"), svc))
+    assert sorted(h["ip"] for h in listed) == ["10.0.0.1", "10.0.0.2"]
+    detail = ok(call_json("GET", node.url(ADMIN_INSTANCE), {**svc, "ip": "10.0.0.1", "port": "80"}))
+    assert detail["ip"] == "10.0.0.1" and detail["port"] == 80 and detail["clusterName"] == "DEFAULT"
+    # heartBeat=true renews a known instance and answers 21003 for an unknown one
+    assert ok(call_json("POST", node.url(CLIENT), data={**svc, "ip": "10.0.0.1", "port": "80",
+                                                        "heartBeat": "true"})) == "ok"
+    assert call_json("POST", node.url(CLIENT), data={**svc, "ip": "10.9.9.9", "port": "80", "heartBeat": "true"}) == {
+        "code": 21003, "message": "instance not found", "data": None}
+    assert ok(call_json("DELETE", node.url(CLIENT), {**svc, "ip": "10.0.0.1", "port": "80"})) == "ok"
+    assert ok(call_json("GET", node.url(CLIENT + "/list"), svc)) == []
+
+
+def test_error_codes(node: ServerProcess) -> None:
+    missing = call_json("POST", node.url(CLIENT), data={"serviceName": "x", "port": "80"}, status=400)
+    assert missing["code"] == 10000 and missing["message"] == "parameter missing"
+    bad = call_json("POST", node.url(CLIENT), data={"serviceName": "x", "ip": "1.1.1.1", "port": "80",
+                                                    "weight": "-1"}, status=400)
+    assert bad["code"] in (20002, 21001)
+    absent = call_json("GET", node.url(ADMIN_SERVICE), {"serviceName": "nope"}, status=404)
+    assert absent["code"] == 21008
+    gone = call_json("GET", node.url(ADMIN_INSTANCE), {"serviceName": "nope", "ip": "1.1.1.1", "port": "1"},
+                     status=404)
+    assert gone["code"] == 20004
+    assert call_json("GET", node.url(NAMESPACE), {"namespaceId": "absent"}, status=404)["code"] == 22001
+
+
+def test_admin_service_and_namespace(node: ServerProcess) -> None:
+    assert ok(call_json("POST", node.url(NAMESPACE), data={"namespaceId": "dev", "namespaceName": "Dev"})) is True
+    assert "dev" in [n["namespace"] for n in ok(call_json("GET", node.url(NAMESPACE + "/list")))]
+    assert ok(call_json("GET", node.url(NAMESPACE), {"namespaceId": "dev"}))["namespaceShowName"] == "Dev"
+    svc = {"namespaceId": "dev", "groupName": "G", "serviceName": "pay"}
+    created = call_json("POST", node.url(ADMIN_SERVICE), data={**svc, "protectThreshold": "0.5", "ephemeral": "true"})
+    assert ok(created) == "ok"
+    assert ok(call_json("POST", node.url(ADMIN_INSTANCE), data={**svc, "ip": "10.1.0.1", "port": "81"})) == "ok"
+    assert ok(call_json("GET", node.url(ADMIN_SERVICE), svc))["protectThreshold"] == 0.5
+    page = ok(call_json("GET", node.url(ADMIN_SERVICE + "/list"), {"namespaceId": "dev", "groupName": "G"}))
+    assert page["totalCount"] == 1 and page["pageItems"] == [
+        {"name": "pay", "groupName": "G", "clusterCount": 1, "ipCount": 1, "healthyInstanceCount": 1,
+         "triggerFlag": "false"}]
+    assert ok(call_json("DELETE", node.url(ADMIN_INSTANCE), {**svc, "ip": "10.1.0.1", "port": "81"})) == "ok"
+
+
+def test_core_state_and_nodes(node: ServerProcess) -> None:
+    state = ok(call_json("GET", node.url("/nacos/v3/admin/core/state")))
+    assert state["standalone_mode"] == "standalone" and state["auth_enabled"] == "false"
+    nodes = ok(call_json("GET", node.url("/nacos/v3/admin/core/cluster/node/list")))
+    assert len(nodes) == 1 and nodes[0]["state"] == "UP"
+
+
+def login_3x(server: ServerProcess, username: str, password: str) -> dict[str, Any]:
+    """What the 3.x Java client does: /v3/auth/user/login first, /v1/auth/users/login only on 404."""
+    code, text = call("POST", server.url("/nacos/v3/auth/user/login"), data={"username": username,
+                                                                            "password": password})
+    if code == 404:
+        code, text = call("POST", server.url("/nacos/v1/auth/users/login"), data={"username": username,
+                                                                                 "password": password})
+    assert code == 200, text
+    answer: dict[str, Any] = json.loads(text)
+    return answer
+
+
+def test_auth_login_v3_first_and_rules(auth_node: ServerProcess) -> None:
+    svc = {"serviceName": "orders"}
+    # without a token: every secured v3 route is refused with ACCESS_DENIED; state stays open
+    for method, path, params in (("GET", CLIENT + "/list", svc), ("GET", ADMIN_INSTANCE + "/list", svc),
+                                 ("GET", NAMESPACE + "/list", {}), ("GET", "/nacos/v3/admin/core/cluster/node/list",
+                                                                    {})):
+        body = call_json(method, auth_node.url(path), params, status=403)
+        assert body["code"] == 10001, (path, body)
+    assert ok(call_json("GET", auth_node.url("/nacos/v3/admin/core/state")))["auth_enabled"] == "true"
+    # a wrong password fails the v3 login (it does not fall back: the route exists)
+    assert call("POST", auth_node.url("/nacos/v3/auth/user/login"),
+                data={"username": "nacos", "password": "wrong"})[0] == 403
+    answer = login_3x(auth_node, "nacos", PASSWORD)
+    assert answer["globalAdmin"] is True and answer["username"] == "nacos" and answer["tokenTtl"] > 0
+    token = {"accessToken": answer["accessToken"]}
+    assert ok(call_json("POST", auth_node.url(CLIENT), params=token,
+                        data={**svc, "ip": "10.2.0.1", "port": "82"})) == "ok"
+    assert [h["ip"] for h in ok(call_json("GET", auth_node.url(CLIENT + "/list"), {**svc, **token}))] == ["10.2.0.1"]
+    assert [h["ip"] for h in ok(call_json("GET", auth_node.url(ADMIN_INSTANCE + "/list"), {**svc, **token}))] == [
+        "10.2.0.1"]
+    # a user without the admin role may use the client API it has permissions for, not the admin API
+    call_json("POST", auth_node.url("/nacos/v1/auth/users"), token, {"username": "app", "password": "app-pass-1"})
+    call_json("POST", auth_node.url("/nacos/v1/auth/roles"), token, {"role": "apps", "username": "app"})
+    call_json("POST", auth_node.url("/nacos/v1/auth/permissions"), token,
+              {"role": "apps", "resource": "public:*:*", "action": "rw"})
+    app = {"accessToken": login_3x(auth_node, "app", "app-pass-1")["accessToken"]}
+    poll_until(lambda: call("GET", auth_node.url(CLIENT + "/list"), {**svc, **app})[0] == 200, timeout=10,
+               what="the permission applied")
+    assert [h["ip"] for h in ok(call_json("GET", auth_node.url(CLIENT + "/list"), {**svc, **app}))] == ["10.2.0.1"]
+    assert call_json("GET", auth_node.url(ADMIN_INSTANCE + "/list"), {**svc, **app}, status=403)["code"] == 10001
+    assert call_json("GET", auth_node.url(NAMESPACE + "/list"), app, status=403)["code"] == 10001
