@@ -47,6 +47,20 @@ def test_service_detail_lists_sorted_clusters_and_is_none_when_missing(registry:
     assert (detail.service, detail.clusters, detail.ephemeral, detail.protect_threshold) == (SVC, ["a", "b"], True, 0.0)
 
 
+def test_service_instances_is_the_admin_view_with_disabled_and_unhealthy_instances(registry: Registry) -> None:
+    registry.connect("c1")
+    registry.naming.batch_register_instances("c1", SVC, [
+        InstanceInfo("10.0.0.1", 1, cluster="a"), InstanceInfo("10.0.0.2", 2, cluster="b", enabled=False),
+        InstanceInfo("10.0.0.3", 3, cluster="b", healthy=False)])
+    assert [i["ip"] for i in registry.naming.service_instances(SVC)] == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    assert [i["ip"] for i in registry.naming.service_instances(SVC, "b")] == ["10.0.0.2", "10.0.0.3"]
+    assert [i["ip"] for i in registry.naming.service_instances(SVC, "", True)] == ["10.0.0.1", "10.0.0.2"]
+    one = registry.naming.instance_json(SVC, "10.0.0.2", 2, "b")
+    assert (one["enabled"], one["clusterName"], one["serviceName"]) == (False, "b", "DEFAULT_GROUP@@svc")
+    with pytest.raises(NotFound):
+        registry.naming.instance_json(SVC, "10.0.0.9", 9, "b")
+
+
 def test_client_reads_for_both_kinds_and_a_missing_client(registry: Registry) -> None:
     registry.naming.connect_client("1700000000000_10.0.0.9_5555", "10.0.0.9", "shop", "agent/1")
     registry.naming.register_ip_port(SVC, InstanceInfo("10.0.0.5", 8080, cluster="c1"))

@@ -136,7 +136,7 @@ class V3Routes:
         items = []
         for name in page.names:
             service = ServiceKey(namespace, group, name)
-            hosts = _hosts(self.naming.naming.query(service, "", False, grouped_name=True))
+            hosts = self.naming.naming.service_instances(service)
             items.append({"name": name, "groupName": group,
                           "clusterCount": len({h.get("clusterName") for h in hosts}),
                           "ipCount": len(hosts), "healthyInstanceCount": sum(1 for h in hosts if h.get("healthy")),
