@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from shoal.config import TestHooks
 from shoal.testing import ServerProcess, free_port_block, kill, poll_until, start_server
 
 from .cpcluster import call, call_json
@@ -153,3 +154,20 @@ def test_auth_login_v3_first_and_rules(auth_node: ServerProcess) -> None:
     assert [h["ip"] for h in ok(call_json("GET", auth_node.url(CLIENT + "/list"), {**svc, **app}))] == ["10.2.0.1"]
     assert call_json("GET", auth_node.url(ADMIN_INSTANCE + "/list"), {**svc, **app}, status=403)["code"] == 10001
     assert call_json("GET", auth_node.url(NAMESPACE + "/list"), app, status=403)["code"] == 10001
+
+
+def test_v3_writes_are_forwarded_to_the_responsible_node(servers: Callable[..., ServerProcess]) -> None:
+    """The client and admin instance writes go through the DistroFilter like v1/v2's."""
+    owner = servers()
+    entry = servers(env=TestHooks(forward_all_to=owner.addr).to_env())
+    svc = {"serviceName": "fwd3"}
+    assert ok(call_json("POST", entry.url(CLIENT), data={**svc, "ip": "10.4.0.1", "port": "80"})) == "ok"
+    assert [h["ip"] for h in ok(call_json("GET", owner.url(CLIENT + "/list"), svc))] == ["10.4.0.1"]
+    assert ok(call_json("GET", entry.url(CLIENT + "/list"), svc)) == []  # reads are local; the owner holds it
+    assert ok(call_json("POST", entry.url(CLIENT), data={**svc, "ip": "10.4.0.1", "port": "80",
+                                                         "heartBeat": "true"})) == "ok"
+    assert ok(call_json("PUT", entry.url(ADMIN_INSTANCE), data={**svc, "ip": "10.4.0.1", "port": "80",
+                                                                "weight": "3"})) == "ok"
+    assert ok(call_json("GET", owner.url(ADMIN_INSTANCE + "/list"), svc))[0]["weight"] == 3.0
+    assert ok(call_json("DELETE", entry.url(CLIENT), {**svc, "ip": "10.4.0.1", "port": "80"})) == "ok"
+    assert ok(call_json("GET", owner.url(CLIENT + "/list"), svc)) == []
