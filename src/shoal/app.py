@@ -142,7 +142,7 @@ class Node:
         NamespaceRoutes(self.namespaces).register(self.http.add_route, ADMIN, IDENTITY)
         if self.http.naming_routes is not None:  # the Nacos 3.x surface over the same handlers
             V3Routes(self.http.naming_routes, self.namespaces, AuthRoutes(self.auth) if self.auth is not None else None,
-                     self.http.server_state, self.http.cluster_nodes_v2).register(self.http.add_route, ADMIN)
+                     self.http.server_state, self.http.cluster_nodes_v2).register(self.http.add_route, ADMIN, IDENTITY)
         self.instance_view = json_view(self.cp.store, Keyspace.INSTANCES)
         self.service_view = json_view(self.cp.store, Keyspace.SERVICES)
         self.persistent = PersistentNaming(self.naming, self.instance_view, self.service_view)

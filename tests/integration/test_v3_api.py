@@ -144,16 +144,31 @@ def test_auth_login_v3_first_and_rules(auth_node: ServerProcess) -> None:
     assert [h["ip"] for h in ok(call_json("GET", auth_node.url(ADMIN_INSTANCE + "/list"), {**svc, **token}))] == [
         "10.2.0.1"]
     # a user without the admin role may use the client API it has permissions for, not the admin API
-    call_json("POST", auth_node.url("/nacos/v1/auth/users"), token, {"username": "app", "password": "app-pass-1"})
-    call_json("POST", auth_node.url("/nacos/v1/auth/roles"), token, {"role": "apps", "username": "app"})
-    call_json("POST", auth_node.url("/nacos/v1/auth/permissions"), token,
-              {"role": "apps", "resource": "public:*:*", "action": "rw"})
+    # (made through the v3 auth administration, answered in the Result envelope)
+    assert ok(call_json("POST", auth_node.url("/nacos/v3/auth/user"), token,
+                        {"username": "app", "password": "app-pass-1"})) == "create user ok!"
+    assert ok(call_json("POST", auth_node.url("/nacos/v3/auth/role"), token,
+                        {"role": "apps", "username": "app"})) == "add role ok!"
+    assert ok(call_json("POST", auth_node.url("/nacos/v3/auth/permission"), token,
+                        {"role": "apps", "resource": "public:*:*", "action": "rw"})) == "add permission ok!"
+    poll_until(lambda: "app" in call("GET", auth_node.url("/nacos/v3/auth/user/list"), token)[1], timeout=10,
+               what="the user listed")
+    users = ok(call_json("GET", auth_node.url("/nacos/v3/auth/user/list"), {**token, "pageNo": "1", "pageSize": "10"}))
+    assert {u["username"] for u in users["pageItems"]} == {"nacos", "app"} and users["totalCount"] == 2
+    assert call_json("POST", auth_node.url("/nacos/v3/auth/user/admin"), data={"password": "whatever-1"}) == {
+        "code": 409, "message": "have admin user cannot use it", "data": None}
     app = {"accessToken": login_3x(auth_node, "app", "app-pass-1")["accessToken"]}
     poll_until(lambda: call("GET", auth_node.url(CLIENT + "/list"), {**svc, **app})[0] == 200, timeout=10,
                what="the permission applied")
     assert [h["ip"] for h in ok(call_json("GET", auth_node.url(CLIENT + "/list"), {**svc, **app}))] == ["10.2.0.1"]
     assert call_json("GET", auth_node.url(ADMIN_INSTANCE + "/list"), {**svc, **app}, status=403)["code"] == 10001
     assert call_json("GET", auth_node.url(NAMESPACE + "/list"), app, status=403)["code"] == 10001
+    assert call_json("GET", auth_node.url("/nacos/v3/auth/user/list"), app, status=403)["code"] == 10001
+    # a user may change their own password, not another's
+    assert ok(call_json("PUT", auth_node.url("/nacos/v3/auth/user"), app,
+                        {"username": "app", "newPassword": "app-pass-2"})) == "update user ok!"
+    assert call_json("PUT", auth_node.url("/nacos/v3/auth/user"), app,
+                     {"username": "nacos", "newPassword": "stolen-pass"}, status=403)["code"] == 10001
 
 
 def test_v3_writes_are_forwarded_to_the_responsible_node(servers: Callable[..., ServerProcess]) -> None:

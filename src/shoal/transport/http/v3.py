@@ -15,6 +15,7 @@ shapes that 3.x changed are built here:
   ``/nacos/v3/admin/core/namespace`` (NamespaceControllerV3), ``/nacos/v3/admin/core/cluster/node/list``
   (NacosClusterControllerV3): ADMIN_API, which needs a global admin when auth is on.
 * ``GET /nacos/v3/admin/core/state`` (ServerStateController): the state map in a Result, open.
+* ``/nacos/v3/auth/{user,role,permission}`` (UserControllerV3 and co.): the v1 auth handlers in a Result.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from shoal import jsonfast
-from shoal.auth.service import READ, WRITE
+from shoal.auth.service import READ, WRITE, AdminExists
 from shoal.errors import V2_TEXT, BeatCode, V2Code
 from shoal.model.keys import DEFAULT_GROUP, ServiceKey
 from shoal.service_layer.namespaces import NamespaceService
@@ -46,10 +47,37 @@ ADMIN_NAMESPACE = "/nacos/v3/admin/core/namespace"
 ADMIN_NODES = "/nacos/v3/admin/core/cluster/node/list"
 ADMIN_STATE = "/nacos/v3/admin/core/state"
 LOGIN = "/nacos/v3/auth/user/login"
+AUTH_USER = "/nacos/v3/auth/user"
+AUTH_ROLE = "/nacos/v3/auth/role"
+AUTH_PERMISSION = "/nacos/v3/auth/permission"
 
 #: Every v3 path this node serves (for the report and the tests).
 PATHS = (LOGIN, CLIENT_INSTANCE, CLIENT_INSTANCE + "/list", ADMIN_INSTANCE, ADMIN_INSTANCE + "/list", ADMIN_SERVICE,
-         ADMIN_SERVICE + "/list", ADMIN_NAMESPACE, ADMIN_NAMESPACE + "/list", ADMIN_NODES, ADMIN_STATE)
+         ADMIN_SERVICE + "/list", ADMIN_NAMESPACE, ADMIN_NAMESPACE + "/list", ADMIN_NODES, ADMIN_STATE, AUTH_USER,
+         AUTH_USER + "/admin", AUTH_USER + "/list", AUTH_ROLE, AUTH_ROLE + "/list", AUTH_PERMISSION,
+         AUTH_PERMISSION + "/list")
+
+
+def _message(handler: Handler) -> Handler:
+    """A v1 auth write answered as a Result whose data is the v1 RestResult's message."""
+
+    async def wrapped(request: web.Request, p: Params) -> web.StreamResponse:
+        raw = await handler(request, p)
+        assert isinstance(raw, web.Response) and raw.text is not None
+        return v2_ok(dumps(jsonfast.loads(raw.text).get("message")))
+
+    return wrapped
+
+
+def _body(handler: Handler) -> Handler:
+    """A v1 auth list (a bare Page) answered as a Result around it."""
+
+    async def wrapped(request: web.Request, p: Params) -> web.StreamResponse:
+        raw = await handler(request, p)
+        assert isinstance(raw, web.Response) and raw.text is not None
+        return v2_ok(raw.text)
+
+    return wrapped
 
 
 def _hosts(info_json: str) -> list[dict[str, Any]]:
@@ -71,11 +99,23 @@ class V3Routes:
         self.state_handler = state
         self.nodes = nodes
 
-    def register(self, add_route: AddRoute, admin: str) -> None:
+    def register(self, add_route: AddRoute, admin: str, identity: str) -> None:
         """Add every v3 route through the server's wrapper (auth, DistroFilter, error shapes)."""
         n, ns, v2 = self.naming, self.namespaces, Api.V2
         if self.auth is not None:
-            add_route("POST", LOGIN, self.auth.login, Api.V1)
+            a = self.auth
+            add_route("POST", LOGIN, a.login, Api.V1)
+            add_route("POST", AUTH_USER + "/admin", self.create_admin, v2)
+            add_route("POST", AUTH_USER, _message(a.create_user), v2, admin)
+            add_route("DELETE", AUTH_USER, _message(a.delete_user), v2, admin)
+            add_route("PUT", AUTH_USER, _message(a.update_user), v2, identity)
+            add_route("GET", AUTH_USER + "/list", _body(a.list_users), v2, admin)
+            add_route("POST", AUTH_ROLE, _message(a.add_role), v2, admin)
+            add_route("DELETE", AUTH_ROLE, _message(a.delete_role), v2, admin)
+            add_route("GET", AUTH_ROLE + "/list", _body(a.list_roles), v2, admin)
+            add_route("POST", AUTH_PERMISSION, _message(a.add_permission), v2, admin)
+            add_route("DELETE", AUTH_PERMISSION, _message(a.delete_permission), v2, admin)
+            add_route("GET", AUTH_PERMISSION + "/list", _body(a.list_permissions), v2, admin)
         add_route("POST", CLIENT_INSTANCE, self.client_register, v2, WRITE, distro=True)
         add_route("DELETE", CLIENT_INSTANCE, n.v2_deregister, v2, WRITE, distro=True)
         add_route("GET", CLIENT_INSTANCE + "/list", self.client_list, v2, READ)
@@ -143,6 +183,16 @@ class V3Routes:
                           "triggerFlag": "false"})
         return v2_ok(dumps({"totalCount": page.count, "pageNumber": page_no,
                             "pagesAvailable": math.ceil(page.count / page_size), "pageItems": items}))
+
+    async def create_admin(self, request: web.Request, p: Params) -> web.StreamResponse:
+        """The first admin as a ``Result<User>``; once one exists, HTTP 200 with code 409 (as
+        UserControllerV3 answers it)."""
+        assert self.auth is not None
+        try:
+            user = await self.auth.auth.create_admin(p.get("password") or "")
+        except AdminExists as exc:
+            return json_text(dumps({"code": exc.http_status, "message": exc.message, "data": None}))
+        return v2_ok(dumps(user))
 
     async def state(self, request: web.Request, p: Params) -> web.StreamResponse:
         """The server state map (ServerStateController) inside a Result."""
