@@ -186,3 +186,34 @@ def test_v3_writes_are_forwarded_to_the_responsible_node(servers: Callable[..., 
     assert ok(call_json("GET", owner.url(ADMIN_INSTANCE + "/list"), svc))[0]["weight"] == 3.0
     assert ok(call_json("DELETE", entry.url(CLIENT), {**svc, "ip": "10.4.0.1", "port": "80"})) == "ok"
     assert ok(call_json("GET", owner.url(CLIENT + "/list"), svc)) == []
+
+
+def test_admin_clients_ops_health_and_cluster(node: ServerProcess) -> None:
+    svc = {"serviceName": "db", "groupName": "G"}
+    # a persistent instance, its cluster's checker turned off, then its health set by hand
+    assert ok(call_json("POST", node.url(ADMIN_INSTANCE), data={**svc, "ip": "10.5.0.1", "port": "5432",
+                                                                "ephemeral": "false"})) == "ok"
+    assert ok(call_json("PUT", node.url("/nacos/v3/admin/ns/cluster"), data={
+        **svc, "clusterName": "DEFAULT", "healthChecker": '{"type":"NONE"}'})) == "ok"
+    assert ok(call_json("PUT", node.url("/nacos/v3/admin/ns/health/instance"), data={
+        **svc, "ip": "10.5.0.1", "port": "5432", "healthy": "false"})) == "ok"
+    poll_until(lambda: ok(call_json("GET", node.url(ADMIN_INSTANCE + "/list"), svc)) != [], timeout=10,
+               what="the persistent instance")
+    poll_until(lambda: ok(call_json("GET", node.url(ADMIN_INSTANCE + "/list"), svc))[0]["healthy"] is False,
+               timeout=10, what="the health set by hand")
+    assert ok(call_json("GET", node.url(ADMIN_INSTANCE + "/list"), {**svc, "healthyOnly": "true"})) == []
+    assert call_json("PUT", node.url("/nacos/v3/admin/ns/health/instance"), data={
+        **svc, "ip": "10.5.0.1", "port": "5432"}, status=400)["code"] == 20002
+    # an ephemeral HTTP client: listed, detailed, its publications
+    eph = {"serviceName": "cache", "groupName": "G"}
+    assert ok(call_json("POST", node.url(CLIENT), data={**eph, "ip": "10.5.0.2", "port": "80"})) == "ok"
+    clients = ok(call_json("GET", node.url("/nacos/v3/admin/ns/client/list")))
+    client_id = next(c for c in clients if c.startswith("10.5.0.2:80"))
+    detail = ok(call_json("GET", node.url("/nacos/v3/admin/ns/client"), {"clientId": client_id}))
+    assert detail["clientType"] == "ipport" and detail["clientIp"] == "10.5.0.2"
+    published = ok(call_json("GET", node.url("/nacos/v3/admin/ns/client/publish/list"), {"clientId": client_id}))
+    assert published == [{"namespace": "public", "group": "G", "serviceName": "cache",
+                          "registeredInstance": {"ip": "10.5.0.2", "port": 80, "cluster": "DEFAULT"}}]
+    assert call_json("GET", node.url("/nacos/v3/admin/ns/client"), {"clientId": "nope"}, status=404)["code"] == 20004
+    assert ok(call_json("GET", node.url("/nacos/v3/admin/ns/ops/metrics")))["status"] == "UP"
+    assert ok(call_json("GET", node.url("/nacos/v3/admin/ns/ops/switches")))["healthCheckEnabled"] in (True, False)

@@ -16,6 +16,7 @@ shapes that 3.x changed are built here:
   (NacosClusterControllerV3): ADMIN_API, which needs a global admin when auth is on.
 * ``GET /nacos/v3/admin/core/state`` (ServerStateController): the state map in a Result, open.
 * ``/nacos/v3/auth/{user,role,permission}`` (UserControllerV3 and co.): the v1 auth handlers in a Result.
+* ``/nacos/v3/admin/ns/{client,ops,health/instance,cluster}``: the v2 (or v1) handlers in a Result.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ CLIENT_INSTANCE = "/nacos/v3/client/ns/instance"
 ADMIN_INSTANCE = "/nacos/v3/admin/ns/instance"
 ADMIN_SERVICE = "/nacos/v3/admin/ns/service"
 ADMIN_NAMESPACE = "/nacos/v3/admin/core/namespace"
+ADMIN_CLIENT = "/nacos/v3/admin/ns/client"
+ADMIN_OPS = "/nacos/v3/admin/ns/ops"
+ADMIN_HEALTH = "/nacos/v3/admin/ns/health/instance"
+ADMIN_CLUSTER = "/nacos/v3/admin/ns/cluster"
 ADMIN_NODES = "/nacos/v3/admin/core/cluster/node/list"
 ADMIN_STATE = "/nacos/v3/admin/core/state"
 LOGIN = "/nacos/v3/auth/user/login"
@@ -55,7 +60,8 @@ AUTH_PERMISSION = "/nacos/v3/auth/permission"
 PATHS = (LOGIN, CLIENT_INSTANCE, CLIENT_INSTANCE + "/list", ADMIN_INSTANCE, ADMIN_INSTANCE + "/list", ADMIN_SERVICE,
          ADMIN_SERVICE + "/list", ADMIN_NAMESPACE, ADMIN_NAMESPACE + "/list", ADMIN_NODES, ADMIN_STATE, AUTH_USER,
          AUTH_USER + "/admin", AUTH_USER + "/list", AUTH_ROLE, AUTH_ROLE + "/list", AUTH_PERMISSION,
-         AUTH_PERMISSION + "/list")
+         AUTH_PERMISSION + "/list", ADMIN_CLIENT, ADMIN_CLIENT + "/list", ADMIN_CLIENT + "/publish/list",
+         ADMIN_CLIENT + "/subscribe/list", ADMIN_OPS + "/metrics", ADMIN_OPS + "/switches", ADMIN_HEALTH, ADMIN_CLUSTER)
 
 
 def _message(handler: Handler) -> Handler:
@@ -65,6 +71,16 @@ def _message(handler: Handler) -> Handler:
         raw = await handler(request, p)
         assert isinstance(raw, web.Response) and raw.text is not None
         return v2_ok(dumps(jsonfast.loads(raw.text).get("message")))
+
+    return wrapped
+
+
+def _ok(handler: Handler) -> Handler:
+    """A v1 naming write (plain ``ok``) answered as ``Result<String>`` ``"ok"``."""
+
+    async def wrapped(request: web.Request, p: Params) -> web.StreamResponse:
+        await handler(request, p)
+        return v2_ok('"ok"')
 
     return wrapped
 
@@ -134,6 +150,14 @@ class V3Routes:
         add_route("POST", ADMIN_NAMESPACE, ns.v2_create, v2, admin)
         add_route("PUT", ADMIN_NAMESPACE, ns.v2_edit, v2, admin)
         add_route("DELETE", ADMIN_NAMESPACE, ns.v2_delete, v2, admin)
+        add_route("GET", ADMIN_CLIENT + "/list", n.v2_client_list, v2, admin)
+        add_route("GET", ADMIN_CLIENT, n.v2_client_detail, v2, admin)
+        add_route("GET", ADMIN_CLIENT + "/publish/list", n.v2_client_publications, v2, admin)
+        add_route("GET", ADMIN_CLIENT + "/subscribe/list", n.v2_client_subscriptions, v2, admin)
+        add_route("GET", ADMIN_OPS + "/metrics", n.v2_metrics, v2, admin)
+        add_route("GET", ADMIN_OPS + "/switches", n.v2_switches, v2, admin)
+        add_route("PUT", ADMIN_HEALTH, _ok(n.v1_health_update), v2, admin)
+        add_route("PUT", ADMIN_CLUSTER, _ok(n.v1_cluster_update), v2, admin)
         add_route("GET", ADMIN_NODES, self.nodes, v2, admin)
         add_route("GET", ADMIN_STATE, self.state, v2)
 
