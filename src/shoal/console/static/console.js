@@ -330,6 +330,6 @@ document.getElementById("logout").addEventListener("click", () => {
   location.hash = "#/login";
 });
 
-window.addEventListener("hashchange", render);
+window.addEventListener("hashchange", () => { flashBox.replaceChildren(); render(); });
 serverState = await api("GET", "/nacos/v1/console/server/state").catch(() => ({}));
 render();
