@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import ServerProcess, wait_until
+from shoal.testing import ServerProcess, kill, poll_until, wait_until
 
 from . import test_auth_e2e
 from .test_auth_e2e import PASSWORD, grpc_client
@@ -186,3 +186,24 @@ async def test_unhealthy_filter_and_paging_without_auth(server: ServerProcess, s
     await in_browser(browser.wait_text, "#page-info", "1 services")
     await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@svc-13"]')
     await in_browser(browser.screenshot, "06-unhealthy-filter")
+
+
+def test_cluster_page_shows_three_members(tmp_path: Path, browser: Browser) -> None:
+    from .test_cluster import Cluster
+
+    cluster = Cluster(tmp_path, 3)
+    try:
+        cluster.start_all()
+        node = cluster.nodes[0]
+        poll_until(lambda: sum(m.get("state") == "UP" for m in node.members()) == 3, timeout=WAIT_S,
+                   what="three members UP")
+        browser.open(node.url("/nacos/#/cluster"))
+        browser.wait_text("h1", "3 members · 3 up")
+        for i in range(3):
+            browser.wait_text(f'tr[data-member="{cluster.addr(i)}"]', "UP")
+        browser.wait_text("#node-state", "cluster")
+        browser.wait_text("#node-figures", "responsibleClientCount")
+        browser.screenshot("07-cluster-3-nodes")
+    finally:
+        for server in cluster.nodes.values():
+            kill(server)

@@ -296,11 +296,29 @@ async function clusterPage() {
     h("td", { class: m.state === "UP" ? "good" : "bad" }, m.state),
     h("td", { class: "num" }, m.failAccessCnt ?? ""),
     ...extraKeys.map((k) => h("td", { class: "meta" }, fmt((m.extendInfo || {})[k])))));
-  const settings = Object.entries(serverState || {}).map(([k, v]) => [h("span", { class: "muted" }, k), h("span", {}, v)]);
-  main.replaceChildren(h("h1", {}, `Cluster · ${members.length} members`),
+  const pair = ([k, v]) => [h("span", { class: "muted" }, k), h("span", {}, fmt(v))];
+  const up = members.filter((m) => m.state === "UP").length;
+  main.replaceChildren(h("h1", {}, `Cluster · ${members.length} members · ${up} up`),
     h("table", { id: "members" }, h("thead", {}, h("tr", {}, h("th", {}, "Address"), h("th", {}, "State"),
       h("th", { class: "num" }, "Failed accesses"), ...extraKeys.map((k) => h("th", {}, k)))), h("tbody", {}, rows)),
-    h("h2", {}, "This node"), h("div", { class: "card grid", id: "node-state" }, settings.flat()));
+    h("h2", {}, "This node: settings in effect, transport and kernels"),
+    h("div", { class: "card grid", id: "node-state" }, Object.entries(serverState || {}).map(pair).flat()),
+    h("h2", {}, "This node: registry and Distro figures"),
+    h("div", { class: "card grid", id: "node-figures" }, h("span", { class: "muted" }, "loading…")));
+  const figures = [];
+  try {
+    const m = await api("GET", "/nacos/v1/ns/operator/metrics", { onlyStatus: false });
+    for (const [k, v] of Object.entries(m)) figures.push([k, v]);
+  } catch (e) { figures.push(["operator metrics", e.message]); }
+  try {
+    // The node's gauges without labels (sizes of the model, Distro queues), read from its scrape.
+    const text = await api("GET", "/nacos/actuator/prometheus");
+    for (const line of String(text).split("\n")) {
+      const g = /^(shoal_[a-z0-9_]+) ([0-9.eE+-]+)$/.exec(line);
+      if (g && !g[1].endsWith("_created")) figures.push([g[1], Number(g[2])]);
+    }
+  } catch (e) { figures.push(["prometheus", e.message]); }
+  document.getElementById("node-figures")?.replaceChildren(...figures.map(pair).flat());
 }
 
 function fmt(v) {
