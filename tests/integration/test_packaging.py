@@ -37,7 +37,8 @@ def test_python_m_build_makes_a_wheel_with_compiled_kernels(tmp_path: Path) -> N
     wheels = list(out.glob("*.whl"))
     assert len(wheels) == 1 and "none-any" not in wheels[0].name  # a platform wheel: compiled code inside
     names = zipfile.ZipFile(wheels[0]).namelist()
-    assert {"shoal/py.typed", "shoal/deploy/shoal.service"} <= set(names)
+    assert {"shoal/py.typed", "shoal/deploy/shoal.service", "shoal/console/static/index.html",
+            "shoal/console/static/console.js", "shoal/console/static/console.css"} <= set(names)
     assert not [n for n in names if n.endswith((".pyx", ".c"))]
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
