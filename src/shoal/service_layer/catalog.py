@@ -133,6 +133,23 @@ class CatalogService:
                 seen.update(publication.instances)
         return seen
 
+    def _health_by_service(self, namespace: str) -> tuple[set[ServiceKey], set[ServiceKey]]:
+        """One pass over the clients' publications: the namespace's services that have an
+        instance, and those that have one unhealthy or disabled (what the filters need, with
+        no per-service index lookups)."""
+        populated: set[ServiceKey] = set()
+        unhealthy: set[ServiceKey] = set()
+        for client in self.naming.clients:
+            for key, publication in client.publications.items():
+                if key.namespace != namespace or not publication.instances:
+                    continue
+                populated.add(key)
+                for inst in publication.instances:
+                    if not (inst.healthy and inst.enabled):
+                        unhealthy.add(key)
+                        break
+        return populated, unhealthy
+
     def list_services(self, namespace: str, name_part: str = "", group_part: str = "", page_no: int = 1,
                       page_size: int = 10, has_ip_count: bool = False, unhealthy_only: bool = False) -> CatalogPage:
         """One page of a namespace's services with their counts (CatalogController.listDetail).
@@ -144,12 +161,10 @@ class CatalogService:
         if not has_ip_count and not unhealthy_only:
             page = page_slice(records, page_no, page_size)
             return CatalogPage(len(records), [self.summary(r.key) for r in page])
-        rows = [self.summary(r.key) for r in records]
-        if has_ip_count:
-            rows = [s for s in rows if s.ip_count > 0]
-        if unhealthy_only:
-            rows = [s for s in rows if s.healthy_count < s.ip_count]
-        return CatalogPage(len(rows), page_slice(rows, page_no, page_size))
+        populated, unhealthy = self._health_by_service(normalise_namespace(namespace))
+        wanted = unhealthy if unhealthy_only else populated
+        kept = [r for r in records if r.key in wanted]
+        return CatalogPage(len(kept), [self.summary(r.key) for r in page_slice(kept, page_no, page_size)])
 
     def list_service_details(self, namespace: str, name_part: str = "", group_part: str = "", page_no: int = 1,
                              page_size: int = 10) -> tuple[int, list[tuple[ServiceRecord, ServiceInstances]]]:
