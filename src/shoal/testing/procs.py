@@ -49,27 +49,30 @@ os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
-def free_port_block(offsets: tuple[int, ...] = (0, 1000, 1001), avoid: Sequence[int] = ()) -> int:
-    """A main port P with P+offset free on 127.0.0.1 for every offset (HTTP, SDK gRPC, cluster),
-    not overlapping the blocks of the main ports in ``avoid``."""
+def free_port_block(offsets: tuple[int, ...] = (0, 1000, 1001), avoid: Sequence[int] = (),
+                    host: str = HOST) -> int:
+    """A main port P with P+offset free for every offset (HTTP, SDK gRPC, cluster) on ``host``
+    and on 127.0.0.1, not overlapping the blocks of the main ports in ``avoid``."""
     taken = {p + o for p in avoid for o in offsets}
+    hosts = dict.fromkeys((host, HOST))  # a node on 127.0.0.x must not collide with 127.0.0.1's
     for _ in range(200):
         with socket.socket() as s:
-            s.bind((HOST, 0))
+            s.bind((host, 0))
             base = int(s.getsockname()[1])
         if base + max(offsets) >= 65535 or any(base + o in taken for o in offsets):
             continue
-        ok = True
-        for off in offsets:
-            with socket.socket() as probe:
-                try:
-                    probe.bind((HOST, base + off))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
+        if all(_bindable(h, base + off) for off in offsets for h in hosts):
             return base
-    raise RuntimeError("no free block of loopback ports")
+    raise RuntimeError(f"no free block of ports on {host}")
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def http_get(url: str, timeout: float = 2.0, context: ssl.SSLContext | None = None) -> tuple[int, str]:
