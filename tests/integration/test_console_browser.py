@@ -207,3 +207,29 @@ def test_cluster_page_shows_three_members(tmp_path: Path, browser: Browser) -> N
     finally:
         for server in cluster.nodes.values():
             kill(server)
+
+
+async def test_namespace_switcher_shows_a_namespaces_services(server: ServerProcess, sdk: Any,
+                                                              browser: Browser) -> None:
+    import urllib.parse
+    import urllib.request
+
+    from selenium.webdriver.support.ui import Select
+    from v2.nacos import RegisterInstanceParam
+
+    def create_namespace() -> int:
+        body = urllib.parse.urlencode({"customNamespaceId": "dev", "namespaceName": "Development"}).encode()
+        request = urllib.request.Request(server.url("/nacos/v1/console/namespaces"), body, method="POST")
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return int(resp.status)
+
+    assert await asyncio.to_thread(create_namespace) == 200
+    client = await sdk(server.addr, namespace="dev")
+    assert await client.register_instance(RegisterInstanceParam(service_name="inventory", ip="10.5.0.1", port=7000))
+    await in_browser(browser.open, server.url("/nacos/"))
+    await in_browser(browser.wait_text, "#namespace", "Development")
+    await in_browser(browser.wait_text, "#page-info", "0 services")
+    await in_browser(lambda: Select(browser.find("#namespace")).select_by_value("dev"))
+    await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@inventory"]')
+    await in_browser(browser.wait_text, "#page-info", "1 services")
+    await in_browser(browser.screenshot, "08-namespace-dev")
