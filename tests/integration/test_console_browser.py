@@ -7,6 +7,7 @@ under its tmp dir and prints their paths."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import ServerProcess, kill, poll_until, wait_until
+from shoal.testing import ServerProcess, http_get, kill, poll_until, wait_until
 
 from . import test_auth_e2e
 from .test_auth_e2e import PASSWORD, grpc_client
@@ -160,6 +161,19 @@ async def test_login_find_service_change_weight_and_disable(auth_server: Callabl
         assert {i.ip for i in healthy} == {"10.3.0.2"}
         await in_browser(browser.wait_text, row, "disabled")
         await in_browser(browser.screenshot, "04-disabled")
+
+        # Service metadata and protect threshold, through the service API.
+        await in_browser(browser.type_into, "#protect-threshold", "0.3")
+        await in_browser(browser.type_into, "#service-metadata", "owner=team-a")
+        await in_browser(browser.click, "#save-service")
+        await in_browser(browser.wait_text, "#flash", "Service saved")
+        await in_browser(browser.wait_text, "#service-metadata", "owner=team-a")
+        status, body = await asyncio.to_thread(http_get, server.url(
+            f"/nacos/v1/ns/catalog/service?serviceName=checkout&groupName=SHOP&accessToken={token}"))
+        assert status == 200, body
+        detail = json.loads(body)["service"]
+        assert (detail["protectThreshold"], detail["metadata"]) == (0.3, {"owner": "team-a"})
+        await in_browser(browser.screenshot, "04b-service-metadata")
 
         # The cluster page shows this node, UP.
         await in_browser(browser.open, server.url("/nacos/#/cluster"))
