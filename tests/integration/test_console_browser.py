@@ -143,7 +143,7 @@ async def test_login_find_service_change_weight_and_disable(auth_server: Callabl
         await in_browser(browser.screenshot, "02-services")
         await in_browser(browser.click, 'tr[data-service="SHOP@@checkout"] a')
         row = 'tr[data-instance="10.3.0.1:8080"]'
-        await in_browser(browser.find, row)
+        await in_browser(browser.wait_text, f"{row} .owner", "this node")
 
         # Weight 1 → 7: the SDK subscriber is pushed the new weight.
         await in_browser(browser.type_into, f"{row} .weight-input", "7")

@@ -209,9 +209,9 @@ async def test_v2_catalog_instances(console: Console) -> None:
 async def test_v2_publisher_and_subscriber_lists(console: Console) -> None:
     sample(console.registry)
     pubs = await console.get("/nacos/v2/ns/client/service/publisher/list", serviceName="orders")
-    assert pubs["data"] == [{"clientId": "c1", "ip": "10.0.0.1", "port": 8080},
-                            {"clientId": "c1", "ip": "10.0.0.2", "port": 8080},
-                            {"clientId": "c1", "ip": "10.0.0.3", "port": 8080}]
+    assert pubs["data"] == [{"clientId": "c1", "ip": "10.0.0.1", "port": 8080, "clusterName": "DEFAULT", "owner": ""},
+                            {"clientId": "c1", "ip": "10.0.0.2", "port": 8080, "clusterName": "DEFAULT", "owner": ""},
+                            {"clientId": "c1", "ip": "10.0.0.3", "port": 8080, "clusterName": "BJ", "owner": ""}]
     one = await console.get("/nacos/v2/ns/client/service/publisher/list", serviceName="orders", ip="10.0.0.2")
     assert [p["ip"] for p in one["data"]] == ["10.0.0.2"]
     subs = await console.get("/nacos/v2/ns/client/service/subscriber/list", serviceName="orders")

@@ -194,11 +194,14 @@ async function servicePage(q) {
   const group = q.get("group") || "DEFAULT_GROUP";
   const name = q.get("name") || "";
   const key = { namespaceId: ns, groupName: group, serviceName: name };
-  const [detail, inst, subs] = await Promise.all([
+  const [detail, inst, subs, pubs] = await Promise.all([
     api("GET", "/nacos/v1/ns/catalog/service", key),
     api("GET", "/nacos/v1/ns/catalog/instances", { ...key, pageNo: 1, pageSize: 1000 }),
     api("GET", "/nacos/v1/ns/service/subscribers", { ...key, pageNo: 1, pageSize: 1000 }),
+    api("GET", "/nacos/v2/ns/client/service/publisher/list", key).catch(() => ({ data: [] })),
   ]);
+  // Which node holds the client that publishes each instance ("" = the node serving this page).
+  const owners = new Map((pubs.data || []).map((p) => [`${p.ip}:${p.port}:${p.clusterName}`, p.owner || "this node"]));
   const reload = () => servicePage(q).catch((e) => flash(e.message, true));
 
   // service metadata and protect threshold
@@ -230,12 +233,12 @@ async function servicePage(q) {
   }
   const sections = [];
   for (const [cluster, list] of byCluster) {
-    const rows = list.map((i) => instanceRow(key, i, reload));
+    const rows = list.map((i) => instanceRow(key, i, reload, owners.get(`${i.ip}:${i.port}:${i.clusterName}`) || ""));
     sections.push(h("h2", {}, `Cluster ${cluster} · ${list.length} instances`),
       h("table", { class: "instances", dataset: { cluster } },
         h("thead", {}, h("tr", {}, h("th", {}, "IP"), h("th", { class: "num" }, "Port"), h("th", {}, "Weight"),
-          h("th", {}, "Healthy"), h("th", {}, "Enabled"), h("th", {}, "Ephemeral"), h("th", {}, "Metadata"),
-          h("th", {}, ""))),
+          h("th", {}, "Healthy"), h("th", {}, "Enabled"), h("th", {}, "Ephemeral"), h("th", {}, "Owner node"),
+          h("th", {}, "Metadata"), h("th", {}, ""))),
         h("tbody", {}, rows)));
   }
   if (inst.count > inst.list.length) sections.push(h("p", { class: "muted" }, `Showing ${inst.list.length} of ${inst.count} instances.`));
@@ -252,7 +255,7 @@ async function servicePage(q) {
       h("th", {}, "Agent"), h("th", {}, "Clusters"))), h("tbody", {}, subRows)));
 }
 
-function instanceRow(key, i, reload) {
+function instanceRow(key, i, reload, owner) {
   const target = { ...key, ip: i.ip, port: i.port, clusterName: i.clusterName, ephemeral: i.ephemeral };
   const act = async (what, params) => {
     try {
@@ -271,6 +274,7 @@ function instanceRow(key, i, reload) {
       h("button", { class: "toggle-enabled", onclick: () => act(i.enabled ? "disabled" : "enabled", { enabled: !i.enabled }) },
         i.enabled ? "Disable" : "Enable")),
     h("td", {}, String(i.ephemeral)),
+    h("td", { class: "owner" }, owner),
     h("td", {}, md, " ", h("button", { class: "save-metadata", onclick: () => {
       let parsed;
       try { parsed = parseMeta(md.value); } catch (e) { flash(e.message, true); return; }

@@ -6,8 +6,9 @@ Mirrors Nacos's CatalogController, ServiceController (``subscribers``, ``names``
 CatalogControllerV2 and ClientInfoControllerV2 (docs/protocol.md §5.2, the spec's §7.2/§7.3):
 parameters are parsed here, the reads are :class:`shoal.service_layer.catalog.CatalogService`'s,
 and the answers keep Nacos's shapes. Shoal adds, without changing those shapes: a
-``subscriberCount`` and ``enabledInstanceCount`` on each service-list row, and the
-``unhealthyOnly`` filter (services with an instance that is unhealthy or disabled).
+``subscriberCount`` and ``enabledInstanceCount`` on each service-list row, the
+``unhealthyOnly`` filter (services with an instance that is unhealthy or disabled), and
+``clusterName`` / ``owner`` on each publisher-list row.
 
 The console itself (``/nacos/``) is plain HTML, CSS and one vanilla JS module shipped as
 package data under ``shoal/console/static`` and read once (off the loop) on first request.
@@ -154,13 +155,14 @@ class ConsoleRoutes:
 
     async def v2_service_publishers(self, request: web.Request, p: Params) -> web.Response:
         """GET /v2/ns/client/service/publisher/list: ``[{"clientId","ip","port"}]``, optionally
-        filtered by ``ip`` and ``port``."""
+        filtered by ``ip`` and ``port``. Shoal adds ``clusterName`` and ``owner``: the node that
+        replicated the client here, or "" when this node holds it (the console's owner column)."""
         service = self._existing(p.v2_service())
         ip, port = p.text("ip"), p.integer("port", 0)
         rows: list[PublisherRow] = [r for r in self.catalog.publishers(service)
                                     if (not ip or r.instance.ip == ip) and (not port or r.instance.port == port)]
-        return v2_ok(dumps([{"clientId": r.client_id, "ip": r.instance.ip, "port": r.instance.port}
-                            for r in rows]))
+        return v2_ok(dumps([{"clientId": r.client_id, "ip": r.instance.ip, "port": r.instance.port,
+                             "clusterName": r.instance.cluster, "owner": r.owner} for r in rows]))
 
     async def v2_service_subscribers(self, request: web.Request, p: Params) -> web.Response:
         """GET /v2/ns/client/service/subscriber/list: ``[{"clientId","ip","port"}]``."""
