@@ -157,7 +157,10 @@ class ServiceView:
     """The deduplicated instances of one service, each with its Instance JSON pre-encoded so a
     query or push only filters and joins strings."""
 
-    __slots__ = ("_flipped", "ephemeral", "instances", "json", "key")
+    __slots__ = ("_flipped", "_infos", "ephemeral", "instances", "json", "key")
+
+    #: Distinct readers (clusters, healthy-only, name form, protection) whose ServiceInfo is kept.
+    MAX_CACHED_INFOS = 32
 
     def __init__(self, key: ServiceKey, instances: list[InstanceInfo], ephemeral: bool) -> None:
         self.key = key
@@ -165,6 +168,23 @@ class ServiceView:
         self.instances = instances
         self.json = [inst.to_json(key, ephemeral) for inst in instances]
         self._flipped: dict[int, str] = {}
+        self._infos: dict[tuple[str, bool, bool, bool, float, int], tuple[str, str]] = {}
+
+    def service_info(self, clusters: str, healthy_only: bool, record: ServiceRecord | None, cache_millis: int,
+                     grouped_name: bool = False) -> tuple[str, str]:
+        """The ServiceInfo of one reader as :func:`service_info_parts`, selected and encoded once per
+        view: the view is dropped on ServiceChanged, and the service record's protection settings
+        are part of the key, so a cached answer is always what :meth:`select` would give now."""
+        threshold = record.protect_threshold if record is not None and record.has_metadata else None
+        key = (clusters, healthy_only, grouped_name, threshold is not None, threshold or 0.0, cache_millis)
+        parts = self._infos.get(key)
+        if parts is None:
+            selection = self.select(parse_clusters(clusters), healthy_only, record)
+            parts = service_info_parts(self.key, clusters, selection, cache_millis, grouped_name)
+            if len(self._infos) >= self.MAX_CACHED_INFOS:
+                self._infos.clear()
+            self._infos[key] = parts
+        return parts
 
     def select(
         self,
@@ -248,6 +268,24 @@ class ServiceStorage:
         return ServiceView(service, instances, record.ephemeral if record is not None else True)
 
 
+def service_info_parts(
+    service: ServiceKey,
+    clusters: str,
+    selection: Selection,
+    cache_millis: int,
+    grouped_name: bool = False,
+) -> tuple[str, str]:
+    """ServiceInfo JSON around its ``lastRefTime`` value: ``prefix + str(ms) + suffix`` is
+    :func:`service_info_json`. Everything but the time is fixed for one view and reader."""
+    prefix = (f'{{"name":{_json_str(service.grouped_name if grouped_name else service.name)},'
+              f'"groupName":{_json_str(service.group)},"clusters":{_json_str(clusters)},'
+              f'"cacheMillis":{int(cache_millis)},"lastRefTime":')
+    reach = "true" if selection.reach_protection_threshold else "false"
+    suffix = (f',"checksum":"","allIPs":false,"allIps":false,"reachProtectionThreshold":{reach},"valid":true,'
+              f'"hosts":[{",".join(selection.hosts)}]}}')
+    return prefix, suffix
+
+
 def service_info_json(
     service: ServiceKey,
     clusters: str,
@@ -258,23 +296,11 @@ def service_info_json(
 ) -> str:
     """ServiceInfo JSON (docs/protocol.md §3.3). ``name`` is bare for gRPC and ``group@@name`` for HTTP;
     both ``allIPs`` (2.x) and ``allIps`` (3.x) are emitted; lastRefTime is always fresh."""
-    head = json.dumps(
-        {
-            "name": service.grouped_name if grouped_name else service.name,
-            "groupName": service.group,
-            "clusters": clusters,
-            "cacheMillis": cache_millis,
-            "lastRefTime": now_ms,
-            "checksum": "",
-            "allIPs": False,
-            "allIps": False,
-            "reachProtectionThreshold": selection.reach_protection_threshold,
-            "valid": True,
-        },
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    return f'{head[:-1]},"hosts":[{",".join(selection.hosts)}]}}'
+    prefix, suffix = service_info_parts(service, clusters, selection, cache_millis, grouped_name)
+    return f"{prefix}{int(now_ms)}{suffix}"
+
+
+_json_str = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def parse_clusters(clusters: str | None) -> frozenset[str]:

@@ -31,13 +31,7 @@ from shoal.model.events import EventBus, ServiceChanged
 from shoal.model.instance import HEART_BEAT_INTERVAL_KEY, InstanceInfo, generate_instance_id, metadata_millis
 from shoal.model.ip_port import BeatTable, ip_port_client_id, responsible_tag
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
-from shoal.model.services import (
-    ServiceIndex,
-    ServiceManager,
-    ServiceStorage,
-    parse_clusters,
-    service_info_json,
-)
+from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
 from shoal.service_layer.validation import PERSISTENT_UNSUPPORTED, InstanceValidator, check_port
 from shoal.service_layer.views import ClientDetail, OperatorMetrics, ServiceDetail, ServiceList, load_and_mem
 from shoal.tasks import run_blocking
@@ -149,11 +143,9 @@ class NamingService:
 
     def _service_info(self, service: ServiceKey, clusters: str, healthy_only: bool,
                       grouped_name: bool = False) -> str:
-        record = self.services.get(service)
-        view = self.storage.view(service)
-        selection = view.select(parse_clusters(clusters), healthy_only, record)
-        return service_info_json(service, clusters, selection, self._ref_time(),
-                                 self.config.push_cache_millis, grouped_name)
+        prefix, suffix = self.storage.view(service).service_info(
+            clusters, healthy_only, self.services.get(service), self.config.push_cache_millis, grouped_name)
+        return f"{prefix}{self._ref_time()}{suffix}"
 
     def _ref_time(self) -> int:
         """lastRefTime, strictly increasing: SDKs drop a ServiceInfo whose lastRefTime is not

@@ -62,12 +62,12 @@ class ClusterServer:
         except NacosError as exc:
             reply_type, code = "ErrorResponse", exc.code
             result = Code.SERVER_ERROR if exc.code in (Code.NO_HANDLER, Code.NO_RIGHT) else exc.code
-            body = codec.error(result, exc.code, exc.message).encode()
+            body = codec.error(result, exc.code, exc.message)
         except Exception as exc:  # malformed batches land here too: answer, never crash
             log.warning("cluster request %s from %s failed: %s", type_name, sender or peer, exc,
                         exc_info=not isinstance(exc, ValueError))
             reply_type, code = "ErrorResponse", Code.SERVER_ERROR
-            body = codec.error(code, code, f"handle distro request with exception: {exc}").encode()
+            body = codec.error(code, code, f"handle distro request with exception: {exc}")
         self.metrics.request("cluster", type_name if code != Code.NO_HANDLER else "unknown", code)
         return encode(reply_type, body)
 

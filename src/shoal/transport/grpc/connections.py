@@ -286,7 +286,7 @@ class ConnectionManager:
         try:
             async with asyncio.timeout(timeout_ms / 1000):
                 self.send(conn, payload_codec.encode(
-                    type_name, codec.server_request(fields, request_id, raw).encode()))
+                    type_name, codec.server_request(fields, request_id, raw)))
                 return await future
         finally:
             conn.pending.pop(request_id, None)

@@ -22,10 +22,10 @@ class RequestContext:
 
 class Handler(NamedTuple):
     """A unary handler: the response type it answers with (also used for typed filter
-    failures) and a synchronous function from the JSON body to the response body JSON."""
+    failures) and a synchronous function from the JSON body to the response body JSON (UTF-8 bytes)."""
 
     response_type: str
-    handle: Callable[[RequestContext, dict[str, Any]], str]
+    handle: Callable[[RequestContext, dict[str, Any]], bytes]
 
 
 # Requests that only peers may send (docs/protocol.md §1.6 step 1): refused on the SDK port.

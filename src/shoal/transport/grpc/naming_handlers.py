@@ -13,6 +13,11 @@ from shoal.transport.grpc import codec
 from shoal.transport.grpc.connections import Connection
 from shoal.transport.grpc.handlers import Handler, RequestContext
 
+# Answers that never change, encoded once.
+_REGISTERED = codec.ok({"type": "registerInstance"})
+_DEREGISTERED = codec.ok({"type": "deregisterInstance"})
+_BATCH_REGISTERED = codec.ok({"type": "batchRegisterInstance"})
+
 
 def naming_handlers(naming: NamingService) -> dict[str, Handler]:
     """The handler table for the naming module."""
@@ -33,19 +38,19 @@ class _NamingHandlers:
     def __init__(self, naming: NamingService) -> None:
         self.naming = naming
 
-    def instance(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+    def instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
         kind = text(body, "type")
         inst = instance_of(body.get("instance"), "instance")
         if kind == "registerInstance":
             self.naming.register_instance(ctx.conn.connection_id, service, inst)
-        elif kind == "deregisterInstance":
+            return _REGISTERED
+        if kind == "deregisterInstance":
             self.naming.deregister_instance(ctx.conn.connection_id, service)
-        else:
-            raise InvalidParam(f"Unsupported request type {kind}")
-        return codec.ok({"type": kind})
+            return _DEREGISTERED
+        raise InvalidParam(f"Unsupported request type {kind}")
 
-    def batch_instance(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+    def batch_instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
         kind = text(body, "type")
         if kind != "batchRegisterInstance":
@@ -61,18 +66,18 @@ class _NamingHandlers:
                 raise InvalidParam(f"batch registration does not allow persistent instance: instances[{i}] "
                                    f"{inst.address}")
         self.naming.batch_register_instances(ctx.conn.connection_id, service, instances)
-        return codec.ok({"type": kind})
+        return _BATCH_REGISTERED
 
-    def persistent_instance(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+    def persistent_instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         raise InvalidParam(PERSISTENT_UNSUPPORTED)
 
-    def query(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+    def query(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
         healthy_only = flag(body, "healthyOnly", False) or flag(body, "healthOnly", False)
         info = self.naming.query(service, text(body, "cluster"), healthy_only)
         return codec.ok(raw={"serviceInfo": info})
 
-    def subscribe(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+    def subscribe(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
         clusters = text(body, "clusters")
         conn = ctx.conn
@@ -84,7 +89,7 @@ class _NamingHandlers:
             info = self.naming.unsubscribe(conn.connection_id, service, clusters)
         return codec.ok({"message": "success"}, raw={"serviceInfo": info})
 
-    def list_services(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+    def list_services(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         namespace = normalise_namespace(text(body, "namespace"))
         group = text(body, "groupName") or DEFAULT_GROUP
         page = self.naming.list_services(namespace, group, integer(body, "pageNo", 1), integer(body, "pageSize", 10))

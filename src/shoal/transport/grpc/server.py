@@ -99,10 +99,10 @@ class SdkServer:
             code = NacosError.code
             reply_type, body = "ErrorResponse", codec.error(code, code, "server error")
         self.metrics.request("grpc", label, code)
-        return encode(reply_type, body.encode())
+        return encode(reply_type, body)
 
     def _dispatch(self, peer: str, type_name: str, headers: dict[str, str], raw: bytes,
-                  handler: Handler | None) -> tuple[str, str, int]:
+                  handler: Handler | None) -> tuple[str, bytes, int]:
         try:
             if self.source == "sdk" and type_name in CLUSTER_ONLY_TYPES:
                 raise BadRequestBody(f" invoke {type_name} from sdk is forbidden")
@@ -162,7 +162,7 @@ class SdkServer:
             if self._wants_setup_ack(raw):
                 with contextlib.suppress(ConnectionGone):
                     self.manager.send(conn, encode("SetupAckRequest", codec.dumps(
-                        {"headers": {}, "abilityTable": SERVER_ABILITIES, "module": "internal"}).encode()))
+                        {"headers": {}, "abilityTable": SERVER_ABILITIES, "module": "internal"})))
         elif type_name.endswith("Response"):
             self.manager.on_response(conn, type_name, raw)
         else:
@@ -246,7 +246,7 @@ class SdkServer:
             fields.update(serverIp=ip, serverPort=port)
         with contextlib.suppress(ConnectionGone):
             self.manager.send(conn, encode(
-                "ConnectResetRequest", codec.server_request(fields, self.manager.next_request_id()).encode()))
+                "ConnectResetRequest", codec.server_request(fields, self.manager.next_request_id())))
 
 
 def _merge_headers(body_headers: Any, metadata_headers: dict[str, str]) -> dict[str, str]:
