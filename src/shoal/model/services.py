@@ -162,11 +162,18 @@ class ServiceView:
     #: Distinct readers (clusters, healthy-only, name form, protection) whose ServiceInfo is kept.
     MAX_CACHED_INFOS = 32
 
-    def __init__(self, key: ServiceKey, instances: list[InstanceInfo], ephemeral: bool) -> None:
+    def __init__(self, key: ServiceKey, instances: list[InstanceInfo], ephemeral: bool,
+                 previous: ServiceView | None = None) -> None:
         self.key = key
         self.ephemeral = ephemeral
         self.instances = instances
-        self.json = [inst.to_json(key, ephemeral) for inst in instances]
+        if previous is not None and previous.ephemeral == ephemeral and previous.key == key:
+            # After a change most instances are the ones the previous view already encoded
+            # (InstanceInfo is immutable and equal instances encode alike): reuse their JSON.
+            known: dict[InstanceInfo, str] = dict(zip(previous.instances, previous.json, strict=True))
+            self.json: list[str] = [known.get(inst) or inst.to_json(key, ephemeral) for inst in instances]
+        else:
+            self.json = [inst.to_json(key, ephemeral) for inst in instances]
         self._flipped: dict[int, str] = {}
         self._infos: dict[tuple[str, bool, bool, bool, float, int], tuple[str, str]] = {}
 
@@ -234,12 +241,14 @@ class ServiceStorage:
         self._clients = clients
         self._services = services
         self._views: dict[ServiceKey, ServiceView] = {}
+        # Views dropped by a change and not rebuilt yet: the next build reuses their encoded instances.
+        self._stale: dict[ServiceKey, ServiceView] = {}
         bus.subscribe(ServiceChanged, self._on_change)
 
     def view(self, service: ServiceKey) -> ServiceView:
         view = self._views.get(service)
         if view is None:
-            view = self._build(service)
+            view = self._build(service, self._stale.pop(service, None))
             self._views[service] = view
         return view
 
@@ -247,12 +256,16 @@ class ServiceStorage:
         return sum(c.instance_count() for c in self._clients.values())
 
     def _on_change(self, event: ServiceChanged) -> None:
-        self._views.pop(event.service, None)
+        dropped = self._views.pop(event.service, None)
+        if dropped is not None and dropped.instances and self._index.publishers_of(event.service):
+            self._stale[event.service] = dropped
+        elif not self._index.publishers_of(event.service):
+            self._stale.pop(event.service, None)  # nobody left to publish: nothing to reuse, nothing kept
         record = self._services.get(event.service)
         if record is not None:
             record.last_change_ms = event.changed_at_ms
 
-    def _build(self, service: ServiceKey) -> ServiceView:
+    def _build(self, service: ServiceKey, previous: ServiceView | None = None) -> ServiceView:
         seen: set[InstanceInfo] = set()
         instances: list[InstanceInfo] = []
         for client_id in sorted(self._index.publishers_of(service)):
@@ -265,7 +278,7 @@ class ServiceStorage:
                     seen.add(inst)
                     instances.append(inst)
         record = self._services.get(service)
-        return ServiceView(service, instances, record.ephemeral if record is not None else True)
+        return ServiceView(service, instances, record.ephemeral if record is not None else True, previous)
 
 
 def service_info_parts(

@@ -44,7 +44,7 @@ def parse_grpc_timeout(value: str) -> float | None:
     return None if unit is None else int(value[:-1]) * unit
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Call:
     """One open stream of a connection."""
 
@@ -54,6 +54,7 @@ class _Call:
     sink: NativeStreamSink | None = None
     answered: bool = False
     deadline: asyncio.TimerHandle | None = None
+    deadline_at: float = 0.0  # loop time; its timer is armed only if the call outlives its event batch
     task: asyncio.Task[None] | None = None
 
 
@@ -91,6 +92,7 @@ class H2Connection(asyncio.Protocol):
         self._flush_pending = False
         self._stall_timer: asyncio.TimerHandle | None = None
         self._drained = 0  # outbound message bytes framed so far (progress of a slow reader)
+        self._to_arm: list[_Call] = []  # calls with a grpc-timeout, timer not armed yet
 
     # --- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -146,6 +148,22 @@ class H2Connection(asyncio.Protocol):
 
     # --- events ------------------------------------------------------------------------------
     def _handle(self, events: list[tuple[int, int, Any, Any]]) -> None:
+        self._handle_events(events)
+        if self._to_arm:
+            self._arm_deadlines()
+
+    def _arm_deadlines(self) -> None:
+        """A unary call answered in the batch that opened it (the usual case: HEADERS and DATA in
+        one read) needs no timer; every other call with a grpc-timeout gets one now."""
+        now = self.loop.time()
+        for call in self._to_arm:
+            if self.calls.get(call.stream_id) is not call or (call.unary and call.answered and call.task is None):
+                continue
+            call.deadline = self.loop.call_later(max(0.0, call.deadline_at - now), self._deadline_passed,
+                                                 call.stream_id)
+        self._to_arm.clear()
+
+    def _handle_events(self, events: list[tuple[int, int, Any, Any]]) -> None:
         for kind, stream_id, a, b in events:
             if kind == h2grpc.EV_MESSAGE:
                 call = self.calls.get(stream_id)
@@ -197,7 +215,8 @@ class H2Connection(asyncio.Protocol):
         self.calls[stream_id] = call
         timeout = parse_grpc_timeout(headers.get("grpc-timeout", ""))
         if timeout is not None:
-            call.deadline = self.loop.call_later(timeout, self._deadline_passed, stream_id)
+            call.deadline_at = self.loop.time() + timeout
+            self._to_arm.append(call)
         if not call.unary and streams is not None:
             sink = NativeStreamSink(self, stream_id)
             call.sink = sink
