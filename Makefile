@@ -33,11 +33,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-## bench: kernel micro-benchmarks (Cython vs pure Python) into bench/results/
+## bench: kernel micro-benchmarks (Cython vs pure Python) and the in-process request path into bench/results/
 bench: $(STAMP)
 	bash ci/bench.sh
 
-## bench-compare: the kernel benches vs the last saved `make bench` run; fails past a 25% slower median
+## bench-compare: those benches vs the last saved `make bench` run; fails past a 25% slower median
 .PHONY: bench-compare
 bench-compare: $(STAMP)
 	bash ci/bench.sh --compare
