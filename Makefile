@@ -7,7 +7,7 @@ ARGS   ?=
 
 .PHONY: serve test lint typecheck unit integration bench clean
 
-$(STAMP): pyproject.toml setup.py $(wildcard ext/*.pyx ext/*.pxd)
+$(STAMP): pyproject.toml setup.py $(wildcard ext/*.pyx ext/*.pxd) ci/setup.sh
 	bash ci/setup.sh
 	touch $@
 

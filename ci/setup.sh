@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates ./.venv and installs Shoal in editable mode with its dev tools; compiles ext/*.pyx
-# unless SHOAL_NO_EXTENSIONS=1. Needs only python3 (3.11+), gcc and the package index.
+# unless SHOAL_NO_EXTENSIONS=1. Needs python3 (3.11+), gcc, libnghttp2's headers (installed here
+# when run as root) and the package index. What only the tests need is installed by ci/test-deps.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"

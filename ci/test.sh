@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
+bash ci/test-deps.sh
 echo "== ruff"; $BIN/ruff check src tests bench
 echo "== mypy"; $BIN/mypy
 echo "== pytest (compiled kernels)"; $BIN/python -m pytest -q -ra "$@"

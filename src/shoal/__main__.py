@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cluster members (main ports, this node included); omit for a standalone node")
     server.add_argument("--cluster-conf", metavar="FILE",
                         help="Nacos cluster.conf with the members, one ip[:port] per line; reloaded on change")
+    server.add_argument("--cp-endpoints", metavar="H1:P1,...", help="etcd endpoints of the CP store (mode etcd)")
+    server.add_argument("--cp-tls-ca", metavar="FILE", help="CA file for the etcd endpoints (https)")
+    server.add_argument("--cp-tls-cert", metavar="FILE", help="client certificate for the etcd endpoints")
+    server.add_argument("--cp-tls-key", metavar="FILE", help="client key for the etcd endpoints")
     server.add_argument("--auth", action="store_true",
                         help="require tokens on the naming APIs (nacos.core.auth.enabled=true)")
     server.add_argument("-D", dest="overrides", action="append", default=[], metavar="PROPERTY=VALUE",
@@ -80,7 +84,9 @@ def _server_config(args: argparse.Namespace) -> Config:
             raise ConfigError(f"-D expects PROPERTY=VALUE, got {item!r}")
         overrides[key.strip()] = value.strip()
     for flag, field_name in (("host", "host"), ("port", "port"), ("data_dir", "data_dir"),
-                             ("log_level", "log_level"), ("members", "members"), ("cluster_conf", "cluster_conf")):
+                             ("log_level", "log_level"), ("members", "members"), ("cluster_conf", "cluster_conf"),
+                             ("cp_endpoints", "cp_endpoints"), ("cp_tls_ca", "cp_tls_ca"),
+                             ("cp_tls_cert", "cp_tls_cert"), ("cp_tls_key", "cp_tls_key")):
         value = getattr(args, flag)
         if value is not None:
             overrides[field_name] = str(value)

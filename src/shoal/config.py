@@ -51,6 +51,11 @@ def one_of(*choices: str) -> Check:
     return check
 
 
+def port_offset(value: Any) -> str | None:
+    """Constraint: a distance between two ports (-65535..65535)."""
+    return None if -65536 < value < 65536 else "is not a usable port offset"
+
+
 def host_port_or_empty(value: Any) -> str | None:
     """Constraint: empty, or ``ip:port``."""
     return None if not value or ":" in str(value) else "must be ip:port"
@@ -371,18 +376,53 @@ class Config:
     remote_transport: str = _setting(
         "", "shoal.remote.transport",
         "gRPC server transport of both gRPC ports: native (libnghttp2) or grpcio; empty = native when built.",
+        check=one_of("", "native", "grpcio"),
     )
     cluster_max_inbound_message_size: int = _setting(
         64 * 1024 * 1024, "nacos.remote.server.grpc.cluster.max-inbound-message-size",
         "Largest gRPC message accepted from a peer on the cluster port, in bytes.",
+        check=positive,
     )
     outbound_queue_bytes: int = _setting(
         4 * 1024 * 1024, "shoal.remote.outbound-queue-bytes",
         "Unsent bytes queued to one connection's stream before the connection is closed.",
+        check=positive,
     )
     write_stall_timeout_ms: int = _setting(
         30_000, "shoal.remote.write-stall-timeout-ms",
         "A connection whose peer reads nothing of its queued output for this long is closed.",
+        check=positive,
+    )
+
+    # --- CP store (modes and their combinations are checked by shoal.cp.factory) ----------
+    cp_mode: str = _setting(
+        "", "shoal.cp.mode",
+        "CP store: embedded (SQLite in the data dir), etcd (--cp-endpoints) or managed-etcd (one etcd "
+        "member per node on port - 1000); empty = embedded standalone, etcd with endpoints, else managed-etcd.",
+        check=one_of("", "embedded", "etcd", "managed-etcd"),
+    )
+    cp_endpoints: str = _setting("", "shoal.cp.endpoints", "etcd client endpoints host:port,... (mode etcd).")
+    cp_tls_ca: str = _setting("", "shoal.cp.tls.ca", "CA file to verify etcd's TLS certificate (https).")
+    cp_tls_cert: str = _setting("", "shoal.cp.tls.cert", "Client certificate file for etcd TLS.")
+    cp_tls_key: str = _setting("", "shoal.cp.tls.key", "Client key file for etcd TLS.")
+    cp_user: str = _setting("", "shoal.cp.auth.user", "etcd user (auth enabled in etcd); empty = no auth.")
+    cp_password: str = _setting("", "shoal.cp.auth.password", "Password of shoal.cp.auth.user.")
+    cp_etcd_binary: str = _setting("/usr/bin/etcd", "shoal.cp.etcd-binary", "etcd binary run in managed-etcd mode.")
+    cp_request_timeout_ms: int = _setting(
+        5000, "shoal.cp.request-timeout-ms", "Bound of one CP store call; past it a write fails as unavailable.",
+        check=positive,
+    )
+    cp_client_port_offset: int = _setting(
+        -1000, "shoal.cp.client-port-offset", "Managed etcd client port offset from the main port.",
+        check=port_offset,
+    )
+    cp_peer_port_offset: int = _setting(
+        -999, "shoal.cp.peer-port-offset", "Managed etcd peer port offset from the main port.",
+        check=port_offset,
+    )
+    cp_history_revisions: int = _setting(
+        100_000, "shoal.cp.history-revisions", "Revisions of history kept for watch resume (older compacted).",
+        check=positive,
     )
 
     # ------------------------------------------------------------------------------------

@@ -264,6 +264,19 @@ class OverThreshold(NacosError):
     http_status = HttpStatus.SERVICE_UNAVAILABLE
 
 
+class CpUnavailable(NacosError):
+    """The CP store cannot take a write now: no quorum, no reachable endpoint, or it timed out.
+
+    Answered 503 (as Nacos answers when its Raft group has no leader); the message names the
+    cause. Reads served from the node's local CP view, and all AP traffic, go on meanwhile.
+    """
+
+    code = Code.OVER_THRESHOLD
+    http_status = HttpStatus.SERVICE_UNAVAILABLE
+    v2_code = V2Code.SERVER_ERROR
+    default_message = "CP store unavailable: no quorum"
+
+
 class ConfigError(ValueError):
     """Configuration is invalid; raised by Config.validate() and the loaders."""
 

@@ -14,8 +14,9 @@ import pytest
 from shoal.transport.grpc.transports import native_available
 
 pytest.importorskip("h2", reason="the h2 dev dependency drives HTTP/2 frames directly")
+from shoal.testing import ServerProcess, http_get, poll_until
+
 from .h2client import H2Client, grpc_frame, nacos
-from .procs import ServerProcess, http_get, wait_until
 from .rawclient import register_body
 
 MIB = 1024 * 1024
@@ -104,13 +105,13 @@ def test_subscribers_that_stop_reading_are_closed_and_memory_stays_bounded(
             reader.pump()
             return reader.last_round == rounds
 
-        wait_until(reader_up_to_date, 20, what=f"the reading subscriber to see round {rounds} "
+        poll_until(reader_up_to_date, 20, what=f"the reading subscriber to see round {rounds} "
                                                f"(it saw {reader.last_round})")
         assert publisher.nacos_call("HealthCheckRequest", {})[1]["errorCode"] == 0
     finally:
         for client, _ in slow:
             client.close()
-    wait_until(lambda: rss(server) - start_rss < 100 * MIB, 20, what="RSS back near its start")
+    poll_until(lambda: rss(server) - start_rss < 100 * MIB, 20, what="RSS back near its start")
     log = server.log()
     for _, conn_id in slow:
         lines = [line for line in log.splitlines() if conn_id in line]

@@ -14,6 +14,7 @@ from shoal.errors import (
     BadRequestBody,
     ClientDisconnected,
     Conflict,
+    CpUnavailable,
     Forbidden,
     ForwardFailed,
     InvalidParam,
@@ -56,6 +57,7 @@ TABLE: dict[type[NacosError], tuple[int, int, int, str]] = {
     Conflict: (409, 409, 20005, "resource conflict"),
     TooManyRequests: (429, 429, 30000, "server error"),
     OverThreshold: (503, 503, 30000, "server error"),
+    CpUnavailable: (503, 503, 30000, "server error"),
 }
 
 

@@ -1,6 +1,6 @@
 """Layering rules of the source tree, checked as a test (an ast walk, nothing is imported).
 
-* The domain packages (model, service_layer, distro, health, push, kernels, export) never import
+* The domain packages (model, service_layer, distro, health, push, kernels, export, cp) never import
   a transport (``shoal.transport``, ``grpc``, ``aiohttp``, the generated protobuf code) nor the
   composition root: transports depend on the domain, never the other way round.
 * The transports do not import the push service or the composition root either: push owns its
@@ -22,13 +22,15 @@ import shoal
 
 SRC = Path(shoal.__file__).resolve().parent
 
-DOMAIN = ("model", "service_layer", "distro", "health", "push", "kernels", "export")
+DOMAIN = ("model", "service_layer", "distro", "health", "push", "kernels", "export", "cp")
 #: What a domain module must not import (a name or any module below it).
 DOMAIN_FORBIDDEN = ("shoal.transport", "shoal.app", "shoal.__main__", "grpc", "aiohttp", "multidict",
                     "google.protobuf")
 #: Narrow, named exceptions: the Payload codec kernel's pure-Python twin *is* protobuf's own parser
 #: (the spec the Cython kernel is tested against), so it may import protobuf — still no transport.
-DOMAIN_ALLOWED = {"kernels.payload_py": ("google.protobuf",)}
+#: The etcd client of the CP store speaks etcd's JSON gateway over aiohttp: an outbound client of an
+#: external store, not a Shoal transport — it may import aiohttp, still no transport.
+DOMAIN_ALLOWED = {"kernels.payload_py": ("google.protobuf",), "cp.etcd": ("aiohttp",)}
 #: What a transport module must not import.
 TRANSPORT_FORBIDDEN = ("shoal.push", "shoal.app", "shoal.__main__")
 #: The only parts of ``shoal`` the analytics may import.

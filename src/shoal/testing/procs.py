@@ -96,20 +96,24 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
 
 
 class ServerProcess:
-    """One ``shoal server`` on 127.0.0.1: HTTP on ``port``, SDK gRPC on +1000, cluster on +1001.
+    """One ``shoal server`` on ``host`` (127.0.0.1 unless told): HTTP on ``port``, SDK gRPC on
+    +1000, cluster on +1001.
 
-    Created stopped; :meth:`start` spawns it in its own session with stdout and stderr in
-    ``<data_dir>/server.log``. ``entry`` replaces ``-m shoal`` (e.g. ``["-c", code]``);
-    ``die_with_parent`` wraps the command in :data:`DIE_WITH_PARENT` (only from a thread that
-    outlives the server: the kernel signals when the starting thread exits).
+    Created stopped; :meth:`start` spawns it in its own session with stdout and stderr appended
+    to ``<data_dir>/server.log`` (a restarted node keeps one log). ``entry`` replaces
+    ``-m shoal`` (e.g. ``["-c", code]``); ``die_with_parent`` wraps the command in
+    :data:`DIE_WITH_PARENT` (only from a thread that outlives the server: the kernel signals
+    when the starting thread exits).
     """
 
     def __init__(self, port: int, data_dir: Path, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                 *, entry: Sequence[str] = ("-m", "shoal"), die_with_parent: bool = False) -> None:
+                 *, entry: Sequence[str] = ("-m", "shoal"), die_with_parent: bool = False,
+                 host: str = HOST) -> None:
+        self.host = host
         self.port = port
         self.data_dir = data_dir
         self.log_path = data_dir / "server.log"
-        self.args = [sys.executable, *entry, "server", "--host", HOST, "--port", str(port),
+        self.args = [sys.executable, *entry, "server", "--host", host, "--port", str(port),
                      "--data-dir", str(data_dir), *args]
         self.env = {**os.environ, **(env or {})}
         self.die_with_parent = die_with_parent
@@ -127,10 +131,10 @@ class ServerProcess:
 
     @property
     def addr(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def url(self, path: str) -> str:
-        return f"http://{HOST}:{self.port}{path}"
+        return f"http://{self.host}:{self.port}{path}"
 
     # --- the process --------------------------------------------------------------------------
     @property
@@ -147,7 +151,7 @@ class ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = ([sys.executable, "-c", DIE_WITH_PARENT, str(os.getpid()), *self.args]
                if self.die_with_parent else self.args)
-        with open(self.log_path, "wb") as log_file:
+        with open(self.log_path, "ab") as log_file:
             self.started_at = time.time()
             self._proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env=self.env, start_new_session=True)

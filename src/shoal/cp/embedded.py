@@ -1,0 +1,281 @@
+"""The embedded CP store of a standalone node: one SQLite file in the data dir.
+
+Durable (WAL journal, ``synchronous=FULL``: a write is on disk before its revision is
+returned) and race-free: every SQLite call runs on the store's single worker thread, so
+calls are serialised without any lock on the loop, and the event loop never blocks on disk.
+
+Tables: ``kv`` (the current keys with etcd's create/mod revision and version), ``log`` (one
+row per change since the compaction revision, what :meth:`watch` replays) and ``meta``
+(the current and the compacted revision). Revisions increase by one per write that changes
+something, as in etcd; a delete of an absent key changes nothing. The log keeps the last
+``history`` revisions (older rows are compacted automatically); a watch that starts before
+the compacted revision gets a :class:`~shoal.cp.store.Resync` of its prefix instead.
+
+Watches are fed from the store's own writes: the worker thread hands each committed batch of
+events to the loop (in commit order) and every watcher's queue receives those under its prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from shoal.cp.store import (
+    CasResult,
+    CpStore,
+    EventKind,
+    KeyValue,
+    RangeResult,
+    Resync,
+    WatchEvent,
+    WatchItem,
+    prefix_end,
+)
+from shoal.errors import CpUnavailable
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (
+    key TEXT PRIMARY KEY, value BLOB NOT NULL,
+    create_revision INTEGER NOT NULL, mod_revision INTEGER NOT NULL, version INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log (
+    revision INTEGER PRIMARY KEY, kind TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+INSERT OR IGNORE INTO meta VALUES ('revision', 0), ('compacted', 0);
+"""
+
+
+class EmbeddedStore(CpStore):
+    """A durable single-node :class:`CpStore` in ``<data_dir>/cp/store.sqlite3``."""
+
+    kind = "embedded"
+
+    def __init__(self, path: str | Path, history: int = 100_000) -> None:
+        self.path = Path(path)
+        self.history = history
+        self._executor: ThreadPoolExecutor | None = None
+        self._db: sqlite3.Connection | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watchers: set[_Watcher] = set()
+        self._closed = False
+
+    @classmethod
+    def in_data_dir(cls, data_dir: str | Path, history: int = 100_000) -> EmbeddedStore:
+        return cls(Path(data_dir) / "cp" / "store.sqlite3", history)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cp-sqlite")
+        await self._call(self._open)
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.executescript(_SCHEMA)
+        self._db = db
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for watcher in list(self._watchers):
+            watcher.close()
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(executor, self._close_db)
+            executor.shutdown(wait=False)
+
+    def _close_db(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
+    async def _call(self, fn: Callable[[], R]) -> R:
+        if self._closed or self._executor is None:
+            raise CpUnavailable("CP store unavailable: the embedded store is closed")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        except sqlite3.Error as exc:
+            raise CpUnavailable(f"CP store unavailable: embedded store error: {exc}") from exc
+
+    # --- helpers on the worker thread -------------------------------------------------------------
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise sqlite3.ProgrammingError("store is closed")
+        return self._db
+
+    def _meta(self, name: str) -> int:
+        row = self._conn.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+        return int(row[0])
+
+    def _row(self, key: str) -> KeyValue | None:
+        row = self._conn.execute(
+            "SELECT key, value, create_revision, mod_revision, version FROM kv WHERE key = ?", (key,)
+        ).fetchone()
+        return None if row is None else KeyValue(row[0], bytes(row[1]), row[2], row[3], row[4])
+
+    def _write(self, key: str, value: bytes | None, expected: int | None) -> tuple[bool, int, KeyValue | None]:
+        """One transaction: (changed, revision after, key now). ``value`` None = delete;
+        ``expected`` None = unconditional, else the required mod revision (0 = absent)."""
+        db = self._conn
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            current = self._row(key)
+            revision = self._meta("revision")
+            if expected is not None and (current.mod_revision if current else 0) != expected:
+                db.execute("ROLLBACK")
+                return False, revision, current
+            if value is None and current is None:
+                db.execute("ROLLBACK")
+                return False, revision, None
+            revision += 1
+            db.execute("UPDATE meta SET value = ? WHERE name = 'revision'", (revision,))
+            now: KeyValue | None
+            if value is None:
+                db.execute("DELETE FROM kv WHERE key = ?", (key,))
+                db.execute("INSERT INTO log VALUES (?, ?, ?, ?)", (revision, EventKind.DELETE.value, key, b""))
+                now = None
+                event = WatchEvent(EventKind.DELETE, key, b"", revision)
+            else:
+                created = current.create_revision if current else revision
+                version = current.version + 1 if current else 1
+                db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?, ?, ?)",
+                           (key, value, created, revision, version))
+                db.execute("INSERT INTO log VALUES (?, ?, ?, ?)", (revision, EventKind.PUT.value, key, value))
+                now = KeyValue(key, value, created, revision, version)
+                event = WatchEvent(EventKind.PUT, key, value, revision)
+            if self.history and revision % 1000 == 0:
+                self._compact_locked(revision - self.history)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        self._publish_threadsafe(event)
+        return True, revision, now
+
+    def _compact_locked(self, revision: int) -> None:
+        if revision <= self._meta("compacted"):
+            return
+        self._conn.execute("DELETE FROM log WHERE revision < ?", (revision,))
+        self._conn.execute("UPDATE meta SET value = ? WHERE name = 'compacted'", (revision,))
+
+    def _compact(self, revision: int) -> None:
+        db = self._conn
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            self._compact_locked(min(revision, self._meta("revision") + 1))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def _range(self, prefix: str) -> RangeResult:
+        db = self._conn
+        db.execute("BEGIN")
+        try:
+            select = "SELECT key, value, create_revision, mod_revision, version FROM kv"
+            if prefix:
+                end = prefix_end(prefix.encode()).decode("utf-8", "surrogateescape")
+                rows = db.execute(select + " WHERE key >= ? AND key < ? ORDER BY key", (prefix, end)).fetchall()
+            else:
+                rows = db.execute(select + " ORDER BY key").fetchall()
+            revision = self._meta("revision")
+        finally:
+            db.execute("COMMIT")
+        items = tuple(KeyValue(r[0], bytes(r[1]), r[2], r[3], r[4]) for r in rows if r[0].startswith(prefix))
+        return RangeResult(revision, items)
+
+    def _history(self, prefix: str, from_revision: int) -> tuple[list[WatchEvent], int, int]:
+        """(events >= from_revision under prefix, current revision, compacted revision)."""
+        db = self._conn
+        db.execute("BEGIN")
+        try:
+            compacted = self._meta("compacted")
+            revision = self._meta("revision")
+            rows = [] if from_revision < compacted else db.execute(
+                "SELECT revision, kind, key, value FROM log WHERE revision >= ? ORDER BY revision",
+                (from_revision,)).fetchall()
+        finally:
+            db.execute("COMMIT")
+        events = [WatchEvent(EventKind(r[1]), r[2], bytes(r[3]), r[0]) for r in rows if r[2].startswith(prefix)]
+        return events, revision, compacted
+
+    def _publish_threadsafe(self, event: WatchEvent) -> None:
+        loop = self._loop
+        if loop is not None and self._watchers:
+            loop.call_soon_threadsafe(self._publish, event)
+
+    def _publish(self, event: WatchEvent) -> None:
+        for watcher in list(self._watchers):
+            if event.key.startswith(watcher.prefix):
+                watcher.queue.put_nowait(event)
+
+    # --- the interface -------------------------------------------------------------------------
+    async def get(self, key: str) -> KeyValue | None:
+        return await self._call(lambda: self._row(key))
+
+    async def range(self, prefix: str) -> RangeResult:
+        return await self._call(lambda: self._range(prefix))
+
+    async def put(self, key: str, value: bytes) -> int:
+        _, revision, _ = await self._call(lambda: self._write(key, value, None))
+        return revision
+
+    async def delete(self, key: str) -> int | None:
+        changed, revision, _ = await self._call(lambda: self._write(key, None, None))
+        return revision if changed else None
+
+    async def compare_and_put(self, key: str, value: bytes, expected_mod_revision: int) -> CasResult:
+        changed, revision, current = await self._call(lambda: self._write(key, value, expected_mod_revision))
+        return CasResult(changed, revision, current)
+
+    async def compact(self, revision: int) -> None:
+        await self._call(lambda: self._compact(revision))
+
+    async def watch(self, prefix: str, from_revision: int) -> AsyncIterator[WatchItem]:
+        watcher = _Watcher(prefix)
+        self._watchers.add(watcher)  # before reading the history: nothing committed meanwhile is lost
+        try:
+            events, revision, compacted = await self._call(lambda: self._history(prefix, from_revision))
+            last = from_revision - 1
+            if from_revision < compacted:
+                snapshot = await self._call(lambda: self._range(prefix))
+                yield Resync(snapshot.revision, snapshot.items)
+                last = snapshot.revision
+            else:
+                for event in events:
+                    yield event
+                last = max(last, revision)
+            while True:
+                item = await watcher.queue.get()
+                if item is None:
+                    return
+                if item.mod_revision > last:
+                    last = item.mod_revision
+                    yield item
+        finally:
+            self._watchers.discard(watcher)
+
+
+class _Watcher:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+
+    def close(self) -> None:
+        self.queue.put_nowait(None)

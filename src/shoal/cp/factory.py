@@ -1,0 +1,85 @@
+"""Builds a node's CP store from its configuration (the one place app.py will call).
+
+``shoal.cp.mode`` picks the implementation; empty means *embedded* for a standalone node,
+*etcd* when ``shoal.cp.endpoints`` is set, else *managed-etcd* (one supervised etcd member per
+node, see :mod:`shoal.cp.supervisor`, and an :class:`~shoal.cp.etcd.EtcdStore` on all of them).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shoal.config import Config
+from shoal.cp.embedded import EmbeddedStore
+from shoal.cp.etcd import EtcdStore
+from shoal.cp.store import CpStore
+from shoal.cp.supervisor import EtcdSupervisor, plan_members
+from shoal.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+MODES = ("embedded", "etcd", "managed-etcd")
+
+
+def cp_mode(config: Config, clustered: bool) -> str:
+    """The effective ``shoal.cp.mode`` (raises ConfigError for a bad combination)."""
+    mode = config.cp_mode.strip().lower()
+    if mode and mode not in MODES:
+        raise ConfigError(f"shoal.cp.mode must be one of {', '.join(MODES)}, not {config.cp_mode!r}")
+    if not mode:
+        mode = "etcd" if config.cp_endpoints else "managed-etcd" if clustered else "embedded"
+    if mode == "etcd" and not config.cp_endpoints:
+        raise ConfigError("shoal.cp.mode=etcd needs shoal.cp.endpoints (--cp-endpoints host:port,...)")
+    if mode == "managed-etcd" and not clustered:
+        raise ConfigError("shoal.cp.mode=managed-etcd needs the cluster members (--members)")
+    if bool(config.cp_tls_cert) != bool(config.cp_tls_key):
+        raise ConfigError("shoal.cp.tls.cert and shoal.cp.tls.key must be set together")
+    if config.cp_request_timeout_ms <= 0 or config.cp_history_revisions <= 0:
+        raise ConfigError("shoal.cp.request-timeout-ms and shoal.cp.history-revisions must be positive")
+    return mode
+
+
+@dataclass
+class CpRuntime:
+    """A node's CP store and, in managed-etcd mode, the etcd member it supervises."""
+
+    mode: str
+    store: CpStore
+    supervisor: EtcdSupervisor | None = None
+
+    async def start(self) -> None:
+        if self.supervisor is not None:
+            await self.supervisor.start()
+        await self.store.start()
+
+    async def stop(self) -> None:
+        await self.store.close()
+        if self.supervisor is not None:
+            await self.supervisor.stop()
+
+
+def build_cp(config: Config, members: Sequence[tuple[str, int]] = (), self_address: str = "") -> CpRuntime:
+    """The CP runtime of a node; ``members`` is the (host, main port) list, ``self_address``
+    this node's ``host:port`` in it (both as the member manager resolved them)."""
+    mode = cp_mode(config, bool(members))
+    if mode == "embedded":
+        return CpRuntime(mode, EmbeddedStore.in_data_dir(config.data_dir, config.cp_history_revisions))
+    if mode == "etcd":
+        endpoints = [e.strip() for e in config.cp_endpoints.split(",") if e.strip()]
+        return CpRuntime(mode, _etcd_store(config, endpoints))
+    planned = plan_members(members, config.cp_client_port_offset, config.cp_peer_port_offset)
+    by_address = {f"{host}:{port}": m for (host, port), m in zip(members, planned, strict=True)}
+    me = by_address.get(self_address)
+    if me is None:
+        raise ConfigError(f"this node ({self_address}) is not in the member list; cannot place its etcd member")
+    supervisor = EtcdSupervisor(me, planned, config.data_dir, config.cp_etcd_binary,
+                                history_revisions=config.cp_history_revisions)
+    return CpRuntime(mode, _etcd_store(config, supervisor.endpoints), supervisor)
+
+
+def _etcd_store(config: Config, endpoints: Sequence[str]) -> EtcdStore:
+    return EtcdStore(endpoints, request_timeout_ms=config.cp_request_timeout_ms, ca_file=config.cp_tls_ca,
+                     cert_file=config.cp_tls_cert, key_file=config.cp_tls_key,
+                     user=config.cp_user, password=config.cp_password)

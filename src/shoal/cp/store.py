@@ -1,0 +1,399 @@
+"""The CP store interface: typed keyspaces, revisioned writes, resumable watches, local views.
+
+The CP half of Shoal (persistent instances, service and cluster metadata, namespaces, users,
+roles, permissions, the cluster's token key) lives in a linearizable key-value store with a
+single global revision counter, modelled on etcd v3:
+
+* every successful write returns the store's **revision** after it; revisions only grow;
+* :meth:`CpStore.compare_and_put` is the one conditional write: ``expected_mod_revision=0``
+  means *create if absent* (the cluster-wide token key, a namespace id), a positive value
+  means *replace only if nobody wrote it since I read it* (optimistic updates of metadata);
+* :meth:`CpStore.watch` streams every change under a prefix from a revision on. It resumes
+  by itself after a lost connection (from the last revision it delivered) and, when the
+  history it needs was compacted away, re-reads the prefix and yields one :class:`Resync`
+  carrying the whole current content before it continues with ordinary events;
+* a :class:`CpView` keeps an in-memory dict of one keyspace fed by such a watch, so reads
+  are local (and keep working when the store is unreachable) while writes go to the store.
+
+Writes raise :class:`shoal.errors.CpUnavailable` when the store has no quorum or no
+reachable endpoint; views go on answering from memory meanwhile.
+
+Keys are ``/shoal/v1/<keyspace>/<name>`` (see :class:`Keyspace`); values are bytes, by
+convention UTF-8 JSON documents (:func:`json_codec`). Implementations: ``embedded.py``
+(SQLite, standalone node) and ``etcd.py`` (an etcd v3 cluster).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+from shoal.errors import NacosError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Every key of the store starts with this; the version lets a later layout live beside it.
+ROOT = "/shoal/v1/"
+
+
+class Keyspace(StrEnum):
+    """The typed keyspaces of the CP store; each is one key prefix."""
+
+    INSTANCES = "instances"      # persistent instances: <namespace>/<group>@@<service>/<cluster>/<ip>:<port>
+    SERVICES = "services"        # service and cluster metadata: <namespace>/<group>@@<service>
+    NAMESPACES = "namespaces"    # <namespace id>
+    USERS = "users"              # <username>
+    ROLES = "roles"              # <role>/<username>
+    PERMISSIONS = "permissions"  # <role>/<resource>/<action>
+    META = "meta"                # cluster-wide singletons (e.g. token-secret-key)
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix of this keyspace, ending in ``/``."""
+        return f"{ROOT}{self.value}/"
+
+    def key(self, name: str) -> str:
+        """The full key of ``name`` in this keyspace."""
+        if not name:
+            raise ValueError("a CP key name must not be empty")
+        return self.prefix + name
+
+    def name_of(self, key: str) -> str:
+        """The name part of a full key of this keyspace."""
+        if not key.startswith(self.prefix):
+            raise ValueError(f"{key!r} is not in keyspace {self.value}")
+        return key[len(self.prefix):]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    """One stored key with its revisions (etcd's mvccpb.KeyValue)."""
+
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class RangeResult:
+    """A consistent read of a prefix: its keys at ``revision``."""
+
+    revision: int
+    items: tuple[KeyValue, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CasResult:
+    """The outcome of :meth:`CpStore.compare_and_put`.
+
+    ``succeeded``: the value was written; ``revision``: the store revision after the call;
+    ``current``: the key as it now is (the caller's value on success, the winner's otherwise;
+    None if the key is absent).
+    """
+
+    succeeded: bool
+    revision: int
+    current: KeyValue | None
+
+
+class EventKind(StrEnum):
+    """What happened to a key."""
+
+    PUT = "PUT"
+    DELETE = "DELETE"
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One change of one key; ``value`` is empty for a delete."""
+
+    kind: EventKind
+    key: str
+    value: bytes
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resync:
+    """The watched history was compacted (or could not be resumed): here is the whole prefix
+    at ``revision``; the consumer replaces what it holds and goes on from there."""
+
+    revision: int
+    items: tuple[KeyValue, ...]
+
+
+#: What a watch yields.
+WatchItem = WatchEvent | Resync
+
+
+class CpStore(ABC):
+    """A linearizable, revisioned key-value store (the CP store of a node).
+
+    Every coroutine may raise :class:`~shoal.errors.CpUnavailable` (no quorum, no endpoint, timed out);
+    :meth:`watch` never does: it retries with back-off until cancelled.
+    """
+
+    #: A short name for logs and metrics (``embedded``, ``etcd``).
+    kind: str = "cp"
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Open connections/files; called once before any other call."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release everything; running watches end."""
+
+    @abstractmethod
+    async def get(self, key: str) -> KeyValue | None:
+        """The current value of ``key`` (a linearizable read), or None."""
+
+    @abstractmethod
+    async def range(self, prefix: str) -> RangeResult:
+        """Every key starting with ``prefix`` and the revision they were read at."""
+
+    @abstractmethod
+    async def put(self, key: str, value: bytes) -> int:
+        """Write ``key``; returns the revision of the write."""
+
+    @abstractmethod
+    async def delete(self, key: str) -> int | None:
+        """Delete ``key``; returns the revision of the delete, or None if it did not exist."""
+
+    @abstractmethod
+    async def compare_and_put(self, key: str, value: bytes, expected_mod_revision: int) -> CasResult:
+        """Write ``key`` only if its mod revision is ``expected_mod_revision`` (0 = absent)."""
+
+    async def create(self, key: str, value: bytes) -> CasResult:
+        """Create ``key`` if absent (``compare_and_put(key, value, 0)``)."""
+        return await self.compare_and_put(key, value, 0)
+
+    @abstractmethod
+    async def compact(self, revision: int) -> None:
+        """Drop the history before ``revision``; watches needing it get a :class:`Resync`."""
+
+    @abstractmethod
+    def watch(self, prefix: str, from_revision: int) -> AsyncIterator[WatchItem]:
+        """Every change under ``prefix`` with revision >= ``from_revision``, in order, forever.
+
+        Resumes after reconnects from the last delivered revision + 1; if that history was
+        compacted, yields a :class:`Resync` of the prefix and continues after it.
+        """
+
+
+class CpView(Generic[T]):
+    """The in-memory view of one keyspace: reads are local dict lookups, fed by a watch.
+
+    ``decode`` turns stored bytes into ``T`` (a bad value is logged and skipped, never fatal).
+    Listeners registered with :meth:`subscribe` are called on the loop with
+    ``(name, old, new)`` for every change (``None`` for absent), after the dict is updated;
+    a :class:`Resync` calls them for each name whose value actually changed.
+    Writes go through the store; :meth:`put`/:meth:`delete`/:meth:`create` wait until the
+    view has caught up with their revision, so a caller reads its own writes.
+    """
+
+    def __init__(self, store: CpStore, keyspace: Keyspace, decode: Callable[[bytes], T],
+                 encode: Callable[[T], bytes], retry_delay_ms: int = 500) -> None:
+        self.store = store
+        self.keyspace = keyspace
+        self._decode = decode
+        self._encode = encode
+        self._retry_delay_s = retry_delay_ms / 1000
+        self._items: dict[str, T] = {}
+        self._mod: dict[str, int] = {}
+        self._revision = 0
+        self._revision_changed = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._listeners: list[Callable[[str, T | None, T | None], None]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start filling the view in the background (see :meth:`wait_ready`)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"cp-view-{self.keyspace.value}")
+
+    async def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Wait until the first full read has been applied."""
+        async with asyncio.timeout(timeout_s):
+            await self._ready.wait()
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    # --- local reads -------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    @property
+    def revision(self) -> int:
+        """The store revision this view reflects."""
+        return self._revision
+
+    def get(self, name: str) -> T | None:
+        return self._items.get(name)
+
+    def mod_revision(self, name: str) -> int:
+        """The mod revision of ``name`` as the view knows it (0 = absent): the CAS token."""
+        return self._mod.get(name, 0)
+
+    def items(self) -> Iterator[tuple[str, T]]:
+        return iter(list(self._items.items()))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def subscribe(self, listener: Callable[[str, T | None, T | None], None]) -> None:
+        self._listeners.append(listener)
+
+    async def wait_revision(self, revision: int, timeout_s: float | None = None) -> None:
+        """Wait until the view reflects at least ``revision``."""
+        async with asyncio.timeout(timeout_s):
+            while self._revision < revision:
+                self._revision_changed.clear()
+                await self._revision_changed.wait()
+
+    # --- writes (to the store; read-your-writes through the view) ---------------------------
+    async def put(self, name: str, value: T) -> int:
+        revision = await self.store.put(self.keyspace.key(name), self._encode(value))
+        await self._catch_up(revision)
+        return revision
+
+    async def create(self, name: str, value: T) -> bool:
+        """Create ``name`` if absent; True if this call created it."""
+        return await self.compare_and_put(name, value, 0)
+
+    async def compare_and_put(self, name: str, value: T, expected_mod_revision: int) -> bool:
+        result = await self.store.compare_and_put(self.keyspace.key(name), self._encode(value),
+                                                  expected_mod_revision)
+        # On failure the store's revision may come from another keyspace, which this view never
+        # sees: wait for the winning write instead.
+        if result.current is not None:
+            await self._catch_up(result.current.mod_revision)
+        return result.succeeded
+
+    async def delete(self, name: str) -> bool:
+        revision = await self.store.delete(self.keyspace.key(name))
+        if revision is None:
+            return False
+        await self._catch_up(revision)
+        return True
+
+    async def _catch_up(self, revision: int) -> None:
+        if self._task is not None:
+            await self.wait_revision(revision)
+
+    # --- feeding ---------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while True:
+            try:
+                if not self._ready.is_set():
+                    snapshot = await self.store.range(self.keyspace.prefix)
+                    self._apply_resync(Resync(snapshot.revision, snapshot.items))
+                    self._ready.set()
+                async for item in self.store.watch(self.keyspace.prefix, self._revision + 1):
+                    if isinstance(item, Resync):
+                        self._apply_resync(item)
+                    else:
+                        self._apply_event(item)
+                return  # the store was closed
+            except NacosError as exc:  # CpUnavailable, or a refusal such as bad credentials
+                log.warning("CP view %s: %s; retrying in %.1f s", self.keyspace.value, exc, self._retry_delay_s)
+                await asyncio.sleep(self._retry_delay_s)
+
+    def _decoded(self, key: str, raw: bytes) -> T | None:
+        try:
+            return self._decode(raw)
+        except Exception:
+            log.error("CP view %s: undecodable value at %s; ignored", self.keyspace.value, key)
+            return None
+
+    def _apply_event(self, event: WatchEvent) -> None:
+        name = self.keyspace.name_of(event.key)
+        old = self._items.get(name)
+        new: T | None = None
+        if event.kind is EventKind.PUT:
+            new = self._decoded(event.key, event.value)
+        if new is None:
+            self._items.pop(name, None)
+            self._mod.pop(name, None)
+        else:
+            self._items[name] = new
+            self._mod[name] = event.mod_revision
+        self._set_revision(event.mod_revision)
+        if old is not None or new is not None:
+            self._notify(name, old, new)
+
+    def _apply_resync(self, resync: Resync) -> None:
+        fresh: dict[str, T] = {}
+        mods: dict[str, int] = {}
+        for kv in resync.items:
+            value = self._decoded(kv.key, kv.value)
+            if value is not None:
+                name = self.keyspace.name_of(kv.key)
+                fresh[name] = value
+                mods[name] = kv.mod_revision
+        old_items, old_mods = self._items, self._mod
+        self._items, self._mod = fresh, mods
+        self._set_revision(resync.revision)
+        for name in old_items.keys() | fresh.keys():
+            if old_mods.get(name) != mods.get(name):
+                self._notify(name, old_items.get(name), fresh.get(name))
+
+    def _set_revision(self, revision: int) -> None:
+        if revision > self._revision:
+            self._revision = revision
+            self._revision_changed.set()
+
+    def _notify(self, name: str, old: T | None, new: T | None) -> None:
+        for listener in self._listeners:
+            try:
+                listener(name, old, new)
+            except Exception:
+                log.exception("CP view %s: a listener failed on %s", self.keyspace.value, name)
+
+
+def json_codec() -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
+    """(decode, encode) for UTF-8 JSON documents, the values' usual format."""
+
+    def decode(raw: bytes) -> Any:
+        return json.loads(raw)
+
+    def encode(value: Any) -> bytes:
+        return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+    return decode, encode
+
+
+def json_view(store: CpStore, keyspace: Keyspace) -> CpView[Any]:
+    """A view of ``keyspace`` whose values are JSON documents."""
+    decode, encode = json_codec()
+    return CpView(store, keyspace, decode, encode)
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with ``prefix`` (etcd's range_end)."""
+    end = bytearray(prefix)
+    while end:
+        if end[-1] < 0xFF:
+            end[-1] += 1
+            return bytes(end)
+        end.pop()
+    return b"\0"  # every key

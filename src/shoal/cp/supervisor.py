@@ -1,0 +1,253 @@
+"""A managed etcd member per Shoal node, so that ``--members`` alone gives a CP store.
+
+Every node of a member list ``h1:p1,h2:p2,...`` (main ports) runs one etcd member:
+
+* **client port = main port − 1000** — Nacos's Raft port (7848 for 8848), so firewalls and
+  docs that already open it for Nacos fit;
+* **peer port = main port − 999** (7849 for 8848). Nacos's own gRPC ports (+1000, +1001)
+  already forbid main ports one apart on one host, so these two cannot collide either;
+  both offsets are settings (``shoal.cp.client-port-offset``/``peer-port-offset``);
+* member name ``shoal-<host>-<port>``, data dir ``<data_dir>/cp/etcd``, output appended to
+  ``<data_dir>/cp/etcd.log``; ``--initial-cluster`` lists every member of the same list,
+  with a cluster token derived from that list, so nodes given different lists cannot merge.
+  With an existing data dir etcd ignores the bootstrap flags and rejoins with its own state.
+
+The supervisor starts the binary (Debian's ``etcd`` 3.4, ``/usr/bin/etcd``) as an asyncio
+subprocess in its own session, restarts it with exponential back-off whenever it exits
+unasked (reset after it stayed up a while), and on :meth:`EtcdSupervisor.stop` sends SIGTERM,
+waits the grace period, then SIGKILL. Nothing here blocks the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import ipaddress
+import logging
+import os
+import random
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from shoal.tasks import run_blocking
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BINARY = "/usr/bin/etcd"
+CLIENT_PORT_OFFSET = -1000
+PEER_PORT_OFFSET = -999
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdMember:
+    """One etcd member derived from a Shoal member's main address."""
+
+    name: str
+    host: str
+    client_port: int
+    peer_port: int
+
+    @property
+    def client_url(self) -> str:
+        return f"http://{_url_host(self.host)}:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{_url_host(self.host)}:{self.peer_port}"
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` of the client port (what :class:`~shoal.cp.etcd.EtcdStore` takes)."""
+        return f"{_url_host(self.host)}:{self.client_port}"
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def plan_members(members: Sequence[tuple[str, int]], client_offset: int = CLIENT_PORT_OFFSET,
+                 peer_offset: int = PEER_PORT_OFFSET) -> list[EtcdMember]:
+    """The etcd members of a Shoal member list of ``(host, main port)``, in list order."""
+    planned = []
+    for host, port in members:
+        client, peer = port + client_offset, port + peer_offset
+        if not (0 < client < 65536 and 0 < peer < 65536):
+            raise ValueError(f"member {host}:{port}: etcd ports {client}/{peer} are out of range")
+        safe = "".join(c if c.isalnum() or c in "-." else "-" for c in host)
+        planned.append(EtcdMember(f"shoal-{safe}-{port}", host, client, peer))
+    return planned
+
+
+def cluster_token(members: Sequence[EtcdMember]) -> str:
+    """A token naming exactly this member set (etcd's ``--initial-cluster-token``)."""
+    text = ",".join(sorted(f"{m.name}={m.peer_url}" for m in members))
+    return "shoal-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class EtcdSupervisor:
+    """Runs and supervises this node's etcd member (see the module docstring)."""
+
+    def __init__(
+        self,
+        me: EtcdMember,
+        cluster: Sequence[EtcdMember],
+        data_dir: str | Path,
+        binary: str = DEFAULT_BINARY,
+        *,
+        restart_initial_ms: int = 200,
+        restart_max_ms: int = 10_000,
+        stable_after_ms: int = 30_000,
+        stop_grace_ms: int = 5_000,
+        history_revisions: int = 100_000,
+    ) -> None:
+        if me not in cluster:
+            raise ValueError(f"etcd member {me.name} is not in its own cluster list")
+        self.me = me
+        self.cluster = list(cluster)
+        self.data_dir = Path(data_dir)
+        self.binary = binary
+        self._restart_initial_s = restart_initial_ms / 1000
+        self._restart_max_s = restart_max_ms / 1000
+        self._stable_after_s = stable_after_ms / 1000
+        self._stop_grace_s = stop_grace_ms / 1000
+        self._history = history_revisions
+        self._proc: asyncio.subprocess.Process | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        #: How many times the member was started (1 after start(); +1 per restart).
+        self.starts = 0
+
+    @property
+    def etcd_dir(self) -> Path:
+        return self.data_dir / "cp" / "etcd"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "cp" / "etcd.log"
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc is not None and proc.returncode is None else None
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Client endpoints of the whole cluster, this member first."""
+        return [self.me.endpoint] + [m.endpoint for m in self.cluster if m != self.me]
+
+    def command(self) -> list[str]:
+        """The etcd command line of this member."""
+        me = self.me
+        listen = me.host if _is_ip(me.host) else "0.0.0.0"  # etcd binds IPs only
+        return [
+            self.binary,
+            "--name", me.name,
+            "--data-dir", str(self.etcd_dir),
+            "--listen-client-urls", f"http://{_url_host(listen)}:{me.client_port}",
+            "--advertise-client-urls", me.client_url,
+            "--listen-peer-urls", f"http://{_url_host(listen)}:{me.peer_port}",
+            "--initial-advertise-peer-urls", me.peer_url,
+            "--initial-cluster", ",".join(f"{m.name}={m.peer_url}" for m in self.cluster),
+            "--initial-cluster-token", cluster_token(self.cluster),
+            "--initial-cluster-state", "new",
+            "--auto-compaction-mode", "revision",
+            "--auto-compaction-retention", str(self._history),
+            "--enable-v2=false",
+            "--logger", "zap",
+            "--log-outputs", "stderr",
+        ]
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the member and its supervision; returns once the process is spawned."""
+        if self._task is not None:
+            return
+        self._stopping = False
+        await run_blocking(self.etcd_dir.mkdir, parents=True, exist_ok=True)
+        await self._spawn()
+        self._task = asyncio.get_running_loop().create_task(self._supervise(), name=f"etcd-{self.me.name}")
+
+    async def _spawn(self) -> None:
+        logfile: IO[bytes] = await run_blocking(open, self.log_path, "ab")
+        try:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.command(), stdin=asyncio.subprocess.DEVNULL, stdout=logfile,
+                stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True)
+        finally:
+            await run_blocking(logfile.close)
+        self.starts += 1
+        log.info("etcd member %s started (pid %d, client %s, peer %s)",
+                 self.me.name, self._proc.pid, self.me.client_url, self.me.peer_url)
+
+    async def _supervise(self) -> None:
+        loop = asyncio.get_running_loop()
+        backoff = self._restart_initial_s
+        while True:
+            proc = self._proc
+            if proc is None:
+                return
+            started = loop.time()
+            code = await proc.wait()
+            if self._stopping:
+                return
+            if loop.time() - started >= self._stable_after_s:
+                backoff = self._restart_initial_s
+            log.warning("etcd member %s exited with %s; restarting in %.1f s (see %s)",
+                        self.me.name, code, backoff, self.log_path)
+            await asyncio.sleep(backoff * (0.5 + random.random() / 2))
+            backoff = min(backoff * 2, self._restart_max_s)
+            if self._stopping:
+                return
+            try:
+                await self._spawn()
+            except OSError:
+                log.exception("cannot start etcd member %s with %s", self.me.name, self.binary)
+
+    async def stop(self) -> None:
+        """Stop supervising, then the member: SIGTERM, wait the grace period, SIGKILL."""
+        self._stopping = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        proc, self._proc = self._proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), self._stop_grace_s)
+        except TimeoutError:
+            log.warning("etcd member %s ignored SIGTERM for %.1f s; killing it", self.me.name, self._stop_grace_s)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+        log.info("etcd member %s stopped", self.me.name)
+
+    async def wait_listening(self, timeout_s: float) -> None:
+        """Wait until the member's client port accepts connections (not that it has a quorum)."""
+        host = self.me.host if _is_ip(self.me.host) else "127.0.0.1"
+        async with asyncio.timeout(timeout_s):
+            while True:
+                try:
+                    _, writer = await asyncio.open_connection(host, self.me.client_port)
+                except OSError:
+                    await asyncio.sleep(0.05)
+                    continue
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+                return

@@ -1,0 +1,62 @@
+"""Choosing and building a node's CP store from its settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shoal.config import Config
+from shoal.cp.embedded import EmbeddedStore
+from shoal.cp.etcd import EtcdStore
+from shoal.cp.factory import build_cp, cp_mode
+from shoal.errors import ConfigError
+
+MEMBERS = [("127.0.0.1", 18848), ("127.0.0.1", 18858), ("127.0.0.1", 18868)]
+
+
+def _config(tmp_path: Path, **overrides: str) -> Config:
+    return Config.load(env={}, overrides={"data_dir": str(tmp_path), **overrides})
+
+
+def test_the_mode_follows_the_deployment(tmp_path: Path) -> None:
+    assert cp_mode(_config(tmp_path), clustered=False) == "embedded"
+    assert cp_mode(_config(tmp_path), clustered=True) == "managed-etcd"
+    assert cp_mode(_config(tmp_path, cp_endpoints="e1:2379"), clustered=True) == "etcd"
+    assert cp_mode(_config(tmp_path, **{"shoal.cp.mode": "Embedded"}), clustered=True) == "embedded"
+    for bad in ({"shoal.cp.mode": "raft"}, {"shoal.cp.mode": "etcd"},
+                {"shoal.cp.tls.cert": "c.pem"}, {"shoal.cp.request-timeout-ms": "0"}):
+        with pytest.raises(ConfigError):
+            cp_mode(_config(tmp_path, **bad), clustered=True)
+    with pytest.raises(ConfigError):
+        cp_mode(_config(tmp_path, **{"shoal.cp.mode": "managed-etcd"}), clustered=False)
+
+
+def test_build_each_mode(tmp_path: Path) -> None:
+    embedded = build_cp(_config(tmp_path))
+    assert isinstance(embedded.store, EmbeddedStore) and embedded.supervisor is None
+    assert embedded.store.path == tmp_path / "cp" / "store.sqlite3"
+
+    external = build_cp(_config(tmp_path, cp_endpoints="10.0.0.1:2379, 10.0.0.2:2379",
+                                **{"shoal.cp.tls.ca": "/ca.pem"}), MEMBERS, "127.0.0.1:18858")
+    assert isinstance(external.store, EtcdStore) and external.supervisor is None
+    assert external.store.endpoints == ["https://10.0.0.1:2379", "https://10.0.0.2:2379"]
+
+    managed = build_cp(_config(tmp_path, **{"shoal.cp.etcd-binary": "/opt/etcd"}), MEMBERS, "127.0.0.1:18858")
+    assert managed.mode == "managed-etcd" and managed.supervisor is not None
+    assert (managed.supervisor.me.client_port, managed.supervisor.me.peer_port) == (17858, 17859)
+    assert managed.supervisor.binary == "/opt/etcd"
+    assert isinstance(managed.store, EtcdStore)
+    assert managed.store.endpoints[0] == "http://127.0.0.1:17858" and len(managed.store.endpoints) == 3
+    with pytest.raises(ConfigError):
+        build_cp(_config(tmp_path), MEMBERS, "127.0.0.1:9999")
+
+
+def test_cp_flags_reach_the_settings() -> None:
+    from shoal.__main__ import _server_config, build_parser
+
+    args = build_parser().parse_args(["server", "--cp-endpoints", "a:1,b:2", "--cp-tls-ca", "ca.pem",
+                                      "--cp-tls-cert", "c.pem", "--cp-tls-key", "k.pem"])
+    config = _server_config(args)
+    assert (config.cp_endpoints, config.cp_tls_ca, config.cp_tls_cert, config.cp_tls_key) == (
+        "a:1,b:2", "ca.pem", "c.pem", "k.pem")

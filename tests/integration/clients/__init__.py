@@ -1,0 +1,1 @@
+"""Non-Python real clients for the integration tests (see runner.py)."""
