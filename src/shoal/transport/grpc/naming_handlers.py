@@ -140,6 +140,15 @@ def number(body: dict[str, Any], key: str, default: float) -> float:
 
 
 def service_of(body: dict[str, Any]) -> ServiceKey:
+    name, group, namespace = body.get("serviceName"), body.get("groupName"), body.get("namespace")
+    if type(name) is str and type(group) is str and type(namespace) is str:  # the usual shape, same result
+        name, group, namespace = name.strip(), group.strip(), namespace.strip()
+        if name and group and namespace:
+            return ServiceKey(namespace, group, name)
+    return _checked_service_of(body)
+
+
+def _checked_service_of(body: dict[str, Any]) -> ServiceKey:
     name = text(body, "serviceName").strip()
     if not name:
         raise InvalidParam("Param 'serviceName' is required and must not be blank.")
@@ -148,6 +157,26 @@ def service_of(body: dict[str, Any]) -> ServiceKey:
 
 
 def instance_of(raw: Any, where: str) -> InstanceInfo:
+    if type(raw) is dict:  # the shape every SDK sends: read it directly (same result as the checked path)
+        ip, port, weight = raw.get("ip"), raw.get("port"), raw.get("weight", 1.0)
+        healthy, enabled = raw.get("healthy", True), raw.get("enabled", True)
+        cluster, instance_id, metadata = raw.get("clusterName", ""), raw.get("instanceId", ""), raw.get("metadata")
+        if (type(ip) is str and type(port) is int and type(weight) is float and math.isfinite(weight)
+                and type(healthy) is bool and type(enabled) is bool and type(cluster) is str
+                and type(instance_id) is str and (metadata is None or _plain_metadata(metadata))):
+            ip = ip.strip()
+            if ip:
+                return InstanceInfo(ip, port, weight, healthy, enabled, cluster.strip(), instance_id,
+                                    dict(metadata) if metadata else {})
+    return _checked_instance_of(raw, where)
+
+
+def _plain_metadata(metadata: Any) -> bool:
+    return type(metadata) is dict and all(type(v) is str for v in metadata.values())
+
+
+def _checked_instance_of(raw: Any, where: str) -> InstanceInfo:
+    """Every field type-checked; a wrong one is a 400 that names it."""
     if not isinstance(raw, dict):
         raise InvalidParam(f"'{where}' must be an Instance object")
     ip = text(raw, "ip").strip()
