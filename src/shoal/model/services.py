@@ -175,19 +175,21 @@ class ServiceView:
         else:
             self.json = [inst.to_json(key, ephemeral) for inst in instances]
         self._flipped: dict[int, str] = {}
-        self._infos: dict[tuple[str, bool, bool, bool, float, int], tuple[str, str]] = {}
+        self._infos: dict[tuple[str, bool, bool, bool, float, int], tuple[bytes, bytes]] = {}
 
     def service_info(self, clusters: str, healthy_only: bool, record: ServiceRecord | None, cache_millis: int,
-                     grouped_name: bool = False) -> tuple[str, str]:
-        """The ServiceInfo of one reader as :func:`service_info_parts`, selected and encoded once per
-        view: the view is dropped on ServiceChanged, and the service record's protection settings
-        are part of the key, so a cached answer is always what :meth:`select` would give now."""
+                     grouped_name: bool = False) -> tuple[bytes, bytes]:
+        """The ServiceInfo of one reader as :func:`service_info_parts` in UTF-8, selected and encoded
+        once per view: the view is dropped on ServiceChanged, and the service record's protection
+        settings are part of the key, so a cached answer is always what :meth:`select` would give now.
+        Bytes, because the gRPC answer is written from them without another copy."""
         threshold = record.protect_threshold if record is not None and record.has_metadata else None
         key = (clusters, healthy_only, grouped_name, threshold is not None, threshold or 0.0, cache_millis)
         parts = self._infos.get(key)
         if parts is None:
             selection = self.select(parse_clusters(clusters), healthy_only, record)
-            parts = service_info_parts(self.key, clusters, selection, cache_millis, grouped_name)
+            prefix, suffix = service_info_parts(self.key, clusters, selection, cache_millis, grouped_name)
+            parts = (prefix.encode(), suffix.encode())
             if len(self._infos) >= self.MAX_CACHED_INFOS:
                 self._infos.clear()
             self._infos[key] = parts

@@ -141,11 +141,24 @@ class NamingService:
         self.check_params(service, clusters=clusters)
         return self._service_info(service, clusters, healthy_only, grouped_name)
 
-    def _service_info(self, service: ServiceKey, clusters: str, healthy_only: bool,
-                      grouped_name: bool = False) -> str:
+    def query_parts(self, service: ServiceKey, clusters: str = "", healthy_only: bool = False,
+                    grouped_name: bool = False) -> tuple[bytes, int, bytes]:
+        """:meth:`query` as UTF-8 ``(prefix, lastRefTime, suffix)``: the ServiceInfo is
+        ``prefix + str(lastRefTime) + suffix``, for a transport that writes it into a larger answer
+        without building it first."""
+        self.check_params(service, clusters=clusters)
+        return self.service_info_parts(service, clusters, healthy_only, grouped_name)
+
+    def service_info_parts(self, service: ServiceKey, clusters: str, healthy_only: bool,
+                           grouped_name: bool = False) -> tuple[bytes, int, bytes]:
         prefix, suffix = self.storage.view(service).service_info(
             clusters, healthy_only, self.services.get(service), self.config.push_cache_millis, grouped_name)
-        return f"{prefix}{self._ref_time()}{suffix}"
+        return prefix, self._ref_time(), suffix
+
+    def _service_info(self, service: ServiceKey, clusters: str, healthy_only: bool,
+                      grouped_name: bool = False) -> str:
+        prefix, ref, suffix = self.service_info_parts(service, clusters, healthy_only, grouped_name)
+        return (b"%s%d%s" % (prefix, ref, suffix)).decode()
 
     def _ref_time(self) -> int:
         """lastRefTime, strictly increasing: SDKs drop a ServiceInfo whose lastRefTime is not

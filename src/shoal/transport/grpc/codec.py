@@ -61,6 +61,14 @@ def ok(fields: Mapping[str, Any] | None = None, raw: Mapping[str, str | bytes] |
     return b"".join(parts)
 
 
+def ok_service_info(parts: tuple[bytes, int, bytes], fields: Mapping[str, Any] | None = None) -> bytes:
+    """A successful response carrying ``serviceInfo`` given as ``(prefix, lastRefTime, suffix)``
+    (``NamingService.query_parts``), written in one pass."""
+    head = _OK_HEAD + b"," + jsonfast.dumps(fields)[1:-1] if fields else _OK_HEAD
+    prefix, ref, suffix = parts
+    return b"".join((head, b',"serviceInfo":', prefix, b"%d" % ref, suffix, b"}"))
+
+
 def error(result_code: int, error_code: int, message: str, fields: Mapping[str, Any] | None = None) -> bytes:
     body: dict[str, Any] = {"resultCode": result_code, "errorCode": error_code, "message": message, "success": False}
     if fields:

@@ -74,8 +74,7 @@ class _NamingHandlers:
     def query(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
         healthy_only = flag(body, "healthyOnly", False) or flag(body, "healthOnly", False)
-        info = self.naming.query(service, text(body, "cluster"), healthy_only)
-        return codec.ok(raw={"serviceInfo": info})
+        return codec.ok_service_info(self.naming.query_parts(service, text(body, "cluster"), healthy_only))
 
     def subscribe(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
