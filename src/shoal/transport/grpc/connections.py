@@ -57,7 +57,7 @@ class StreamSink(Protocol):
         """End the stream with this gRPC status (idempotent)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Connection:
     """One client transport and, once set up, its metadata (Nacos ConnectionMeta)."""
 

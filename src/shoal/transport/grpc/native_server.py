@@ -61,6 +61,8 @@ class _Call:
 class NativeStreamSink:
     """The server→client side of one bi stream on the native transport."""
 
+    __slots__ = ("closed", "owner", "stream_id")
+
     def __init__(self, owner: H2Connection, stream_id: int) -> None:
         self.owner = owner
         self.stream_id = stream_id
@@ -79,6 +81,10 @@ class NativeStreamSink:
 
 class H2Connection(asyncio.Protocol):
     """One TCP connection: an HTTP/2 session carrying gRPC calls (one Nacos connection)."""
+
+    # One per TCP connection, 10,000s of them idle: no per-instance __dict__.
+    __slots__ = ("_drained", "_flush_pending", "_stall_timer", "_to_arm", "calls", "loop", "lost", "paused", "peer",
+                 "server", "session", "transport")
 
     def __init__(self, server: NativeGrpcServer) -> None:
         self.server = server
