@@ -799,17 +799,16 @@ def compare_transports(bench: Bench, rate_names: list[str]) -> dict[str, Any]:
     shared box hits them alike); each target's rounds and medians, and a side-by-side table."""
     a = bench.args
     repeat, a.repeat = a.repeat, 1
-    rounds: dict[str, list[dict[str, Any]]] = {t: [] for t in TRANSPORT_TARGETS}
-    servers: dict[str, list[dict[str, Any]]] = {t: [] for t in TRANSPORT_TARGETS}
+    chosen = [t.strip() for t in a.transports.split(",") if t.strip()]
+    rounds: dict[str, list[dict[str, Any]]] = {t: [] for t in chosen}
     try:
         for rep in range(repeat):
             log(f"transport round {rep + 1} of {repeat}")
-            for target in TRANSPORT_TARGETS:
+            for target in chosen:
                 bench.open_server(transport=target)
                 try:
                     bench.open_pool()
                     rounds[target].append(bench.rate_phases(rate_names))
-                    servers[target].append(bench.servers_started[-1])
                 finally:
                     bench.close_pool()
                     bench.close_server()
@@ -963,6 +962,11 @@ def build_parser() -> argparse.ArgumentParser:
         "on grpcio, and the do-nothing floor on each transport (floor_server.py, query answers of "
         "ops/services hosts); report each one's medians side by side",
     )
+    g.add_argument(
+        "--transports",
+        default=",".join(TRANSPORT_TARGETS),
+        help=f"with --compare-transports: which of {','.join(TRANSPORT_TARGETS)} to run (default all)",
+    )
     g.add_argument("--out", help="also write the JSON report to this file")
     return p
 
@@ -989,6 +993,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().error("--compare-pure and --compare-transports start their own servers; drop --addr")
     if args.compare_pure and args.compare_transports:
         build_parser().error("choose one of --compare-pure and --compare-transports")
+    bad = [t for t in args.transports.split(",") if t.strip() and t.strip() not in TRANSPORT_TARGETS]
+    if bad or not args.transports.strip():
+        build_parser().error(f"--transports: choose from {','.join(TRANSPORT_TARGETS)}")
     if math.ceil(args.ops / (args.workers * args.connections)) > args.services:
         build_parser().error(
             f"--ops {args.ops} over {args.workers * args.connections} connections needs more than --services "
