@@ -16,17 +16,26 @@ def _ext_modules() -> list:
     if os.environ.get("SHOAL_NO_EXTENSIONS", "") not in ("", "0"):
         print("shoal: SHOAL_NO_EXTENSIONS is set, building pure Python only")
         return []
-    from Cython.Build import cythonize
     from setuptools import Extension
 
     sources = sorted((ROOT / "ext").glob("*.pyx"))
+    # An sdist carries the generated C (ext/*.c) but not the .pyx: the wheel built from it (what
+    # `python -m build` does) compiles that C, so it needs neither Cython nor the Cython sources.
+    from_c = not sources
+    if from_c:
+        sources = sorted((ROOT / "ext").glob("*.c"))
     # h2grpc (the native gRPC transport) alone links libnghttp2.
     modules = [
         Extension(f"shoal._ext.{src.stem}", [str(src.relative_to(ROOT))], extra_compile_args=["-O3"],
                   libraries=["nghttp2"] if src.stem == "h2grpc" else [])
         for src in sources
     ]
-    print(f"shoal: building {len(modules)} Cython kernels: {', '.join(s.stem for s in sources)}")
+    print(f"shoal: building {len(modules)} kernels from {'C' if from_c else 'Cython'}: "
+          f"{', '.join(s.stem for s in sources)}")
+    if from_c:
+        return modules
+    from Cython.Build import cythonize
+
     return cythonize(
         modules,
         include_path=["ext"],

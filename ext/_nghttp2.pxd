@@ -1,6 +1,6 @@
 # Extern declarations of the part of libnghttp2 (nghttp2/nghttp2.h, 1.52) that ext/h2grpc.pyx uses.
 
-from libc.stdint cimport int32_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 from libc.stddef cimport size_t
 
 
@@ -28,9 +28,15 @@ cdef extern from "nghttp2/nghttp2.h":
         nghttp2_frame_hd hd
         nghttp2_headers_category cat
 
+    ctypedef struct nghttp2_goaway:
+        nghttp2_frame_hd hd
+        int32_t last_stream_id
+        uint32_t error_code
+
     ctypedef union nghttp2_frame:
         nghttp2_frame_hd hd
         nghttp2_headers headers
+        nghttp2_goaway goaway
 
     ctypedef struct nghttp2_nv:
         uint8_t *name
@@ -67,14 +73,20 @@ cdef extern from "nghttp2/nghttp2.h":
         void *user_data)
     ctypedef int (*nghttp2_on_stream_close_callback)(
         nghttp2_session *session, int32_t stream_id, uint32_t error_code, void *user_data)
+    ctypedef int (*nghttp2_on_frame_send_callback)(
+        nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
 
     enum:
         NGHTTP2_DATA = 0
         NGHTTP2_HEADERS = 1
         NGHTTP2_RST_STREAM = 3
+        NGHTTP2_SETTINGS = 4
+        NGHTTP2_PUSH_PROMISE = 5
         NGHTTP2_GOAWAY = 7
+        NGHTTP2_CONTINUATION = 9
         NGHTTP2_FLAG_NONE = 0
         NGHTTP2_FLAG_END_STREAM = 1
+        NGHTTP2_FLAG_END_HEADERS = 4
         NGHTTP2_NV_FLAG_NONE = 0
         NGHTTP2_NV_FLAG_NO_COPY_NAME = 2
         NGHTTP2_NV_FLAG_NO_COPY_VALUE = 4
@@ -84,6 +96,7 @@ cdef extern from "nghttp2/nghttp2.h":
         NGHTTP2_ERR_DEFERRED = -508
         NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE = -521
         NGHTTP2_ERR_CALLBACK_FAILURE = -902
+        NGHTTP2_ERR_FLOODED = -904
         NGHTTP2_NO_ERROR = 0
         NGHTTP2_PROTOCOL_ERROR = 1
         NGHTTP2_INTERNAL_ERROR = 2
@@ -105,6 +118,8 @@ cdef extern from "nghttp2/nghttp2.h":
         nghttp2_session_callbacks *cbs, nghttp2_on_data_chunk_recv_callback cb)
     void nghttp2_session_callbacks_set_on_stream_close_callback(
         nghttp2_session_callbacks *cbs, nghttp2_on_stream_close_callback cb)
+    void nghttp2_session_callbacks_set_on_frame_send_callback(
+        nghttp2_session_callbacks *cbs, nghttp2_on_frame_send_callback cb)
 
     int nghttp2_option_new(nghttp2_option **option_ptr)
     void nghttp2_option_del(nghttp2_option *option)
@@ -114,6 +129,8 @@ cdef extern from "nghttp2/nghttp2.h":
     void nghttp2_option_set_max_outbound_ack(nghttp2_option *option, size_t val)
     void nghttp2_option_set_max_settings(nghttp2_option *option, size_t val)
     void nghttp2_option_set_no_closed_streams(nghttp2_option *option, int val)
+    # 1.52 as patched for CVE-2023-44487 (Debian 1.52.0-1+deb12u1 and later; upstream 1.57)
+    void nghttp2_option_set_stream_reset_rate_limit(nghttp2_option *option, uint64_t burst, uint64_t rate)
 
     int nghttp2_session_server_new2(nghttp2_session **session_ptr, const nghttp2_session_callbacks *callbacks,
                                     void *user_data, const nghttp2_option *option)
@@ -124,6 +141,7 @@ cdef extern from "nghttp2/nghttp2.h":
     int nghttp2_session_want_write(nghttp2_session *session)
     int nghttp2_session_resume_data(nghttp2_session *session, int32_t stream_id)
     int32_t nghttp2_session_get_last_proc_stream_id(nghttp2_session *session)
+    int nghttp2_session_terminate_session(nghttp2_session *session, uint32_t error_code)
     int nghttp2_session_set_local_window_size(nghttp2_session *session, uint8_t flags, int32_t stream_id,
                                               int32_t window_size)
 

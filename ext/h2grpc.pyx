@@ -21,6 +21,29 @@ buffering it; a compressed message is answered UNIMPLEMENTED (we never offer com
 Both end the stream; its later DATA is dropped. PING, SETTINGS and flow control are
 nghttp2's (window updates follow consumption automatically).
 
+Abuse limits (issue 10 item 3), each a constructor argument:
+
+* ``max_concurrent_streams`` and ``max_header_list`` are advertised in our SETTINGS; a stream
+  over the first is refused by nghttp2 (REFUSED_STREAM while the peer has not ACKed our
+  SETTINGS, a connection PROTOCOL_ERROR after), a header list over the second is reset.
+* ``reset_burst``/``reset_rate``: the token bucket of nghttp2's rapid-reset guard
+  (CVE-2023-44487): each RST_STREAM from the peer takes a token; none left means GOAWAY.
+* ``max_outbound_ack``: PING/SETTINGS ACKs queued and unsent (a flood) before nghttp2 ends the
+  session; ``max_settings``: entries accepted in one SETTINGS frame.
+* ``max_continuations``: CONTINUATION frames after one HEADERS (CVE-2024-28182). nghttp2 1.52
+  has no such bound, and it decodes the CONTINUATIONs of a header block it already refused
+  without calling back at all, so ``feed`` counts them itself in a scan of the frame headers
+  before nghttp2 sees the bytes; past the bound the session ends with GOAWAY
+  ENHANCE_YOUR_CALM and nothing more is read.
+* ``max_read_buffer``: bytes of unfinished messages the connection may hold across its
+  streams (a message reserves its declared size when its prefix arrives); a message that
+  does not fit is answered RESOURCE_EXHAUSTED like one over ``max_message``. At least one
+  message of ``max_message`` bytes always fits.
+
+Whichever of these ends the session sets ``abuse`` to a reason and queues a GOAWAY; the
+owner writes ``pending_output()`` and closes the connection. Bytes that are not HTTP/2
+at all raise ``H2Error`` from ``feed`` (a GOAWAY is queued first).
+
 Replies: ``send_message`` queues one message (sending the response headers first when
 needed), ``send_trailers`` ends the stream with a status (a trailers-only response when no
 message was sent), ``reply`` does both for a unary call. ``pending_output()`` returns the
@@ -37,6 +60,9 @@ EV_MESSAGE = 2
 EV_HALF_CLOSE = 3
 EV_CLOSED = 4
 EV_FAILED = 5
+
+cdef enum:
+    _PREFACE_LEN = 24  # "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", skipped by H2Session._scan
 
 # gRPC status codes used here
 DEADLINE_EXCEEDED = 4
@@ -71,6 +97,7 @@ cdef class _Stream:
     cdef bytearray buf        # bytes of the message being reassembled (prefix included until parsed)
     cdef Py_ssize_t need      # body bytes still expected; -1 while reading the 5-byte prefix
     cdef bint discard         # answered with an error: drop further DATA
+    cdef Py_ssize_t reserved  # bytes of the read buffer reserved for the message being reassembled
     # outbound
     cdef list out             # queued bytes objects
     cdef Py_ssize_t out_off   # offset into out[0]
@@ -136,6 +163,8 @@ cdef int _on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, vo
                 st.headers = None
         elif frame.hd.type == NGHTTP2_GOAWAY:
             self.peer_goaway = True
+        elif frame.hd.type == NGHTTP2_SETTINGS:
+            self.preface_received = True
         if (frame.hd.type == NGHTTP2_DATA or frame.hd.type == NGHTTP2_HEADERS) and \
                 frame.hd.flags & NGHTTP2_FLAG_END_STREAM:
             st = self.streams.get(sid)
@@ -167,6 +196,7 @@ cdef int _on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t 
         st = self.streams.pop(stream_id, None)
         if st is not None:
             self.backlog -= (<_Stream>st).out_bytes
+            self._release(<_Stream>st)
             self.events.append((EV_CLOSED, stream_id, error_code, None))
     except BaseException:
         return NGHTTP2_ERR_CALLBACK_FAILURE
@@ -210,6 +240,29 @@ cdef ssize_t _read_data(nghttp2_session *session, int32_t stream_id, uint8_t *bu
         return NGHTTP2_ERR_CALLBACK_FAILURE
 
 
+cdef int _on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) noexcept:
+    # A GOAWAY may come from nghttp2 itself (the rapid-reset guard, a flood, a protocol error):
+    # the owner must see it (``abuse``, ``goaway_sent``) to close the connection.
+    cdef H2Session self = <H2Session>user_data
+    if frame.hd.type == NGHTTP2_GOAWAY:
+        self.goaway_sent = True
+        if frame.goaway.error_code != NGHTTP2_NO_ERROR:
+            self.goaway_code = frame.goaway.error_code
+            if self.abuse is None:
+                try:
+                    self.abuse = _GOAWAY_REASONS.get(frame.goaway.error_code, "protocol error")
+                except BaseException:
+                    return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+_GOAWAY_REASONS = {
+    NGHTTP2_PROTOCOL_ERROR: "protocol error",
+    NGHTTP2_INTERNAL_ERROR: "too many stream resets (rapid reset)",  # nghttp2's reset guard uses this code
+    NGHTTP2_ENHANCE_YOUR_CALM: "flood (ENHANCE_YOUR_CALM)",
+}
+
+
 cdef class H2Session:
     """A server HTTP/2 session carrying gRPC calls; fed bytes, producing events and bytes."""
     cdef nghttp2_session *session
@@ -220,9 +273,23 @@ cdef class H2Session:
     cdef readonly Py_ssize_t backlog     # queued, not yet framed outbound message bytes
     cdef readonly bint peer_goaway
     cdef readonly bint goaway_sent
+    cdef readonly uint32_t goaway_code  # error code of the GOAWAY we sent (0 = graceful)
+    cdef readonly object abuse          # why the session was ended for misbehaviour, or None
+    cdef readonly bint preface_received # the client's connection preface and first SETTINGS arrived
+    cdef readonly Py_ssize_t read_buffered  # bytes reserved by unfinished inbound messages
+    cdef Py_ssize_t max_read_buffer
+    cdef Py_ssize_t max_continuations
+    # frame-header scan (see _scan): preface bytes left, header bytes held, payload left, CONTINUATIONs
+    cdef Py_ssize_t _scan_preface
+    cdef Py_ssize_t _scan_have
+    cdef Py_ssize_t _scan_skip
+    cdef Py_ssize_t _scan_cont
+    cdef unsigned char _scan_hd[9]
 
     def __cinit__(self, Py_ssize_t max_message=4 * 1024 * 1024, int max_concurrent_streams=1000,
-                  int max_header_list=16384, int window=1024 * 1024):
+                  int max_header_list=16384, int window=1024 * 1024, *, uint64_t reset_burst=1000,
+                  uint64_t reset_rate=33, Py_ssize_t max_outbound_ack=1000, Py_ssize_t max_settings=32,
+                  Py_ssize_t max_continuations=8, Py_ssize_t max_read_buffer=16 * 1024 * 1024):
         cdef nghttp2_session_callbacks *cbs
         cdef nghttp2_option *opt
         cdef nghttp2_settings_entry iv[3]
@@ -233,6 +300,11 @@ cdef class H2Session:
         self.max_message = max_message
         self.max_header_list = max_header_list
         self.backlog = 0
+        self.abuse = None
+        self.max_read_buffer = max(max_read_buffer, max_message + 5)
+        self.max_continuations = max_continuations
+        self._scan_preface = _PREFACE_LEN
+        self._scan_cont = -1
         if nghttp2_session_callbacks_new(&cbs) != 0:
             raise MemoryError()
         nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, _on_begin_headers)
@@ -240,14 +312,16 @@ cdef class H2Session:
         nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, _on_frame_recv)
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, _on_data_chunk)
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, _on_stream_close)
+        nghttp2_session_callbacks_set_on_frame_send_callback(cbs, _on_frame_send)
         if nghttp2_option_new(&opt) != 0:
             nghttp2_session_callbacks_del(cbs)
             raise MemoryError()
         nghttp2_option_set_max_reserved_remote_streams(opt, 0)
         nghttp2_option_set_max_send_header_block_length(opt, 64 * 1024)
         nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096)
-        nghttp2_option_set_max_outbound_ack(opt, 1000)
-        nghttp2_option_set_max_settings(opt, 32)
+        nghttp2_option_set_max_outbound_ack(opt, max_outbound_ack)
+        nghttp2_option_set_max_settings(opt, max_settings)
+        nghttp2_option_set_stream_reset_rate_limit(opt, reset_burst, reset_rate)
         rv = nghttp2_session_server_new2(&self.session, cbs, <void*>self, opt)
         nghttp2_option_del(opt)
         nghttp2_session_callbacks_del(cbs)
@@ -270,13 +344,72 @@ cdef class H2Session:
     # --- input ---------------------------------------------------------------------------
     def feed(self, bytes data):
         """Parse bytes from the peer; the events they produced. Raises H2Error on a broken peer."""
-        cdef ssize_t rv = nghttp2_session_mem_recv(self.session, <const uint8_t*>PyBytes_AS_STRING(data),
-                                                   <size_t>PyBytes_GET_SIZE(data))
+        cdef Py_ssize_t size = PyBytes_GET_SIZE(data)
+        cdef Py_ssize_t take = size
+        cdef ssize_t rv = 0
+        cdef bint over = False
+        if self.abuse is None:
+            take = self._scan(<const unsigned char*>PyBytes_AS_STRING(data), size)
+            over = take < 0
+            if over:
+                take = -take - 1
+        if take > 0:
+            rv = nghttp2_session_mem_recv(self.session, <const uint8_t*>PyBytes_AS_STRING(data), <size_t>take)
+        if over and rv >= 0:
+            self.abuse = f"more than {self.max_continuations} CONTINUATION frames in one header block"
+            nghttp2_session_terminate_session(self.session, NGHTTP2_ENHANCE_YOUR_CALM)
         events = self.events
         self.events = []
         if rv < 0:
-            raise H2Error(nghttp2_strerror(<int>rv).decode())
+            # Broken or flooding peer: queue a GOAWAY saying so (written if the owner flushes).
+            if rv == NGHTTP2_ERR_FLOODED:
+                self.abuse = "flood of PING/SETTINGS frames whose ACKs it does not read"
+                nghttp2_session_terminate_session(self.session, NGHTTP2_ENHANCE_YOUR_CALM)
+            else:
+                nghttp2_session_terminate_session(self.session, NGHTTP2_PROTOCOL_ERROR)
+            raise H2Error(self.abuse or nghttp2_strerror(<int>rv).decode())
         return events
+
+    cdef Py_ssize_t _scan(self, const unsigned char *data, Py_ssize_t length):
+        """Follow the frame headers in ``data``, counting the CONTINUATIONs of each header block.
+
+        Returns ``length``, or ``-1 - n`` where ``n`` counts the bytes up to and including the
+        frame header of the first CONTINUATION past the bound. Only lengths, types and flags
+        are read; nghttp2 validates everything else.
+        """
+        cdef Py_ssize_t p = 0, take, frame_len
+        cdef unsigned char ftype, flags
+        while p < length:
+            if self._scan_preface:
+                take = min(self._scan_preface, length - p)
+                self._scan_preface -= take
+                p += take
+                continue
+            if self._scan_skip:
+                take = min(self._scan_skip, length - p)
+                self._scan_skip -= take
+                p += take
+                continue
+            take = min(9 - self._scan_have, length - p)
+            memcpy(&self._scan_hd[self._scan_have], data + p, take)
+            self._scan_have += take
+            p += take
+            if self._scan_have < 9:
+                break
+            self._scan_have = 0
+            frame_len = (<Py_ssize_t>self._scan_hd[0] << 16) | (self._scan_hd[1] << 8) | self._scan_hd[2]
+            ftype = self._scan_hd[3]
+            flags = self._scan_hd[4]
+            self._scan_skip = frame_len
+            if ftype == NGHTTP2_HEADERS or ftype == NGHTTP2_PUSH_PROMISE:
+                self._scan_cont = -1 if flags & NGHTTP2_FLAG_END_HEADERS else 0
+            elif ftype == NGHTTP2_CONTINUATION and self._scan_cont >= 0:
+                self._scan_cont += 1
+                if self._scan_cont > self.max_continuations:
+                    return -1 - p
+                if flags & NGHTTP2_FLAG_END_HEADERS:
+                    self._scan_cont = -1
+        return length
 
     cdef int _reassemble(self, _Stream st, const char *data, Py_ssize_t length) except -1:
         cdef Py_ssize_t have, take, size
@@ -314,6 +447,13 @@ cdef class H2Session:
                     data += size
                     length -= size
                     continue
+                if self.read_buffered + size > self.max_read_buffer:
+                    self._fail(st, RESOURCE_EXHAUSTED,
+                               f"message of {size} bytes does not fit in the connection's read buffer "
+                               f"({self.read_buffered} of {self.max_read_buffer} bytes held by unfinished messages)")
+                    return 0
+                st.reserved = size
+                self.read_buffered += size
                 st.need = size
             take = min(st.need, length)
             buf += data[:take]
@@ -324,12 +464,18 @@ cdef class H2Session:
                 self.events.append((EV_MESSAGE, st.sid, bytes(buf), None))
                 del buf[:]
                 st.need = -1
+                self._release(st)
         return 0
+
+    cdef void _release(self, _Stream st):
+        self.read_buffered -= st.reserved
+        st.reserved = 0
 
     cdef void _fail(self, _Stream st, int status, str message):
         st.discard = True
         del st.buf[:]
         st.need = -1
+        self._release(st)
         self.send_trailers(st.sid, status, message)
         # tell the owner the call is over; nghttp2 reports the close itself later
         self.events.append((EV_FAILED, st.sid, status, message))

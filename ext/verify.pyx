@@ -191,3 +191,160 @@ def diff_revisions(local, remote):
     stale.sort()
     extra.sort()
     return missing, stale, extra
+
+
+# --- sorted uint64 arrays: the detail phase of verify ----------------------------------------
+from cpython.long cimport PyLong_AsUnsignedLongLong
+from cpython.mem cimport PyMem_Malloc
+from cpython.array cimport array as c_array
+import array as _array_mod
+
+
+cdef unsigned long long* _sorted_u64(object values, str name, Py_ssize_t* count) except NULL:
+    # A C copy of ``values`` after the twin's checks, in the twin's order: each value an int in
+    # [0, 2**64) (TypeError / ValueError), then non-decreasing (ValueError).
+    cdef Py_ssize_t i, n
+    cdef unsigned long long v, prev = 0
+    cdef unsigned long long* out
+    cdef unsigned long long[::1] view
+    if isinstance(values, c_array) and (<c_array>values).ob_descr.typecode == b'Q':
+        view = values
+        n = view.shape[0]
+        out = <unsigned long long*>PyMem_Malloc((n if n > 0 else 1) * sizeof(unsigned long long))
+        if out == NULL:
+            raise MemoryError()
+        for i in range(n):
+            v = view[i]
+            if v < prev:
+                PyMem_Free(out)
+                raise ValueError(f"{name} is not sorted at position {i}")
+            out[i] = v
+            prev = v
+        count[0] = n
+        return out
+    seq = values if isinstance(values, (list, tuple)) else list(values)
+    n = len(seq)
+    out = <unsigned long long*>PyMem_Malloc((n if n > 0 else 1) * sizeof(unsigned long long))
+    if out == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            item = PyNumber_Index(seq[i])
+            try:
+                v = PyLong_AsUnsignedLongLong(item)
+            except OverflowError:
+                raise ValueError(f"{name}[{i}] out of range [0, 2**64 - 1]: {item}") from None
+            if v < prev:
+                raise ValueError(f"{name} is not sorted at position {i}")
+            out[i] = v
+            prev = v
+    except BaseException:
+        PyMem_Free(out)
+        raise
+    count[0] = n
+    return out
+
+
+def diff_sorted(a, b):
+    cdef Py_ssize_t na = 0, nb = 0, i = 0, j = 0
+    cdef unsigned long long* xs = _sorted_u64(a, "a", &na)
+    cdef unsigned long long* ys = NULL
+    cdef list only_a = [], only_b = []
+    try:
+        ys = _sorted_u64(b, "b", &nb)
+        while i < na and j < nb:
+            if xs[i] == ys[j]:
+                i += 1
+                j += 1
+            elif xs[i] < ys[j]:
+                only_a.append(PyLong_FromUnsignedLongLong(xs[i]))
+                i += 1
+            else:
+                only_b.append(PyLong_FromUnsignedLongLong(ys[j]))
+                j += 1
+        while i < na:
+            only_a.append(PyLong_FromUnsignedLongLong(xs[i]))
+            i += 1
+        while j < nb:
+            only_b.append(PyLong_FromUnsignedLongLong(ys[j]))
+            j += 1
+    finally:
+        PyMem_Free(xs)
+        if ys != NULL:
+            PyMem_Free(ys)
+    return only_a, only_b
+
+
+def salted32(values, salt):
+    cdef uint64_t s = <uint64_t>(PyNumber_Index(salt) & 0xFFFFFFFFFFFFFFFF)
+    cdef uint64_t v
+    cdef list out = []
+    for value in values:
+        item = PyNumber_Index(value)
+        try:
+            v = PyLong_AsUnsignedLongLong(item)
+        except OverflowError:
+            raise ValueError(f"value out of range [0, 2**64 - 1]: {item}") from None
+        out.append(PyLong_FromUnsignedLongLong(_splitmix64(v ^ s) >> 32))
+    return out
+
+
+def sub_keys(fnvs, terms, n_buckets, k, salt):
+    cdef Py_ssize_t count = len(fnvs)
+    if count != len(terms):
+        raise ValueError(f"fnvs and terms differ in length: {count} != {len(terms)}")
+    n_obj = _check_buckets(n_buckets)
+    k_obj = _check_buckets(k)
+    if n_obj * k_obj > 0xFFFFFFFF:
+        raise ValueError(f"n_buckets * k must be below 2**32, got {n_obj * k_obj}")
+    cdef uint64_t n = <uint64_t>n_obj, kk = <uint64_t>k_obj
+    cdef uint64_t s = <uint64_t>(PyNumber_Index(salt) & 0xFFFFFFFFFFFFFFFF)
+    cdef Py_ssize_t na = 0, nt = 0, i
+    cdef unsigned long long* fs = _unsorted_u64(fnvs, "fnvs", &na)
+    cdef unsigned long long* ts = NULL
+    cdef uint64_t f
+    cdef list out = []
+    try:
+        ts = _unsorted_u64(terms, "terms", &nt)
+        for i in range(count):
+            f = fs[i]
+            out.append(PyLong_FromUnsignedLongLong(
+                (((f % n) * kk + (f // n) % kk) << 32) | (_splitmix64(ts[i] ^ s) >> 32)))
+    finally:
+        PyMem_Free(fs)
+        if ts != NULL:
+            PyMem_Free(ts)
+    return out
+
+
+cdef unsigned long long* _unsorted_u64(object values, str name, Py_ssize_t* count) except NULL:
+    cdef Py_ssize_t i, n
+    cdef unsigned long long* out
+    cdef unsigned long long[::1] view
+    if isinstance(values, c_array) and (<c_array>values).ob_descr.typecode == b'Q':
+        view = values
+        n = view.shape[0]
+        out = <unsigned long long*>PyMem_Malloc((n if n > 0 else 1) * sizeof(unsigned long long))
+        if out == NULL:
+            raise MemoryError()
+        for i in range(n):
+            out[i] = view[i]
+        count[0] = n
+        return out
+    seq = values if isinstance(values, (list, tuple)) else list(values)
+    n = len(seq)
+    out = <unsigned long long*>PyMem_Malloc((n if n > 0 else 1) * sizeof(unsigned long long))
+    if out == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            item = PyNumber_Index(seq[i])
+            try:
+                out[i] = PyLong_AsUnsignedLongLong(item)
+            except OverflowError:
+                raise ValueError(f"{name}[{i}] out of range [0, 2**64 - 1]: {item}") from None
+    except BaseException:
+        PyMem_Free(out)
+        raise
+    count[0] = n
+    return out

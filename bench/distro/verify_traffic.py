@@ -6,9 +6,10 @@ connection clients with one instance each on A, syncs them to B, then measures:
 
 * **in sync** — ``--rounds`` verify rounds A → B: requests and bytes per peer (request bodies as
   the network records them, answers, and the gRPC message estimate), CPU time per round;
-* **1 % diverged** — B loses ``--missing`` copies and holds ``--stale`` at an older revision;
-  one verify round (digest + detail), how many clients are re-sent, the re-sync's requests and
-  bytes, and a confirming round afterwards;
+* **1 % diverged** — B loses ``--missing`` copies and holds ``--stale`` at an older revision
+  (applied as an older sync record, so B's kept digests follow); one verify round (digest, then
+  sub-digests when the mismatched buckets are large, then the hashed detail), its bytes both
+  ways, how many clients are re-sent, the re-sync's requests and bytes, and a confirming round;
 * **Nacos per-client verify** — computed, not sent: one DistroDataRequest per client per peer
   per round with a ``{"clientId","revision"}`` content, as Nacos 2.x sends them;
 * **bucket what-if** — for the same divergence, the detail size at other bucket counts
@@ -150,6 +151,17 @@ def nacos_verify_cost(ids: list[str], revisions: list[int], target: str) -> dict
     }
 
 
+def legacy_detail_request(ids: list[str], revisions: list[int], n: int, buckets: set[int]) -> bytes:
+    """The version-1 detail body (ids and revisions of the mismatched buckets as JSON), for sizing."""
+    from shoal.kernels import verify as kernel
+
+    per_bucket: dict[str, list[list[object]]] = {str(b): [] for b in buckets}
+    for cid, rev, b in zip(ids, revisions, kernel.bucket_of(ids, n), strict=True):
+        if b in buckets:
+            per_bucket[str(b)].append([cid, rev])
+    return json.dumps({"buckets": n, "clients": per_bucket}, separators=(",", ":")).encode()
+
+
 def bucket_what_if(a_ids: list[str], a_revs: list[int], b_ids: list[str], b_revs: list[int]) -> list[dict[str, Any]]:
     """Digest and detail size of the same divergence at other bucket counts."""
     from shoal.distro import verify
@@ -163,7 +175,7 @@ def bucket_what_if(a_ids: list[str], a_revs: list[int], b_ids: list[str], b_revs
         mismatched = {i for i in range(n) if theirs[i] != mine[i]}
         digest = json.dumps({"buckets": n, "count": len(a_ids), "digests": [f"{d:016x}" for d in theirs]},
                             separators=(",", ":")).encode()
-        detail = verify.detail_request(a_ids, a_revs, n, mismatched) if mismatched else b""
+        detail = legacy_detail_request(a_ids, a_revs, n, mismatched) if mismatched else b""
         pairs = sum(1 for b in kernel.bucket_of(a_ids, n) if b in mismatched)
         rows.append({"buckets": n, "clients_per_bucket": round(len(a_ids) / n, 1),
                      "is_current_default": n == default_n, "digest_bytes": len(digest),
@@ -185,7 +197,7 @@ def bucket_what_if(a_ids: list[str], a_revs: list[int], b_ids: list[str], b_revs
         sub = json.dumps({"buckets": fine, "digests": {str(c): f"{theirs_fine[c]:016x}" for c in children}},
                          separators=(",", ":")).encode()
         level2 = {c for c in children if theirs_fine[c] != mine_fine[c]}
-        detail = verify.detail_request(a_ids, a_revs, fine, level2) if level2 else b""
+        detail = legacy_detail_request(a_ids, a_revs, fine, level2) if level2 else b""
         pairs = sum(1 for b in kernel.bucket_of(a_ids, fine) if b in level2)
         rows.append({"two_level": True, "buckets": n, "sub_buckets_per_bucket": k, "digest_bytes": len(digest),
                      "sub_digest_bytes": len(sub), "mismatched_buckets": len(level1),
@@ -196,7 +208,7 @@ def bucket_what_if(a_ids: list[str], a_revs: list[int], b_ids: list[str], b_revs
 
 async def child(args: argparse.Namespace) -> dict[str, Any]:
     from shoal import kernels
-    from shoal.distro import verify
+    from shoal.distro import records, verify
     from shoal.distro.transport import MEMBER_HEADER
     from shoal.model.instance import InstanceInfo
     from shoal.model.keys import ServiceKey
@@ -282,7 +294,8 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
     for cid in victims[args.missing:]:
         copy = b.clients.get(cid)
         assert copy is not None
-        copy.revision -= 1  # B holds an older revision
+        op, _, revision, services = records.client_record(copy)
+        b.distro.processor.apply(a.address, [(op, cid, revision - 1, services)])  # B holds an older revision
     copies = [c for c in b.clients if not c.native and c.owner == a.address]
     b_ids = [c.client_id for c in copies]
     b_revs = [c.revision for c in copies]
@@ -322,6 +335,9 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
         "by_type": peer.get("by_type"),
         "mismatched_buckets": stats.get("mismatched"),
         "buckets": verify.bucket_count(args.clients),
+        "sub_buckets_per_bucket": stats.get("sub_buckets"),
+        "detail_clients": stats.get("detail_clients"),
+        "verify_total_bytes_both_ways": (peer.get("request_body_bytes") or 0) + (peer.get("answer_body_bytes") or 0),
         "clients_resent": resynced,
         "resync_requests": resync.get("requests"),
         "resync_request_body_bytes": resync.get("request_body_bytes"),

@@ -12,13 +12,15 @@ from collections.abc import Sequence
 
 from shoal import __version__
 from shoal.config import Config, TestHooks
+from shoal.config_sources import Report
 from shoal.errors import ConfigError
 
 log = logging.getLogger("shoal")
 
 
 def _settings_epilog() -> str:
-    lines = ["settings (set with -D property=value, a --config file, or SHOAL_<FIELD> env vars):"]
+    lines = ["settings (set with -D property=value, a --config file, or SHOAL_<FIELD> env vars; the Nacos",
+             "Docker image's MODE, NACOS_SERVERS, NACOS_APPLICATION_PORT, NACOS_AUTH_* work too):"]
     for prop, value, doc in Config().describe():
         lines.append(f"  {prop} = {value}\n      {doc}")
     return "\n".join(lines)
@@ -43,8 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--host", help="address to bind (default 0.0.0.0)")
     server.add_argument("--port", type=int, help="main HTTP port (default 8848; gRPC SDK port = port + 1000)")
     server.add_argument("--data-dir", help="directory for rule files, keys and exports (default ./.data)")
-    server.add_argument("--config", help="properties file with settings (key=value lines, Nacos names)")
+    server.add_argument("--config", metavar="FILE",
+                        help="a Nacos application.properties (Java syntax, ${VAR:default} placeholders)")
     server.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="log level (default info)")
+    server.add_argument("--log-format", choices=["text", "json"],
+                        help="log lines as text (default) or JSON objects (ts, level, logger, msg, extras)")
+    server.add_argument("--log-file", metavar="FILE",
+                        help="log to FILE instead of standard error, rotated by size (shoal.log.file.*)")
     server.add_argument("--members", metavar="H1:P1,H2:P2,...",
                         help="cluster members (main ports, this node included); omit for a standalone node")
     server.add_argument("--cluster-conf", metavar="FILE",
@@ -67,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     export_client.register(sub)
 
+    from shoal import status_cli
+
+    status_cli.register(sub)
+
     try:  # analytics needs the optional PySpark extra; the server must not require it
         from shoal.analytics import cli as analytics_cli
     except ImportError:
@@ -76,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _server_config(args: argparse.Namespace) -> Config:
+def _server_config(args: argparse.Namespace) -> tuple[Config, Report]:
     overrides: dict[str, str] = {}
     for item in args.overrides:
         key, sep, value = item.partition("=")
@@ -84,7 +95,8 @@ def _server_config(args: argparse.Namespace) -> Config:
             raise ConfigError(f"-D expects PROPERTY=VALUE, got {item!r}")
         overrides[key.strip()] = value.strip()
     for flag, field_name in (("host", "host"), ("port", "port"), ("data_dir", "data_dir"),
-                             ("log_level", "log_level"), ("members", "members"), ("cluster_conf", "cluster_conf"),
+                             ("log_level", "log_level"), ("log_format", "log_format"), ("log_file", "log_file"),
+                             ("members", "members"), ("cluster_conf", "cluster_conf"),
                              ("cp_endpoints", "cp_endpoints"), ("cp_tls_ca", "cp_tls_ca"),
                              ("cp_tls_cert", "cp_tls_cert"), ("cp_tls_key", "cp_tls_key")):
         value = getattr(args, flag)
@@ -92,32 +104,33 @@ def _server_config(args: argparse.Namespace) -> Config:
             overrides[field_name] = str(value)
     if args.auth:
         overrides["auth_enabled"] = "true"
-    return Config.load(args.config, overrides=overrides)
-
-
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    return Config.load_with_report(args.config, overrides=overrides)
 
 
 def _cmd_server(args: argparse.Namespace) -> int:
     try:
-        config = _server_config(args)
+        config, report = _server_config(args)
     except ConfigError as exc:
         print(f"shoal: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    _configure_logging(config.log_level)
+    from shoal.logconfig import configure_logging
+
+    try:
+        stop_logging = configure_logging(config)
+    except OSError as exc:
+        print(f"shoal: cannot open the log file: {exc}", file=sys.stderr)
+        return 2
+    report.log()
     # A registry allocates many small, long-lived objects (connections, clients, instances);
     # with CPython's default threshold (700) the collector ran so often that it took ~40% of
     # a 10,000-connection keep-alive scan. Collections stay frequent enough for cycles.
     gc.set_threshold(50_000, 50, 1000)
     import uvloop
 
-    return uvloop.run(_serve(config))
+    try:
+        return uvloop.run(_serve(config))
+    finally:
+        stop_logging()
 
 
 async def _serve(config: Config) -> int:
@@ -141,14 +154,25 @@ async def _serve(config: Config) -> int:
              config.grpc_port, config.data_dir)
     gc.collect()
     gc.freeze()  # startup objects (modules, config, handler tables) never need scanning again
-    try:
-        await node.start()
-    except OSError as exc:
-        log.error("cannot start: %s", exc)
-        await node.stop()
-        return 1
-    await stop.wait()
-    log.info("stop requested; shutting down")
+    # A stop requested while starting (e.g. while waiting for a snapshot from an unreachable
+    # peer) must not wait for the start to finish: the start is cancelled, then stopped as usual.
+    starting = asyncio.ensure_future(node.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        log.info("stop requested while starting; shutting down")
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+    else:
+        try:
+            starting.result()
+        except OSError as exc:
+            stopping.cancel()
+            log.error("cannot start: %s", exc)
+            await node.stop()
+            return 1
+        await stopping
+        log.info("stop requested; shutting down")
     try:
         async with asyncio.timeout(5):
             await node.stop()

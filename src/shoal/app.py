@@ -13,7 +13,13 @@ from shoal.clock import Clock, SystemClock
 from shoal.config import Config, TestHooks
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
 from shoal.distro.protocol import DistroProtocol
-from shoal.distro.responsibility import ForwardAllTo, MapperResponsibility, Responsibility, Standalone
+from shoal.distro.responsibility import (
+    DistroFallback,
+    ForwardAllTo,
+    MapperResponsibility,
+    Responsibility,
+    Standalone,
+)
 from shoal.errors import ConfigError
 from shoal.export.eventlog import ChangeLog
 from shoal.export.node_export import NodeExporter, export_and_rotate
@@ -25,6 +31,7 @@ from shoal.model.keys import ServiceKey
 from shoal.push.service import PushService
 from shoal.stack import ModelStack
 from shoal.tasks import Periodic, run_blocking
+from shoal.tls import NodeTls
 from shoal.transport.grpc.cluster_server import ClusterServer
 from shoal.transport.grpc.connections import Connection, ConnectionManager
 from shoal.transport.grpc.limits import LimitRuleFile
@@ -58,17 +65,21 @@ class Node:
         self.auth = AuthService(config)
 
         self.grpc_transport = transport_name(config)  # a bad or unbuilt choice is a ConfigError here
+        # Every configured certificate, key and CA file is read and checked here, before any port
+        # opens: a bad one is a TlsConfigError (exit 2), never a plaintext port.
+        self.tls = NodeTls.load(config)
         self.limits = LimitRuleFile(config.limit_rule_path)
         self.sdk_connections = ConnectionManager(config, self.clock, self.limits, source="sdk")
         # A naming connection's client is created and released by the service layer.
         self.sdk_connections.listeners.append(NamingConnectionListener(self.naming))
         self.sdk_connections.on_unregister_hooks.append(self._count_closed)
         self.sdk_server = SdkServer(config, self.sdk_connections, naming_handlers(self.naming), self.is_serving,
-                                    self.metrics, config.grpc_port, auth=self.auth if config.auth_enabled else None)
+                                    self.metrics, config.grpc_port, auth=self.auth if config.auth_enabled else None,
+                                    tls=self.tls.sdk)
         self.push = PushService(config, self.clock, self.bus, self.sdk_server, self.index.subscribers_of,
                                 self._push_payload, self.metrics)
         self.keepalive = ConnectionKeepAlive(config, self.sdk_connections, self.sdk_server, self.limits)
-        self.http = HttpServer(config, self, self.metrics, self.naming, self.auth)
+        self.http = HttpServer(config, self, self.metrics, self.naming, self.auth, tls=self.tls.http)
         self.periodics = [
             Periodic("connection-keep-alive", config.connection_check_interval_ms, self.keepalive.scan,
                      initial_delay_ms=min(1000, config.connection_check_interval_ms)),
@@ -89,17 +100,21 @@ class Node:
                                                    fail_access_cnt=config.member_fail_access_cnt)
             identity = ((config.cluster_identity_key, config.cluster_identity_value)
                         if config.cluster_identity_key else None)
-            transport = GrpcPeerTransport(self.members.self_address, config.cluster_port_offset, identity)
+            transport = GrpcPeerTransport(self.members.self_address, config.cluster_port_offset, identity,
+                                          tls=self.tls.peer)
             self.distro = DistroProtocol(config, self.clock, self.bus, self.clients, self.services, self.members,
                                          transport, self._renew_beats)
             self.distro.sync_receiver.drop_count = self.hooks.drop_incoming_sync
-            self.cluster_server = ClusterServer(config, self.distro.dispatch, self.metrics)
+            self.cluster_server = ClusterServer(config, self.distro.dispatch, self.metrics, tls=self.tls.peer)
             self.http.members = MemberList(self.members.all_members)
         # Who handles an ip:port (HTTP forwarding, beat checks): the Distro mapper, or this node.
         self.responsibility: Responsibility = (
             ForwardAllTo(self.hooks.forward_all_to) if self.hooks.forward_all_to
             else MapperResponsibility(self.distro.mapper) if self.distro is not None else Standalone())
         self.http.forwarder.responsibility = self.responsibility
+        if self.distro is not None and not self.hooks.forward_all_to:
+            # an owner that does not answer a forwarded write in time: handle it here (docs/protocol.md §5.5)
+            self.http.forwarder.fallback = DistroFallback(self.distro.members, self.distro.handoff)
         self.heartbeats = HeartbeatChecker(config, self.clock, self.clients, self.services, self.naming.beats,
                                            self.responsibility)
         self.periodics.append(Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick))

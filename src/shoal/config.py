@@ -2,10 +2,12 @@
 
 Every setting has a property name; where Nacos has one we use it verbatim so operators can
 carry settings over (``nacos.naming.push.pushTaskDelay``...). Precedence, lowest first:
-defaults (Nacos's, except where a field says otherwise) < properties file (``--config``,
-``key=value`` lines as in Nacos's application.properties) < environment (``SHOAL_<FIELD>``,
+defaults (Nacos's, except where a field says otherwise) < properties file (``--config``, a
+Nacos application.properties in full Java syntax, ``${VAR:default}`` placeholders) < the Nacos
+Docker image's environment (``MODE``, ``NACOS_SERVERS``, ...) < environment (``SHOAL_<FIELD>``,
 e.g. ``SHOAL_PUSH_TASK_DELAY_MS``) < command-line flags (``-D property=value`` and the
-dedicated flags such as ``--port``).
+dedicated flags such as ``--port``). Reading and checking the sources is
+:mod:`shoal.config_sources`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from shoal.config_sources import (
+    PlaceholderResolver,
+    Report,
+    classify,
+    cluster_mode_problem,
+    docker_environment,
+    read_properties,
+    shoal_variables,
+)
 from shoal.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -71,7 +82,8 @@ def _setting(default: Any, prop: str, doc: str, check: Check | None = None) -> A
 
 
 def check_fields(obj: Any) -> None:
-    """Raise ConfigError naming the first field of dataclass ``obj`` whose constraint fails."""
+    """Raise one ConfigError naming every field of dataclass ``obj`` whose constraint fails."""
+    problems: list[str] = []
     for f in dataclasses.fields(obj):
         check: Check | None = f.metadata.get("check")
         if check is None:
@@ -79,7 +91,9 @@ def check_fields(obj: Any) -> None:
         value = getattr(obj, f.name)
         problem = check(value)
         if problem is not None:
-            raise ConfigError(f"{f.metadata.get('prop', f.name)} {problem}, got {value!r}")
+            problems.append(f"{f.metadata.get('prop', f.name)} {problem}, got {value!r}")
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -105,6 +119,28 @@ class Config:
     log_level: str = _setting(
         "info", "shoal.log.level", "Log level: debug, info, warning, error.",
         check=one_of("debug", "info", "warning", "error", "critical"),
+    )
+    log_format: str = _setting(
+        "text", "shoal.log.format", "Log line format: text, or json (one object per line: ts, level, logger, msg...).",
+        check=one_of("text", "json"),
+    )
+    log_file: str = _setting(
+        "", "shoal.log.file", "Write the log to this file (rotated by size) instead of standard error.",
+    )
+    log_file_max_bytes: int = _setting(
+        100 * 1024 * 1024, "shoal.log.file.max-bytes", "Size at which the log file (and the access log) rotates.",
+        check=positive,
+    )
+    log_file_count: int = _setting(
+        7, "shoal.log.file.count", "Rotated log files kept besides the current one.", check=positive,
+    )
+    access_log_enabled: bool = _setting(
+        False, "server.tomcat.accesslog.enabled",
+        "HTTP access log (method, path, status, duration, remote); Nacos's shipped file turns it on.",
+    )
+    access_log_file: str = _setting(
+        "", "shoal.log.access-file",
+        "Access log file (rotated like the log); empty = <data_dir>/logs/access_log.log, '-' = the main log.",
     )
     max_inbound_message_size: int = _setting(
         10 * 1024 * 1024,
@@ -237,7 +273,9 @@ class Config:
         check=positive,
     )
     http_forward_timeout_ms: int = _setting(
-        5000, "shoal.http.forward-timeout-ms", "Timeout of an HTTP write forwarded to the responsible node.",
+        1000, "shoal.http.forward-timeout-ms",
+        "Timeout of an HTTP write forwarded to the responsible node; past it the write is handled here "
+        "(docs/protocol.md §5.5).",
         check=positive,
     )
 
@@ -312,6 +350,11 @@ class Config:
     load_timeout_ms: int = _setting(
         30_000, "nacos.core.protocol.distro.data.load.timeoutMs",
         "A starting node serves after this long even if no peer gave it a snapshot.",
+        check=positive,
+    )
+    snapshot_request_timeout_ms: int = _setting(
+        3000, "shoal.distro.snapshot.request-timeout-ms",
+        "Timeout of one snapshot page request: a peer that does not answer in time is left for the next one.",
         check=positive,
     )
     snapshot_chunk_bytes: int = _setting(
@@ -393,6 +436,110 @@ class Config:
         "A connection whose peer reads nothing of its queued output for this long is closed.",
         check=positive,
     )
+    # HTTP/2 abuse limits of the native transport (grpc.aio has grpc core's own, see native_server.py)
+    h2_max_concurrent_streams: int = _setting(
+        1000, "shoal.remote.h2.max-concurrent-streams",
+        "Streams one HTTP/2 connection may have open (SETTINGS_MAX_CONCURRENT_STREAMS); more are refused.",
+        check=positive,
+    )
+    h2_max_header_list_size: int = _setting(
+        16384, "shoal.remote.h2.max-header-list-size",
+        "Largest header list of one request, in bytes (SETTINGS_MAX_HEADER_LIST_SIZE); a larger one "
+        "resets its stream.",
+        check=positive,
+    )
+    h2_reset_burst: int = _setting(
+        1000, "shoal.remote.h2.reset-burst",
+        "Rapid-reset budget: RST_STREAM frames a connection may send at once before GOAWAY (token bucket).",
+        check=positive,
+    )
+    h2_reset_rate: int = _setting(
+        33, "shoal.remote.h2.reset-rate",
+        "Rapid-reset budget: tokens per second returned to a connection's RST_STREAM bucket.",
+        check=positive,
+    )
+    h2_max_outbound_ack: int = _setting(
+        1000, "shoal.remote.h2.max-outbound-ack",
+        "PING/SETTINGS acknowledgements queued unsent (a flood) before the connection is closed.",
+        check=positive,
+    )
+    h2_max_settings: int = _setting(
+        32, "shoal.remote.h2.max-settings",
+        "Entries accepted in one SETTINGS frame; more close the connection.",
+        check=positive,
+    )
+    h2_max_continuations: int = _setting(
+        8, "shoal.remote.h2.max-continuations",
+        "CONTINUATION frames accepted after one HEADERS frame; more close the connection.",
+        check=non_negative,
+    )
+    h2_preface_timeout_ms: int = _setting(
+        10_000, "shoal.remote.h2.preface-timeout-ms",
+        "A connection that has not sent the HTTP/2 preface and its SETTINGS this long after it opened "
+        "is closed.",
+        check=positive,
+    )
+    h2_max_read_buffer_bytes: int = _setting(
+        16 * 1024 * 1024, "shoal.remote.h2.max-read-buffer-bytes",
+        "Bytes of unfinished request messages one connection may hold across its streams (at least "
+        "one message of the port's max-inbound-message-size); a message that does not fit is refused.",
+        check=positive,
+    )
+
+    # --- TLS (Nacos RpcServerTlsConfig for the gRPC ports; Spring Boot server.ssl.* for HTTP) ---
+    # Shoal takes PEM files. With TLS on, a port serves TLS only: never plaintext beside it.
+    rpc_tls_enabled: bool = _setting(
+        False, "nacos.remote.server.rpc.tls.enableTls", "Serve the SDK gRPC port over TLS (ALPN h2) only.")
+    rpc_tls_cert_chain_file: str = _setting(
+        "", "nacos.remote.server.rpc.tls.certChainFile", "PEM certificate chain of the SDK gRPC port.")
+    rpc_tls_cert_private_key: str = _setting(
+        "", "nacos.remote.server.rpc.tls.certPrivateKey", "PEM private key of the SDK gRPC port.")
+    rpc_tls_cert_private_key_password: str = _setting(
+        "", "nacos.remote.server.rpc.tls.certPrivateKeyPassword", "Password of an encrypted SDK port key.")
+    rpc_tls_trust_collection_cert_file: str = _setting(
+        "", "nacos.remote.server.rpc.tls.trustCollectionCertFile",
+        "PEM CA certificates client certificates are verified against (needed with mutualAuthEnable).")
+    rpc_tls_mutual_auth_enable: bool = _setting(
+        False, "nacos.remote.server.rpc.tls.mutualAuthEnable", "Refuse SDK clients without a trusted certificate.")
+    rpc_tls_compatibility: bool = _setting(
+        False, "nacos.remote.server.rpc.tls.compatibility",
+        "Nacos: plaintext beside TLS on one port. Shoal never does that; true is refused with TLS on.")
+    peer_tls_enabled: bool = _setting(
+        False, "nacos.remote.peer.rpc.tls.enableTls",
+        "Serve the cluster port over TLS only, and call peers' cluster ports over TLS.")
+    peer_tls_cert_chain_file: str = _setting(
+        "", "nacos.remote.peer.rpc.tls.certChainFile",
+        "PEM certificate chain of the cluster port (also shown to peers when calling them).")
+    peer_tls_cert_private_key: str = _setting(
+        "", "nacos.remote.peer.rpc.tls.certPrivateKey", "PEM private key of the cluster port.")
+    peer_tls_cert_private_key_password: str = _setting(
+        "", "nacos.remote.peer.rpc.tls.certPrivateKeyPassword", "Password of an encrypted cluster port key.")
+    peer_tls_trust_collection_cert_file: str = _setting(
+        "", "nacos.remote.peer.rpc.tls.trustCollectionCertFile",
+        "PEM CA certificates peers are verified against (both ways); empty = the system's CAs.")
+    peer_tls_mutual_auth_enable: bool = _setting(
+        False, "nacos.remote.peer.rpc.tls.mutualAuthEnable", "Refuse peers without a trusted certificate.")
+    peer_tls_compatibility: bool = _setting(
+        False, "nacos.remote.peer.rpc.tls.compatibility",
+        "Nacos: plaintext beside TLS on one port. Shoal never does that; true is refused with TLS on.")
+    http_ssl_enabled: str = _setting(
+        "", "server.ssl.enabled",
+        "Serve the HTTP port over HTTPS only: true/false; unset = on when server.ssl.certificate or "
+        "server.ssl.certificate-private-key is set (as in Spring Boot).", check=one_of("", "true", "false"))
+    http_ssl_certificate: str = _setting("", "server.ssl.certificate", "PEM certificate chain of the HTTP port.")
+    http_ssl_certificate_private_key: str = _setting(
+        "", "server.ssl.certificate-private-key", "PEM private key of the HTTP port.")
+    http_ssl_key_password: str = _setting("", "server.ssl.key-password", "Password of an encrypted HTTP port key.")
+    http_ssl_trust_certificate: str = _setting(
+        "", "server.ssl.trust-certificate",
+        "PEM CA certificates client certificates (and peers, when forwarding) are verified against.")
+    http_ssl_client_auth: str = _setting(
+        "none", "server.ssl.client-auth", "Client certificates on the HTTP port: none, want or need.",
+        check=one_of("none", "want", "need"))
+    http_ssl_key_store: str = _setting(
+        "", "server.ssl.key-store",
+        "Not supported (PKCS12/JKS key stores): give PEM files with server.ssl.certificate and "
+        "server.ssl.certificate-private-key.")
 
     # --- CP store (modes and their combinations are checked by shoal.cp.factory) ----------
     cp_mode: str = _setting(
@@ -435,6 +582,14 @@ class Config:
         return self.port + self.cluster_port_offset
 
     @property
+    def http_tls_on(self) -> bool:
+        """Whether the HTTP port serves HTTPS (server.ssl.enabled, or unset with a certificate given)."""
+        flag = self.http_ssl_enabled.strip().lower()
+        if flag:
+            return flag == "true"
+        return bool(self.http_ssl_certificate or self.http_ssl_certificate_private_key)
+
+    @property
     def limit_rule_path(self) -> Path:
         if self.connection_limit_rule_file:
             return Path(self.connection_limit_rule_file)
@@ -452,9 +607,41 @@ class Config:
         if self.auth_enabled and (self.members or self.cluster_conf) and not self.cluster_identity_key:
             raise ConfigError("with auth on, cluster members must prove a shared identity: set "
                               "nacos.core.auth.server.identity.key and .value on every node")
+        self._validate_tls()
         if not 0 < self.grpc_port < 65536 or not 0 < self.cluster_port < 65536:
             raise ConfigError(f"server.port {self.port} (+{self.grpc_port_offset}) is not a usable port")
         return self
+
+    def _validate_tls(self) -> None:
+        """TLS settings that cannot work together; the files themselves are read by shoal.tls."""
+        if self.http_ssl_key_store:
+            raise ConfigError("server.ssl.key-store is not supported (PKCS12/JKS): give PEM files with "
+                              "server.ssl.certificate and server.ssl.certificate-private-key")
+        for prefix, enabled, chain, key, trust, mutual, compat in (
+            ("nacos.remote.server.rpc.tls", self.rpc_tls_enabled, self.rpc_tls_cert_chain_file,
+             self.rpc_tls_cert_private_key, self.rpc_tls_trust_collection_cert_file,
+             self.rpc_tls_mutual_auth_enable, self.rpc_tls_compatibility),
+            ("nacos.remote.peer.rpc.tls", self.peer_tls_enabled, self.peer_tls_cert_chain_file,
+             self.peer_tls_cert_private_key, self.peer_tls_trust_collection_cert_file,
+             self.peer_tls_mutual_auth_enable, self.peer_tls_compatibility),
+        ):
+            if not enabled:
+                continue
+            if not chain or not key:
+                raise ConfigError(f"{prefix}.enableTls=true needs {prefix}.certChainFile and {prefix}.certPrivateKey")
+            if mutual and not trust:
+                raise ConfigError(f"{prefix}.mutualAuthEnable=true needs {prefix}.trustCollectionCertFile "
+                                  "(the CA certificates clients are verified against)")
+            if compat:
+                raise ConfigError(f"{prefix}.compatibility=true (plaintext beside TLS) is not supported: "
+                                  "a TLS port serves TLS only")
+        if self.http_tls_on:
+            if not self.http_ssl_certificate or not self.http_ssl_certificate_private_key:
+                raise ConfigError("server.ssl.enabled=true needs server.ssl.certificate and "
+                                  "server.ssl.certificate-private-key (PEM files)")
+            if self.http_ssl_client_auth.lower() != "none" and not self.http_ssl_trust_certificate:
+                raise ConfigError("server.ssl.client-auth needs server.ssl.trust-certificate "
+                                  "(the CA certificates clients are verified against)")
 
     # ------------------------------------------------------------------------------------
     @classmethod
@@ -464,17 +651,55 @@ class Config:
         env: Mapping[str, str] | None = None,
         overrides: Mapping[str, str] | None = None,
     ) -> Config:
-        """Defaults < file < env < overrides (keys: property names or field names)."""
-        values: dict[str, Any] = {}
-        if file:
-            values.update(_convert_all(read_properties(Path(file)), source=str(file)))
+        """Defaults < file < Nacos Docker env < ``SHOAL_<FIELD>`` env < overrides (property or field names)."""
+        return cls.load_with_report(file, env, overrides)[0]
+
+    @classmethod
+    def load_with_report(
+        cls,
+        file: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        overrides: Mapping[str, str] | None = None,
+    ) -> tuple[Config, Report]:
+        """:meth:`load`, and the report of keys accepted but not used (to log once logging is set up).
+
+        Every problem found in every source is raised together in one ConfigError.
+        """
         env = os.environ if env is None else env
-        env_values = {
-            f.name: env[f"SHOAL_{f.name.upper()}"] for f in _fields() if f"SHOAL_{f.name.upper()}" in env
-        }
-        values.update(_convert_all(env_values, source="environment"))
-        values.update(_convert_all(dict(overrides or {}), source="command line"))
-        return cls(**values).validate()
+        report = Report()
+        raw_overrides = dict(overrides or {})
+        known_props = set(_BY_PROP)
+        props = read_properties(Path(file)) if file else {}
+        resolver = PlaceholderResolver(props, env, raw_overrides)
+        layers: list[tuple[str, dict[str, str]]] = []
+        if file:
+            layers.append((str(file), classify(props, known_props, str(file), report)))
+        layers.append(("Nacos Docker environment", docker_environment(env, report)))
+        layers.append(("environment", shoal_variables(env, list(_BY_NAME), report)))
+        layers.append(("command line", classify(raw_overrides, known_props | set(_BY_NAME), "command line", report)))
+        values: dict[str, Any] = {}
+        for source, layer in layers:
+            for key, text in layer.items():
+                f = _BY_PROP.get(key) or _BY_NAME[key]
+                try:
+                    resolved = resolver.resolve(text)
+                except ConfigError as exc:
+                    report.errors.append(f"{f.metadata['prop']} ({source}): {exc}")
+                    continue
+                try:
+                    values[f.name] = _convert(f, resolved, source)
+                except ConfigError as exc:
+                    report.errors.append(str(exc))
+        problem = cluster_mode_problem(env, values.get("members", ""), values.get("cluster_conf", ""))
+        if problem:
+            report.errors.append(problem)
+        if not report.errors:
+            try:
+                cls(**values).validate()
+            except ConfigError as exc:
+                report.errors.append(str(exc))
+        report.raise_if_errors()
+        return cls(**values), report
 
     def describe(self) -> Iterator[tuple[str, Any, str]]:
         """(property, value, doc) for every setting: used by --help and the startup log."""
@@ -548,40 +773,6 @@ _BY_NAME = {f.name: f for f in dataclasses.fields(Config)}
 
 def prop_of(field_name: str) -> str:
     return str(_BY_NAME[field_name].metadata["prop"])
-
-
-def read_properties(path: Path) -> dict[str, str]:
-    """Parse a Java-style properties file: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-    out: dict[str, str] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep <= 0:
-            raise ConfigError(f"{path}:{lineno}: expected key=value, got {raw!r}")
-        out[line[:sep].strip()] = line[sep + 1 :].strip()
-    return out
-
-
-def _convert_all(raw: Mapping[str, str], source: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, text in raw.items():
-        f = _BY_PROP.get(key) or _BY_NAME.get(key)
-        if f is None:
-            if key.startswith(("nacos.", "server.", "shoal.")):
-                # Nacos properties we do not implement are accepted and ignored, so an existing
-                # application.properties can be reused; typos in our own names are not.
-                if key.startswith("shoal."):
-                    raise ConfigError(f"unknown setting {key!r} ({source})")
-                continue
-            raise ConfigError(f"unknown setting {key!r} ({source})")
-        out[f.name] = _convert(f, text, source)
-    return out
 
 
 def _convert(f: dataclasses.Field[Any], text: str, source: str) -> Any:

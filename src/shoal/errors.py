@@ -281,5 +281,10 @@ class ConfigError(ValueError):
     """Configuration is invalid; raised by Config.validate() and the loaders."""
 
 
+class TlsConfigError(ConfigError):
+    """A TLS setting names a file that is missing, unreadable, not PEM, or not a usable
+    certificate/key/CA: the node refuses to start (exit 2) rather than serve plaintext."""
+
+
 class PushGone(Exception):
     """A push target's connection no longer exists (raised by the SDK transport, counted as done by push)."""

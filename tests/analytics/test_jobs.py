@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,12 +82,20 @@ def test_churn_matches_plain_python(spark: SparkSession, tmp_path: Path) -> None
     for r in pq.read_table(res.outputs["service_buckets"]).to_pylist():
         for col in ("registrations", "deregistrations", "health_flips"):
             if r[col]:
-                got[(r["namespace"], r["group"], r["service"], r["bucket_start_ms"], col)] = r[col]
+                got[(r["namespace"], r["group"], r["service"], _epoch_ms(r["bucket_start"]), col)] = r[col]
     assert got == want["buckets"]
+    flapping_rows = pq.read_table(res.outputs["flapping"]).to_pylist()
     flapping = [(r["namespace"], r["group"], r["service"], r["ip"], r["port"], r["flaps"], r["health_flips"],
-                 r["registrations"], r["deregistrations"], r["nodes"])
-                for r in pq.read_table(res.outputs["flapping"]).to_pylist()]
+                 r["registrations"], r["deregistrations"], r["nodes"]) for r in flapping_rows]
     assert flapping == want["flapping"]
+    # first and last churn event of each flapping instance, as points in time
+    churn_ts: dict[tuple[Any, ...], list[int]] = {}
+    for e in {*node_a, *node_b}:
+        if e[1] in churn.CHURN_KINDS and e[4] is not None and e[6] is not None and e[7] is not None:
+            churn_ts.setdefault((e[2], e[3], e[4], e[6], e[7]), []).append(e[0])
+    for r in flapping_rows:
+        ts = churn_ts[(r["namespace"], r["group"], r["service"], r["ip"], r["port"])]
+        assert (_epoch_ms(r["first_at"]), _epoch_ms(r["last_at"])) == (min(ts), max(ts))
     top = want["flapping"][0]
     assert f"{top[2]} {top[3]}:{top[4]}: {top[5]} flaps" in res.outputs["summary"].read_text()
     nodes = {(r["node"], r["kind"]): r["count"] for r in pq.read_table(res.outputs["nodes"]).to_pylist()}
@@ -113,6 +122,11 @@ def test_balance_matches_plain_python(spark: SparkSession, tmp_path: Path) -> No
     assert math.isclose(skew["clients"]["stddev"], math.sqrt(sum((c - mean) ** 2 for c in clients) / len(clients)))
     summary = res.outputs["summary"].read_text()
     assert f"join {res.joiner}: modulo moves" in summary and f"{want['keys']:,} ip:port clients" in summary
+
+
+def _epoch_ms(t: datetime) -> int:
+    assert t.tzinfo is not None  # a UTC timestamp, not a naive local time
+    return (t - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
 
 
 # -- simulation ----------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from shoal.distro import records
 from shoal.distro.members import MemberState
 from shoal.distro.records import OP_CHANGE
 from shoal.model.client import Client, ClientKind
@@ -125,7 +126,8 @@ async def test_verify_repairs_a_divergence_by_resending_only_what_differs() -> N
     await cluster.flush()
     b = cluster[1]
     b.clients.remove("c7", "lost in a test")  # lost on B
-    b.clients.get("c8").revision = 0  # type: ignore[union-attr]  # stale on B
+    op, cid, _, services = records.client_record(b.clients.get("c8"))  # type: ignore[arg-type]
+    b.distro.processor.apply(cluster.addresses[0], [(op, cid, 0, services)])  # stale on B: an old record
     cluster.network.calls.clear()
     await cluster[0].distro.verify_round()
     assert len(cluster.calls("DistroVerifyDetailRequest")) == 1
@@ -438,3 +440,157 @@ async def test_unknown_cluster_request_types_have_no_handler() -> None:
     cluster = SimCluster(2)
     with pytest.raises(NoHandler):
         await cluster[0].distro.dispatch(cluster.addresses[1], "NoSuchRequest", b"")
+
+
+async def test_the_loader_bounds_each_page_request_and_skips_down_peers() -> None:
+    """A hung peer costs one ``snapshot.request-timeout-ms`` (not the whole load timeout), and a
+    peer known DOWN is not asked at all."""
+    from shoal.distro.snapshot import SNAPSHOT_REQUEST
+
+    cluster = SimCluster(3, snapshot_request_timeout_ms=432)
+    cluster[2].register("c1", 1)
+    await cluster.flush()
+    a, down, healthy = cluster[0], cluster.addresses[1], cluster.addresses[2]
+    a.distro.loaded = False
+    a.members.report_failed(down, refused=True)
+    recording = _RecordingTransport(a.distro.loader.transport)
+    a.distro.loader.transport = recording
+    await a.distro.load_snapshot()
+    assert recording.timeouts == {SNAPSHOT_REQUEST: 432}
+    asked = {c[1] for c in cluster.calls("DistroSnapshotRequest") if c[0] == a.address}
+    assert asked == {healthy} and a.ports() == [1]
+
+
+async def test_a_snapshot_peer_that_does_not_answer_counts_against_it() -> None:
+    cluster = SimCluster(3)
+    a, hung = cluster[0], cluster.addresses[1]
+    cluster[2].register("c1", 1)
+    await cluster.flush()
+    a.distro.loaded = False
+    cluster.network.partition(a.address, hung)  # its page request times out: the next peer is asked
+    await a.distro.load_snapshot()
+    assert a.members.peers[hung].state is MemberState.SUSPICIOUS and a.ports() == [1]
+
+
+# --- verify at scale: kept digests, hashed detail phase ---------------------------------------
+def _digests_from_scratch(node: object, group: str, n: int) -> list[int]:
+    from shoal.distro.verify import SELF
+    from shoal.kernels import verify as kernel
+
+    distro = node.distro  # type: ignore[attr-defined]
+    members = [c for c in node.clients  # type: ignore[attr-defined]
+               if distro.index.group_of(c) == group]
+    assert group != SELF or all(c.native for c in members)
+    return kernel.bucket_digests([c.client_id for c in members], [c.revision for c in members], n)
+
+
+async def test_kept_digests_follow_changes_and_releases() -> None:
+    from shoal.distro.verify import SELF
+
+    cluster = SimCluster(2)
+    a, b = cluster[0], cluster[1]
+    for i in range(300):
+        a.register(f"c{i}", i)
+    await cluster.flush()
+    owner = cluster.addresses[0]
+    bucket = __import__("shoal.kernels.verify", fromlist=["bucket_of"]).bucket_of(["c5"], 4)[0]
+    before_a, before_b = a.distro.index.digests(SELF, 4), b.distro.index.digests(owner, 4)
+    assert before_a == before_b == _digests_from_scratch(a, SELF, 4)
+    a.register("c5", 9999)  # a change: only c5's bucket moves, on the owner and, once synced, on the peer
+    changed = a.distro.index.digests(SELF, 4)
+    assert [i for i in range(4) if changed[i] != before_a[i]] == [bucket]
+    assert changed == _digests_from_scratch(a, SELF, 4)
+    await cluster.flush()
+    assert b.distro.index.digests(owner, 4) == changed == _digests_from_scratch(b, owner, 4)
+    a.clients.remove("c5", "stream closed by client")  # a release: its term leaves the bucket
+    await cluster.flush()
+    released = a.distro.index.digests(SELF, 4)
+    assert released[bucket] != changed[bucket] and released == _digests_from_scratch(a, SELF, 4)
+    assert b.distro.index.digests(owner, 4) == released
+    assert a.distro.index.count(SELF) == b.distro.index.count(owner) == 299
+
+
+async def test_kept_digests_equal_recomputed_ones_after_mixed_operations() -> None:
+    import random
+
+    from shoal.distro.verify import SELF
+
+    rng = random.Random(7)
+    cluster = SimCluster(3)
+    for step in range(1500):
+        node = cluster[rng.randrange(3)]
+        cid = f"c{rng.randrange(400)}"
+        roll = rng.random()
+        existing = node.clients.get(cid)
+        if roll < 0.6 and (existing is None or existing.native):
+            node.register(cid, rng.randrange(1, 100))
+        elif roll < 0.8 and existing is not None and existing.native:
+            node.clients.remove(cid, "stream closed by client")
+        elif roll < 0.9 and existing is not None and existing.native:
+            node.register(cid, rng.randrange(1, 100), service=ServiceKey("public", "G", "other"))
+        if step % 100 == 0:
+            await cluster.flush()
+    await cluster.flush()
+    for node in cluster.nodes.values():
+        for group in [SELF, *cluster.addresses]:
+            for n in (1, 2, 64, 4096):
+                assert node.distro.index.digests(group, n) == _digests_from_scratch(node, group, n)
+
+
+async def test_one_percent_divergence_at_scale_is_repaired_with_hashed_detail() -> None:
+    import random
+
+    from shoal.distro import verify
+
+    cluster = SimCluster(2)
+    a, b = cluster[0], cluster[1]
+    total = 30_000
+    for i in range(total):
+        a.register(f"client-{i}", 1 + i % 60000)
+    await cluster.flush()
+    victims = random.Random(3).sample(range(total), total // 100)
+    for i in victims[:150]:
+        b.clients.remove(f"client-{i}", "lost in a test")
+    for i in victims[150:]:
+        op, cid, revision, services = records.client_record(b.clients.get(f"client-{i}"))  # type: ignore[arg-type]
+        b.distro.processor.apply(cluster.addresses[0], [(op, cid, revision - 1, services)])
+    cluster.network.calls.clear()
+    await a.distro.verify_round()
+    stats = a.distro.verify_stats.last_round[cluster.addresses[1]]
+    assert stats["sub_buckets"] > 1 and len(cluster.calls(verify.SUB_REQUEST)) == 1
+    assert stats["resynced"] == 300  # exactly the diverged clients, nothing else
+    verify_bytes = sum(size for *_, size in cluster.network.calls) + stats["answer_bytes"]
+    assert verify_bytes < 4 * total  # under 4 bytes per client; ids and revisions alone are ~20
+    await cluster.flush()
+    assert all(b.clients.get(f"client-{i}").revision == a.clients.get(f"client-{i}").revision  # type: ignore[union-attr]
+               for i in victims)
+    cluster.network.calls.clear()
+    await a.distro.verify_round()
+    assert [c[2] for c in cluster.network.calls] == [verify.DIGEST_REQUEST]  # in sync again: one request
+
+
+async def test_verify_requests_of_another_wire_version_are_refused() -> None:
+    import json
+
+    from shoal.distro.verify import DIGEST_REQUEST
+
+    cluster = SimCluster(2)
+    body = json.dumps({"buckets": 1, "count": 0}).encode() + b"\n" + b"\0" * 8  # version 1: no "v"
+    with pytest.raises(ValueError):
+        await cluster[1].distro.dispatch(cluster.addresses[0], DIGEST_REQUEST, body)
+
+
+async def test_copies_of_agreeing_buckets_are_renewed_without_touching_each_copy() -> None:
+    cluster = SimCluster(2)
+    for i in range(50):
+        cluster[0].register(f"c{i}", i)
+    await cluster.flush()
+    b = cluster[1]
+    loaded_at = b.clients.get("c1").last_renew_ms  # type: ignore[union-attr]
+    expired_after = cluster.config.client_expired_time_ms
+    for _ in range(3):
+        cluster.clock.advance(expired_after // 2)
+        await cluster[0].distro.verify_round()
+    assert b.clients.get("c1").last_renew_ms == loaded_at  # type: ignore[union-attr]  # lazily renewed
+    assert b.distro.index.renewed_at(b.clients.get("c1")) == cluster.clock.monotonic_ms()  # type: ignore[arg-type]
+    assert b.distro.processor.expire(expired_after) == 0

@@ -56,3 +56,86 @@ def test_auth_in_a_cluster_requires_a_cluster_identity() -> None:
         dataclasses.replace(Config(), auth_enabled=True, members="127.0.0.1:8848,127.0.0.1:8858").validate()
     dataclasses.replace(Config(), auth_enabled=True, members="127.0.0.1:8848,127.0.0.1:8858",
                         cluster_identity_key="k", cluster_identity_value="v").validate()
+
+
+# --- a peer's state follows our own calls to it (issue 11 items 2 and 7) -----------------------------
+def _report_body(node_address: str) -> bytes:
+    return b'{"node":{"address":"' + node_address.encode() + b'"}}'
+
+
+async def test_reports_from_a_peer_we_cannot_reach_do_not_keep_it_up() -> None:
+    """An asymmetric partition: C's reports reach A, A's calls to C fail. C must still go DOWN
+    (its reports used to reset its failure count, so it never did)."""
+    from shoal.distro.members import REPORT_REQUEST
+
+    cluster = SimCluster(3, member_fail_access_cnt=2)
+    a, c = cluster[0], cluster.addresses[2]
+    cluster.network.partition(a.address, c)  # A's calls to C time out
+    for _ in range(4):
+        await a.distro.report_round()
+        await a.distro.dispatch(c, REPORT_REQUEST, _report_body(c))  # ... while C's reports arrive
+        await a.distro.reporter.stop()  # (the report back they trigger fails too)
+    assert a.members.peers[c].state is MemberState.DOWN
+
+
+async def test_a_report_from_a_down_peer_brings_it_back_after_one_round_trip() -> None:
+    from shoal.distro.members import REPORT_REQUEST
+
+    cluster = SimCluster(2)
+    a, b = cluster[0], cluster.addresses[1]
+    a.members.report_failed(b, refused=True)
+    assert a.members.peers[b].state is MemberState.DOWN
+    await a.distro.dispatch(b, REPORT_REQUEST, _report_body(b))  # B restarted and reports
+    assert a.members.peers[b].state is MemberState.DOWN  # its word alone does not make it UP ...
+    probes = list(a.distro.reporter._probes.values())
+    assert probes
+    await probes[0]  # ... our report back to it does
+    assert a.members.peers[b].state is MemberState.UP
+
+
+def test_a_failure_of_a_call_begun_before_the_last_success_is_stale() -> None:
+    """A call in flight across a peer's restart, or refused by a channel still in reconnect
+    back-off, fails after the peer already answered again: it must not take it DOWN."""
+    manager = MemberManager("10.9.0.1", 8848, lambda: 0, fail_access_cnt=1)
+    manager.set_members([("10.9.0.1", 8848), ("10.9.0.2", 8848)])
+    peer = "10.9.0.2:8848"
+    before = manager.attempt(peer)
+    manager.report_succeeded(peer)
+    manager.report_failed(peer, refused=True, attempt=before)
+    assert manager.peers[peer].state is MemberState.UP and manager.peers[peer].fail_count == 0
+    manager.report_failed(peer, refused=True, attempt=manager.attempt(peer))
+    assert manager.peers[peer].state is MemberState.DOWN
+
+
+async def test_the_periodic_report_does_not_wait_for_a_peer_that_does_not_answer() -> None:
+    """A hung peer is counted once per interval, not once per interval + timeout."""
+    import asyncio
+
+    from shoal.distro.transport import PeerTransport
+
+    release = asyncio.Event()
+    cluster = SimCluster(3)
+    a, hung, fine = cluster[0], cluster.addresses[1], cluster.addresses[2]
+    inner: PeerTransport = a.distro.reporter.transport
+
+    class HangsOne:
+        async def call(self, target: str, type_name: str, body: bytes, timeout_ms: int) -> tuple[str, bytes]:
+            if target == hung:
+                await release.wait()
+                raise TimeoutError(f"{target} did not answer")
+            return await inner.call(target, type_name, body, timeout_ms)
+
+        async def close(self) -> None:
+            return None
+
+    a.distro.reporter.transport = HangsOne()
+    a.members.report_failed(fine)
+    await a.distro.reporter.report_tick()  # returns while the hung peer's report is in flight
+    await a.distro.reporter.report_tick()
+    while a.members.peers[fine].state is not MemberState.UP:
+        await asyncio.sleep(0)
+    assert sum(not t.done() for t in a.distro.reporter._in_flight) == 2  # the hung peer's two reports
+    release.set()
+    while a.distro.reporter._in_flight:
+        await asyncio.sleep(0)
+    assert a.members.peers[hung].fail_count == 2

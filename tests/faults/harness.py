@@ -28,7 +28,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -38,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shoal.testing import ServerProcess, http_get, kill, poll_until
+from shoal.testing import ServerProcess, free_port_block, http_get, kill, poll_until
 
 __all__ = ["FAST_MEMBERS", "FaultCluster", "HostedServer", "Partition", "PartitionUnavailable", "RssSampler",
            "error_lines", "free_port_on", "freeze", "http_post", "http_put", "kill9", "owner_index", "rss_kb",
@@ -53,27 +52,8 @@ FAST_MEMBERS = ["-D", "shoal.member.report-interval-ms=300", "-D", "nacos.core.m
 
 
 def free_port_on(host: str, offsets: tuple[int, ...] = (0, 1000, 1001)) -> int:
-    """A main port whose port+offsets are free on ``host`` (and on the wildcard) right now."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            base = int(s.getsockname()[1])
-        if base + max(offsets) >= 65535:
-            continue
-        ok = True
-        for off in offsets:
-            for probe_host in (host, "127.0.0.1"):
-                with socket.socket() as probe:
-                    try:
-                        probe.bind((probe_host, base + off))
-                    except OSError:
-                        ok = False
-                        break
-            if not ok:
-                break
-        if ok:
-            return base
-    raise RuntimeError(f"no free port block on {host}")
+    """A main port whose port+offsets are free on ``host`` (and on 127.0.0.1) right now."""
+    return free_port_block(offsets, host=host)
 
 
 class HostedServer(ServerProcess):

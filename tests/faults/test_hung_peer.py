@@ -46,15 +46,7 @@ def _tags(cluster: FaultCluster, owner: int, count: int, start: int) -> list[tup
     return found
 
 
-@pytest.mark.parametrize("hang", [
-    pytest.param("sigstop", marks=pytest.mark.xfail(
-        strict=True, reason="issue 11 item 2: writes forwarded to the SIGSTOPped owner fail with 502 after the 5 s "
-        "forward timeout until it is DOWN (measured: 16 of 44 writes 502, latency max 6.0 s, C DOWN on A after 23 s)")),
-    pytest.param("blackholed", marks=pytest.mark.xfail(
-        strict=True, reason="not in issue 11: with nothing reaching C while C's own reports still reach A, A never "
-        "marks C DOWN (C's reports reset its failure count), so every write C owns fails with 502 (measured: 32 of "
-        "32 in 45 s, latency max 6.1 s)")),
-])
+@pytest.mark.parametrize("hang", ["sigstop", "blackholed"])
 def test_writes_for_a_hung_owner_succeed(fault_cluster: Callable[..., FaultCluster], request: pytest.FixtureRequest,
                                          hang: str) -> None:
     cluster = fault_cluster(3)  # Nacos's member failure detection: a report every 2 s, DOWN after 3 failures

@@ -30,9 +30,6 @@ def _url(cluster: FaultCluster, node: int, path: str, **query: object) -> str:
     return cluster.nodes[node].url(f"{path}?{urllib.parse.urlencode({'serviceName': 'orphans', **query})}")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11 item 3: instances registered on A and B while C was stopped "
-                   "never reach C and stay listed on A and B (measured 45 s after SIGCONT: A 7, B 7, C 0 instances, "
-                   "expected 1 each; they go only with the 180 s synced-copy expiry)")
 def test_instances_registered_while_the_owner_was_stopped_are_beat_checked(
         fault_cluster: Callable[..., FaultCluster]) -> None:
     cluster = fault_cluster(3, *FAST_MEMBERS)

@@ -23,9 +23,6 @@ KEEP = json.dumps({"preserved.heart.beat.timeout": "600000", "preserved.ip.delet
 READY_WITHIN_S = 15
 
 
-@pytest.mark.xfail(strict=True, reason="not in issue 11: the snapshot load waits ~20 s on the SIGSTOPped peer "
-                   "(gRPC's connect timeout, 'timed out before receiving SETTINGS frame') before asking the healthy "
-                   "one (measured: ready 20.7-21.4 s after the restart, data complete)")
 def test_restart_while_a_peer_is_hung_loads_from_the_healthy_one(
         fault_cluster: Callable[..., FaultCluster]) -> None:
     cluster = fault_cluster(3)

@@ -29,8 +29,6 @@ def _loading(cluster: FaultCluster) -> bool:
     return status != 200 and "snapshot" in text
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11 item 5: SIGTERM is ignored until the 30 s snapshot load "
-                   "timeout ends (measured: exit 0 after 30.0 s), and 'node serving' is logged on the way out")
 @pytest.mark.parametrize("peer", ["refused", "blackholed"])
 def test_sigterm_while_loading_a_snapshot_stops_promptly(
         fault_cluster: Callable[..., FaultCluster], request: pytest.FixtureRequest, peer: str) -> None:

@@ -33,8 +33,6 @@ WARNINGS_IN_WINDOW = 2
 DOWN_S = 6.0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11 item 7: [AUTO-DELETE-IP] logs 'no beat for -1 ms' "
-                   "(the beat record is dropped before the figure is read)")
 def test_beat_expiry_logs_the_real_idle_time(tmp_path: Path) -> None:
     host = "127.0.0.2"
     node = start_hosted(tmp_path, host, free_port_on(host), ["-D", "shoal.naming.beat-check-interval-ms=300"])
@@ -58,10 +56,7 @@ def test_beat_expiry_logs_the_real_idle_time(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("when", [
     "killed-after-start",
-    pytest.param("down-at-start", marks=pytest.mark.xfail(
-        strict=True, reason="issue 11 item 7: a node whose peer is down logs that peer's full gRPC error at "
-        "WARNING every second ('snapshot load from ... failed: ... UNAVAILABLE failed to connect to all "
-        "addresses; last error: ...'), measured 11-12 lines in 12 s")),
+    "down-at-start",
 ])
 def test_a_down_peer_is_logged_briefly(fault_cluster: Callable[..., FaultCluster], when: str) -> None:
     cluster = fault_cluster(2, *FAST_MEMBERS)
@@ -83,10 +78,6 @@ def test_a_down_peer_is_logged_briefly(fault_cluster: Callable[..., FaultCluster
     assert tracebacks(a.log()) == 0
 
 
-# Not strict: the flap is a race, and the CI run on this tree passed it once by chance.
-@pytest.mark.xfail(strict=False, reason="issue 11 item 7: a restarted peer flaps UP -> DOWN "
-                   "'after 1 failed reports' (a refused call on the survivor's channel still in reconnect backoff); "
-                   "measured with 300 ms reports: 1-7 flaps per survivor, in 4 of 4 runs")
 def test_a_restarted_peer_stays_up(fault_cluster: Callable[..., FaultCluster]) -> None:
     cluster = fault_cluster(3, *FAST_MEMBERS)  # frequent reports: more calls meet the channel in backoff
     cluster.start_all()

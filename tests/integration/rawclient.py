@@ -27,9 +27,11 @@ def parse(p: Any) -> tuple[str, dict[str, Any]]:
 class RawClient:
     """One channel = one HTTP/2 transport = one Nacos connection."""
 
-    def __init__(self, grpc_port: int) -> None:
-        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}",
-                                                 options=[("grpc.use_local_subchannel_pool", 1)])
+    def __init__(self, grpc_port: int, credentials: Any = None) -> None:
+        """``credentials`` (grpc.ssl_channel_credentials): a TLS channel; None: plaintext."""
+        target, options = f"127.0.0.1:{grpc_port}", [("grpc.use_local_subchannel_pool", 1)]
+        self.channel = (grpc.aio.insecure_channel(target, options=options) if credentials is None
+                        else grpc.aio.secure_channel(target, credentials, options=options))
         self._unary = self.channel.unary_unary("/Request/request", request_serializer=Payload.SerializeToString,
                                                response_deserializer=Payload.FromString)
         self._stream_factory = self.channel.stream_stream(

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from v2.nacos import RegisterInstanceParam
 
 from shoal.config import TestHooks
@@ -61,6 +62,7 @@ def test_export_needs_an_admin_when_auth_is_on(servers: Callable[..., ServerProc
     assert denied.returncode == 1 and "403" in denied.stderr
 
 
+@pytest.mark.timeout(480)  # a real Spark job; on a loaded 2-core box it can take minutes
 async def test_consistency_job_names_a_real_divergence(tmp_path: Path, sdk: Any) -> None:
     ports = [free_port_block(), free_port_block()]
     members = ",".join(f"127.0.0.1:{p}" for p in ports)

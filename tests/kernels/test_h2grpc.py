@@ -170,3 +170,130 @@ def test_goaway_and_bad_preface() -> None:
     assert any(isinstance(ev, h2.events.ConnectionTerminated) for ev in pair.client_events)
     with pytest.raises(h2grpc.H2Error):
         h2grpc.H2Session().feed(b"GET / HTTP/1.1\r\n\r\n" + b"\0" * 40)
+
+
+# --- abuse limits (issue 10 item 3): raw frames fed straight to the session -------------------
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, CONTINUATION = 1, 3, 4, 6, 7, 9
+END_STREAM, END_HEADERS = 1, 4
+ENHANCE_YOUR_CALM, REFUSED_STREAM = 11, 7
+
+
+def raw(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+    return struct.pack(">I", len(payload))[1:] + bytes((ftype, flags)) + struct.pack(">I", sid) + payload
+
+
+def header_block(extra: list[tuple[str, str]] | None = None) -> bytes:
+    import hpack
+    return bytes(hpack.Encoder().encode([(":method", "POST"), (":scheme", "http"), (":path", PATH),
+                                         (":authority", "x"), ("content-type", "application/grpc"),
+                                         *(extra or [])]))
+
+
+def goaways(out: bytes) -> list[int]:
+    """Error codes of the GOAWAY frames in a server's output."""
+    codes, at = [], 0
+    while at + 9 <= len(out):
+        length = int.from_bytes(out[at:at + 3], "big")
+        if out[at + 3] == GOAWAY:
+            codes.append(struct.unpack(">I", out[at + 13:at + 17])[0])
+        at += 9 + length
+    return codes
+
+
+def opened(max_message: int = 1 << 20, **limits: Any) -> Any:
+    session = h2grpc.H2Session(max_message, **limits)
+    assert not session.preface_received
+    session.feed(PREFACE + raw(SETTINGS, 0, 0))
+    assert session.preface_received
+    session.pending_output()
+    session.feed(raw(SETTINGS, 1, 0))  # ACK: our SETTINGS (stream window, limits) are in force
+    return session
+
+
+def test_continuations_past_the_bound_end_the_session_with_enhance_your_calm() -> None:
+    session = opened(max_continuations=3)
+    block = header_block()
+    ok = raw(HEADERS, 0, 1, block[:4]) + raw(CONTINUATION, 0, 1, block[4:8]) + \
+        raw(CONTINUATION, END_HEADERS, 1, block[8:])
+    assert [e[0] for e in session.feed(ok)] == [h2grpc.EV_HEADERS]  # 2 CONTINUATIONs: within the bound
+    # The count follows frame headers split across reads (kept whole for the CONTINUATIONs here:
+    # a patched nghttp2 1.52 counts one more each time a CONTINUATION header arrives in pieces).
+    head = raw(HEADERS, 0, 3, block[:4])
+    conts = [raw(CONTINUATION, 0, 3, b"") for _ in range(4)]
+    for chunk in (head[:5], head[5:11], head[11:], conts[0] + conts[1], conts[2], conts[3]):
+        session.feed(chunk)
+    assert session.abuse is not None and "CONTINUATION" in session.abuse
+    assert goaways(session.pending_output()) == [ENHANCE_YOUR_CALM] and session.is_done()
+
+
+def test_continuations_of_a_refused_header_block_are_counted_too() -> None:
+    # nghttp2 1.52 decodes the CONTINUATIONs of a block it refused without any callback.
+    session = opened(max_continuations=2, max_header_list=100)
+    block = header_block([("x-big", "v" * 400)])
+    session.feed(raw(HEADERS, 0, 1, block))  # over the header list: the stream is reset
+    session.feed(b"".join(raw(CONTINUATION, 0, 1, b"") for _ in range(3)))
+    assert session.abuse is not None and ENHANCE_YOUR_CALM in goaways(session.pending_output())
+
+
+def test_a_header_list_over_the_limit_resets_only_its_stream() -> None:
+    session = opened(max_header_list=400)  # a plain request is ~250 (RFC 9113 §6.5.2)
+    session.feed(raw(HEADERS, END_HEADERS, 1, header_block([("x-big", "v" * 400)])))
+    out = session.pending_output()
+    assert b"\x00\x00\x04\x03" in out and not goaways(out)  # RST_STREAM of stream 1, no GOAWAY
+    events = session.feed(raw(HEADERS, END_HEADERS, 3, header_block()))
+    assert (h2grpc.EV_HEADERS, 3) in [e[:2] for e in events] and session.abuse is None
+
+
+def test_rapid_reset_past_the_budget_gets_goaway() -> None:
+    session = opened(reset_burst=10, reset_rate=1)
+    block = header_block()
+    for sid in range(1, 2 * 30, 2):
+        session.feed(raw(HEADERS, END_HEADERS, sid, block) + raw(RST_STREAM, 0, sid, struct.pack(">I", 8)))
+        if session.goaway_sent:
+            break
+    out = session.pending_output()
+    assert session.goaway_sent and goaways(out) and session.abuse is not None
+
+
+def test_resets_within_the_budget_are_fine() -> None:
+    session = opened(reset_burst=50, reset_rate=1)
+    block = header_block()
+    for sid in range(1, 2 * 30, 2):
+        session.feed(raw(HEADERS, END_HEADERS, sid, block) + raw(RST_STREAM, 0, sid, struct.pack(">I", 8)))
+    assert not goaways(session.pending_output()) and session.abuse is None
+
+
+def test_ping_flood_without_reading_the_acks_ends_the_session() -> None:
+    session = opened(max_outbound_ack=50)
+    with pytest.raises(h2grpc.H2Error):
+        session.feed(b"".join(raw(PING, 0, 0, b"%08d" % i) for i in range(60)))
+    assert session.abuse is not None and ENHANCE_YOUR_CALM in goaways(session.pending_output())
+
+
+def test_settings_with_too_many_entries_end_the_session() -> None:
+    session = opened(max_settings=4)
+    session.feed(raw(SETTINGS, 0, 0, b"".join(struct.pack(">HI", 3, 100 + i) for i in range(5))))
+    assert ENHANCE_YOUR_CALM in goaways(session.pending_output()) and session.abuse is not None
+    assert session.is_done()
+
+
+def test_unfinished_messages_share_one_bounded_read_buffer() -> None:
+    session = opened(max_message=400_000, max_read_buffer=300_000)  # the budget grows to one max message
+    block = header_block()
+    failed: list[int] = []
+    for sid in (1, 3, 5):
+        session.feed(raw(HEADERS, END_HEADERS, sid, block))
+        events = session.feed(raw(0, 0, sid, struct.pack(">BI", 0, 400_000) + b"x" * 1000))
+        failed += [e[1] for e in events if e[0] == h2grpc.EV_FAILED and e[2] == h2grpc.RESOURCE_EXHAUSTED]
+    assert failed == [3, 5] and session.read_buffered == 400_000  # the first fits (one max message)
+    rest = 400_000 - 1000
+    events = session.feed(b"".join(raw(0, END_STREAM if at + 16_000 >= rest else 0, 1, b"x" * min(16_000, rest - at))
+                                   for at in range(0, rest, 16_000)))
+    assert [len(e[2]) for e in events if e[0] == h2grpc.EV_MESSAGE] == [400_000]
+    assert session.read_buffered == 0
+    session.feed(raw(HEADERS, END_HEADERS, 7, block))
+    events = session.feed(raw(0, 0, 7, struct.pack(">BI", 0, 400_000) + b"x"))
+    assert not [e for e in events if e[0] == h2grpc.EV_FAILED]  # room again once the first completed
+    session.feed(raw(RST_STREAM, 0, 7, struct.pack(">I", 8)))
+    assert session.read_buffered == 0  # a reset stream gives its reservation back

@@ -215,3 +215,66 @@ def test_diff_revisions_huge(verify: ModuleType) -> None:
     for k in extra:
         remote[k] = 1
     assert verify.diff_revisions(local, remote) == (missing, stale, extra)
+
+
+# --- diff_sorted / salted32: the detail phase of verify ------------------------------------------
+def oracle_diff_sorted(a: list[int], b: list[int]) -> tuple[list[int], list[int]]:
+    from collections import Counter
+
+    ca, cb = Counter(a), Counter(b)
+    return sorted((ca - cb).elements()), sorted((cb - ca).elements())
+
+
+def test_diff_sorted_is_the_multiset_difference(verify: ModuleType) -> None:
+    from array import array
+
+    rng = random.Random(11)
+    for _ in range(50):
+        a = sorted(rng.choice([0, 1, 2, M64 - 1, rng.getrandbits(64)]) for _ in range(rng.randrange(30)))
+        b = sorted(rng.choice([0, 1, 2, M64 - 1, rng.getrandbits(64)]) for _ in range(rng.randrange(30)))
+        expected = oracle_diff_sorted(a, b)
+        assert verify.diff_sorted(a, b) == expected
+        assert verify.diff_sorted(array("Q", a), array("Q", b)) == expected
+        assert verify.diff_sorted(tuple(a), iter(b)) == expected
+
+
+def test_diff_sorted_refuses_unsorted_out_of_range_and_non_int(verify: ModuleType) -> None:
+    from array import array
+
+    for bad in ([2, 1], [-1], [M64], array("Q", [5, 4])):
+        with pytest.raises(ValueError):
+            verify.diff_sorted(bad, [])
+        with pytest.raises(ValueError):
+            verify.diff_sorted([], bad)
+    with pytest.raises(TypeError):
+        verify.diff_sorted(["1"], [])
+    assert verify.diff_sorted([], []) == ([], [])
+
+
+def test_salted32_is_the_top_half_of_the_mixed_value(verify: ModuleType) -> None:
+    values = [0, 1, 12345, M64 - 1]
+    for salt in (0, 7, M64 - 1, -1, M64 + 7):
+        assert verify.salted32(values, salt) == [oracle_mix(v ^ (salt % M64)) >> 32 for v in values]
+    with pytest.raises(ValueError):
+        verify.salted32([M64], 0)
+    with pytest.raises(ValueError):
+        verify.salted32([-1], 0)
+    with pytest.raises(TypeError):
+        verify.salted32([1.5], 0)
+
+
+def test_sub_keys_pack_the_sub_bucket_over_the_salted_value(verify: ModuleType) -> None:
+    from array import array
+
+    rng = random.Random(5)
+    fnvs = [rng.getrandbits(64) for _ in range(40)] + [0, M64 - 1]
+    terms = [rng.getrandbits(64) for _ in range(42)]
+    for n, k, salt in ((1, 1, 0), (4096, 16, 99), (7, 3, -5)):
+        expected = [(((f % n) * k + (f // n) % k) << 32) | (oracle_mix(t ^ (salt % M64)) >> 32)
+                    for f, t in zip(fnvs, terms, strict=True)]
+        assert verify.sub_keys(fnvs, terms, n, k, salt) == expected
+        assert verify.sub_keys(array("Q", fnvs), array("Q", terms), n, k, salt) == expected
+    for bad in (([1], [1, 2], 1, 1), ([M64], [1], 1, 1), ([1], [-1], 1, 1), ([1], [1], 0, 1),
+                ([1], [1], 1, 0), ([1], [1], 2**16, 2**16)):
+        with pytest.raises(ValueError):
+            verify.sub_keys(*bad, 0)

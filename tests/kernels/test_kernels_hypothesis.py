@@ -179,6 +179,53 @@ def test_diff_revisions_agree(local: dict[str, int], remote: dict[str, int]) -> 
     assert set(missing) | set(stale) | set(extra) <= set(local) | set(remote)
 
 
+u64 = st.integers(0, 2**64 - 1)
+u64_lists = st.lists(st.one_of(u64, st.sampled_from([0, 1, 2**63, 2**64 - 1])), max_size=40)
+
+
+@SETTINGS
+@given(a=u64_lists, b=u64_lists, typed=st.booleans())
+def test_diff_sorted_agrees(a: list[int], b: list[int], typed: bool) -> None:
+    py, ext = both("verify")
+    a.sort()
+    b.sort()
+    args: tuple[Any, Any] = (array("Q", a), array("Q", b)) if typed else (a, b)
+    only_a, only_b = same_outcome(lambda: py.diff_sorted(*args), lambda: ext.diff_sorted(*args))
+    assert len(a) - len(only_a) == len(b) - len(only_b)  # what pairs off is the same on both sides
+
+
+@SETTINGS
+@given(a=st.lists(st.integers(-(2**65), 2**65), max_size=8), b=st.lists(st.integers(-(2**65), 2**65), max_size=8))
+def test_diff_sorted_errors_agree(a: list[int], b: list[int]) -> None:
+    py, ext = both("verify")
+    same_outcome(lambda: py.diff_sorted(a, b), lambda: ext.diff_sorted(a, b))
+
+
+@SETTINGS
+@given(values=st.lists(st.integers(-(2**65), 2**65), max_size=20), salt=st.integers(-(2**70), 2**70))
+def test_salted32_agrees(values: list[int], salt: int) -> None:
+    py, ext = both("verify")
+    same_outcome(lambda: py.salted32(values, salt), lambda: ext.salted32(values, salt))
+
+
+@SETTINGS
+@given(
+    pairs=st.lists(st.tuples(st.integers(-1, 2**64), st.integers(-1, 2**64)), max_size=20),
+    n_buckets=st.integers(0, 5000),
+    k=st.integers(0, 300),
+    salt=st.integers(-(2**70), 2**70),
+    typed=st.booleans(),
+)
+def test_sub_keys_agree(pairs: list[tuple[int, int]], n_buckets: int, k: int, salt: int, typed: bool) -> None:
+    py, ext = both("verify")
+    fnvs: Any = [p[0] for p in pairs]
+    terms: Any = [p[1] for p in pairs]
+    if typed and all(0 <= v < 2**64 for v in fnvs + terms):
+        fnvs, terms = array("Q", fnvs), array("Q", terms)
+    same_outcome(lambda: py.sub_keys(fnvs, terms, n_buckets, k, salt),
+                 lambda: ext.sub_keys(fnvs, terms, n_buckets, k, salt))
+
+
 # -- syncser ------------------------------------------------------------------------------------
 
 short_text = st.text(max_size=10) | st.text(astral, max_size=3) | st.sampled_from(["", "DEFAULT", "public"])

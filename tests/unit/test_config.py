@@ -34,7 +34,7 @@ def test_file_env_and_overrides_in_precedence_order(tmp_path: Path) -> None:
     ({"server.port": "abc"}, "not a valid int"),
     ({"nacos.naming.push.enabled": "maybe"}, "not a valid bool"),
     ({"shoal.no.such.thing": "1"}, "unknown setting"),
-    ({"nonsense": "1"}, "unknown setting"),
+    ({"nacos.naming.push.pushTaskDelya": "1"}, "typo of nacos.naming.push.pushTaskDelay"),
     ({"nacos.remote.server.connection.keep-alive-ms": "-1"}, "must be positive"),
     ({"nacos.remote.server.connection.redirect-address": "nohost"}, "ip:port"),
 ])
@@ -47,15 +47,16 @@ def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         Config.load(tmp_path / "missing.properties", env={})
     bad = tmp_path / "bad.properties"
-    bad.write_text("just words\n")
-    with pytest.raises(ConfigError, match="expected key=value"):
+    bad.write_bytes(b"server.port=\xff\xfe\n")
+    with pytest.raises(ConfigError, match="cannot parse"):
         Config.load(bad, env={})
 
 
 @pytest.mark.parametrize("prop", [
     "shoal.member.report-timeout-ms", "shoal.member.conf-reload-interval-ms",
     "shoal.distro.expire-check-interval-ms", "shoal.distro.snapshot.session-ttl-ms",
-    "shoal.distro.sync.initial-backoff-ms",
+    "shoal.distro.sync.initial-backoff-ms", "shoal.distro.snapshot.request-timeout-ms",
+    "shoal.http.forward-timeout-ms",
 ])
 def test_distro_timings_must_be_positive(prop: str) -> None:
     assert Config.load(env={}, overrides={prop: "1"})
@@ -140,3 +141,13 @@ def test_test_hooks_come_only_from_their_environment_variable() -> None:
 def test_malformed_test_hooks_are_config_errors(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         TestHooks.from_env({"SHOAL_TEST_HOOKS": text})
+
+
+def test_h2_abuse_limits_are_shoal_remote_h2_settings() -> None:
+    c = Config.load(env={}, overrides={"shoal.remote.h2.max-concurrent-streams": "8",
+                                       "shoal.remote.h2.max-continuations": "0",
+                                       "shoal.remote.h2.preface-timeout-ms": "500"})
+    assert (c.h2_max_concurrent_streams, c.h2_max_continuations, c.h2_preface_timeout_ms) == (8, 0, 500)
+    assert (Config().h2_reset_burst, Config().h2_reset_rate) == (1000, 33)  # nghttp2's own defaults
+    with pytest.raises(ConfigError, match=re.escape("shoal.remote.h2.max-continuations must not be negative")):
+        Config.load(env={}, overrides={"shoal.remote.h2.max-continuations": "-1"})

@@ -95,6 +95,24 @@ def test_no_beat_turns_unhealthy_after_15s_and_is_removed_after_30s(registry: Re
     assert (CID, SVC) not in registry.naming.beats
 
 
+async def test_a_round_after_this_node_was_stopped_restarts_the_windows_instead_of_judging(
+        registry: Registry) -> None:
+    """A node woken from SIGSTOP did not see the beats its peers took meanwhile: it must not
+    remove every instance at once (issue 11 item 2)."""
+    register(registry)
+    check = checker(registry)
+    await check.tick()
+    registry.clock.advance(60_000)  # stopped for a minute: the next round comes 55 s late
+    await check.tick()
+    assert len(hosts(registry)) == 1 and hosts(registry)[0]["healthy"] is True
+    for _ in range(6):  # then 30 s of regular rounds without a beat: removed as usual
+        registry.clock.advance(5000)
+        await check.tick()
+    registry.clock.advance(1)
+    await check.tick()
+    assert hosts(registry) == []
+
+
 def test_beats_every_5s_keep_the_instance_healthy(registry: Registry) -> None:
     register(registry)
     check = checker(registry)

@@ -373,6 +373,46 @@ async def test_unreachable_owner_is_a_502(make_http: Factory) -> None:
     assert "127.0.0.1:1" in text
 
 
+def _fallback(http: Http, owner: str) -> Any:
+    """The cluster's forward fallback over real members (``owner`` UP) and a real handoff."""
+    from shoal.distro.mapper import DistroMapper, IpPortHandoff
+    from shoal.distro.members import MemberManager
+    from shoal.distro.responsibility import DistroFallback
+
+    clock = http.registry.clock
+    members = MemberManager("127.0.0.1", 8848, clock.now_ms)
+    members.set_members([("127.0.0.1", 8848), (owner.split(":")[0], int(owner.split(":")[1]))])
+    handoff = IpPortHandoff(clock, http.registry.clients, members, DistroMapper(members), lambda *a, **k: None)
+    fallback = DistroFallback(members, handoff)
+    http.server.forwarder.fallback = fallback
+    return fallback
+
+
+async def test_a_write_the_owner_does_not_take_is_handled_here_in_a_cluster(make_http: Factory) -> None:
+    """Issue 11 item 2: an owner that cannot be reached costs no client a failure (docs/protocol.md §5.5)."""
+    owner = "127.0.0.1:1"  # refuses
+    http: Http = await make_http(ForwardAllTo(owner))
+    fallback = _fallback(http, owner)
+    params = {"serviceName": "s", "ip": "1.1.1.1", "port": "1"}
+    assert await http.call("POST", REG, params=params) == "ok"
+    client = http.registry.clients.get("1.1.1.1:1#true")
+    assert client is not None and client.native
+    assert not fallback.members.answering(owner)  # the failed forward counted against the owner
+    beat = await http.call("PUT", "/nacos/v1/ns/instance/beat", params=params)  # not waited for again
+    assert beat["code"] == 10200 and http.server.forwarder.handled_locally == 2
+    await http.server.forwarder.stop()
+
+
+async def test_a_forwarded_write_still_not_ours_is_handled_here_in_a_cluster(make_http: Factory) -> None:
+    """The sending peer sees another owner for a moment (member views differ): serve it, never 400."""
+    owner = "127.0.0.1:1"
+    http: Http = await make_http(ForwardAllTo(owner))
+    _fallback(http, owner)
+    assert await http.call("POST", REG, params={"serviceName": "s", "ip": "1.1.1.1", "port": "1"},
+                           headers={"User-Agent": "Nacos-Server:shoal-1"}) == "ok"
+    await http.server.forwarder.stop()
+
+
 # --- auth over HTTP ----------------------------------------------------------------------------
 async def authed(make_http: Factory) -> tuple[Http, str]:
     http: Http = await make_http(auth_enabled=True)

@@ -16,8 +16,8 @@ Members are the snapshotted nodes plus any owner seen in the data, sorted as Nac
 Movement is computed for the ip:port clients (key: the client id before ``#``): one member joining
 (``--join-member``, default: the next IPv4 address after the highest member) and each member leaving.
 
-Outputs in ``--out``: ``nodes.parquet`` (per owner node), ``skew.parquet``, ``movement.parquet``,
-``balance.png`` and ``summary.txt``.
+Outputs, in the job's own directory (the CLI's default: ``report/balance/``): ``nodes.parquet`` (per
+owner node), ``skew.parquet``, ``movement.parquet``, ``balance.png`` and ``summary.txt``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -48,6 +47,9 @@ __all__ = ["BalanceResult", "default_joiner", "run"]
 log = logging.getLogger(__name__)
 
 IDENTITY: Final[tuple[str, ...]] = ("namespace", "group", "service", "cluster", "ip", "port")
+#: The job's steps, as its progress line counts them.
+STEPS: Final[tuple[str, ...]] = ("finding owners", "collecting ip:port clients", "computing movement",
+                                 "writing report")
 _MOVE_DDL: Final[str] = "scenario STRING, member STRING, scheme STRING, moved BIGINT, must_move BIGINT"
 
 
@@ -102,18 +104,19 @@ def run(
     if vnodes < 1:
         raise ValueError(f"--vnodes must be >= 1, got {vnodes}")
     started = time.monotonic()
-    out_dir = report.ensure_dir(out)
+    out_dir = report.job_dir(out, "balance")
     staged = stage_snapshots(inputs, out_dir, ["clients", "instances"], one_per_node=True,
                              show_progress=show_progress)
     try:
-        with spark_progress(spark, "balance") if show_progress else nullcontext():
-            clients, instances = _owners(staged.read(spark, "clients"), staged.read(spark, "instances"))
-            clients = clients.cache()
-            client_counts = clients.groupBy("owner").agg(
-                F.count(F.lit(1)).alias("clients"),
-                *[F.sum((F.col("kind") == k).cast("long")).alias(k) for k in ("connection", "ip_port")],
-            ).collect()
-            instance_counts = instances.groupBy("owner").count().collect()
+        with spark_progress(spark, "balance", STEPS, enabled=show_progress) as progress:
+            with progress.step(STEPS[0]):
+                clients, instances = _owners(staged.read(spark, "clients"), staged.read(spark, "instances"))
+                clients = clients.cache()
+                client_counts = clients.groupBy("owner").agg(
+                    F.count(F.lit(1)).alias("clients"),
+                    *[F.sum((F.col("kind") == k).cast("long")).alias(k) for k in ("connection", "ip_port")],
+                ).collect()
+                instance_counts = instances.groupBy("owner").count().collect()
             members = sorted(
                 set(staged.nodes)
                 | {r["owner"] for r in client_counts if r["owner"] is not None}
@@ -122,20 +125,44 @@ def run(
             joiner = join_member or default_joiner(members)
             if joiner in members:
                 raise ValueError(f"--join-member {joiner} is already a member")
-            keys = (
-                clients.where(F.col("kind") == "ip_port")
-                .select(F.split(F.col("client_id"), "#", 2).getItem(0).alias("key"))
-                .distinct()
-                .cache()
-            )
-            n_keys = keys.count()
-            movement = _movement(keys, members, joiner, vnodes, n_keys) if n_keys else _empty_movement()
+            with progress.step(STEPS[1]):
+                keys = (
+                    clients.where(F.col("kind") == "ip_port")
+                    .select(F.split(F.col("client_id"), "#", 2).getItem(0).alias("key"))
+                    .distinct()
+                    .cache()
+                )
+                n_keys = keys.count()
+            if n_keys:
+                with progress.step(STEPS[2]):
+                    movement = _movement(keys, members, joiner, vnodes, n_keys)
+            else:
+                progress.skip(STEPS[2])
+                movement = _empty_movement()
             keys.unpersist()
             clients.unpersist()
+            with progress.step(STEPS[3], spark_jobs=False):
+                result = _result(members, joiner, n_keys, client_counts, instance_counts, movement, out_dir,
+                                 started, vnodes, staged.manifests)
     finally:
         if not keep_staging:
             staged.cleanup()
+    return result
 
+
+def _result(
+    members: list[str],
+    joiner: str,
+    n_keys: int,
+    client_counts: list[Any],
+    instance_counts: list[Any],
+    movement: pa.Table,
+    out_dir: Path,
+    started: float,
+    vnodes: int,
+    manifests: Sequence[Any],
+) -> BalanceResult:
+    """The per-node tables from the Spark counts, and every output file."""
     per_client = {r["owner"]: r for r in client_counts}
     per_inst = {r["owner"]: r["count"] for r in instance_counts}
     nodes = pa.Table.from_pylist([
@@ -161,7 +188,8 @@ def run(
     result.outputs["nodes"] = report.write_table(nodes, out_dir / "nodes.parquet")
     result.outputs["skew"] = report.write_table(skew, out_dir / "skew.parquet")
     result.outputs["movement"] = report.write_table(movement, out_dir / "movement.parquet")
-    result.outputs["chart"] = _chart(out_dir / "balance.png", result)
+    result.outputs["chart"] = _chart(out_dir / "balance.png", result, manifests)
+    result.elapsed_s = time.monotonic() - started
     result.outputs["summary"] = report.write_summary(out_dir, _summary(result, unowned, vnodes))
     return result
 
@@ -316,32 +344,51 @@ def _summary(res: BalanceResult, unowned: dict[str, int], vnodes: int) -> list[s
     return lines
 
 
-def _chart(path: Path, res: BalanceResult) -> Path:
+def _chart(path: Path, res: BalanceResult, manifests: Sequence[Any]) -> Path:
     fig, (ax1, ax2) = report.new_figure(1, 2)
     rows = res.nodes.to_pylist()
-    x = np.arange(len(rows))
-    ax1.bar(x - 0.2, [r["clients"] for r in rows], 0.4, label="clients")
-    ax1.bar(x + 0.2, [r["instances"] for r in rows], 0.4, label="instances")
-    ax1.set_xticks(x, [r["node"] for r in rows], rotation=30, ha="right")
-    ax1.set_title("per owner node")
-    ax1.legend()
+    clients = [r["clients"] for r in rows]
+    instances = [r["instances"] for r in rows]
+    skew = {r["metric"]: r for r in res.skew.to_pylist()}
+    report.snapshot_title(
+        fig,
+        f"Shoal balance: {len(rows)} owner nodes, {sum(clients):,} clients (max/mean "
+        f"{skew['clients']['max_over_mean']:.2f}), {sum(instances):,} instances",
+        [(m.node, m.taken_at_ms) for m in manifests],
+    )
+    if not any(clients) and not any(instances):
+        report.empty_panel(ax1, "per owner node", "no clients and no instances in the snapshots")
+    else:
+        x = np.arange(len(rows))
+        for offset, values, label in ((-0.2, clients, "clients"), (0.2, instances, "instances")):
+            report.label_bars(ax1, ax1.bar(x + offset, values, 0.4, label=label))
+        ax1.set_xticks(x, [r["node"] for r in rows], rotation=30, ha="right")
+        report.integer_ticks(ax1)
+        report.headroom(ax1, max(*clients, *instances), frac=0.2)
+        ax1.set_ylabel("count")
+        ax1.set_title("per owner node")
+        ax1.legend(loc="upper right", ncols=2)
     mv = res.movement.to_pylist()
     join = [r for r in mv if r["scenario"] == "join"]
     leave = [r for r in mv if r["scenario"] == "leave"]
     labels, mod, ring = [], [], []
-    for title, group in (("join", join), ("leave (mean)", leave)):
+    for title, group in ((f"{res.joiner} joins", join), (f"one of {len(res.members)} leaves (mean)", leave)):
         if group:
             labels.append(title)
             mod.append(float(np.mean([r["fraction"] for r in group if r["scheme"] == "modulo"])))
             ring.append(float(np.mean([r["fraction"] for r in group if r["scheme"] == "ring"])))
+    if not labels:
+        report.empty_panel(ax2, "membership change", "no ip:port clients: nothing would move")
+        return report.save_figure(fig, path)
     xm = np.arange(len(labels))
     for offset, fracs, label, color in ((-0.2, mod, "Nacos modulo", "tab:red"),
                                         (0.2, ring, "consistent-hash ring", "tab:green")):
         bars = ax2.bar(xm + offset, fracs, 0.4, label=label, color=color)
-        ax2.bar_label(bars, labels=[f"{f:.1%}" for f in fracs])
+        report.label_bars(ax2, bars, [f"{f:.1%}" for f in fracs], skip_zero=False)
     ax2.set_xticks(xm, labels)
-    ax2.set_ylim(0, 1.12)
-    ax2.set_ylabel("fraction of ip:port clients moving")
+    ax2.set_ylim(0, 1.2)
+    ax2.set_yticks(np.linspace(0, 1, 6), [f"{t:.0%}" for t in np.linspace(0, 1, 6)])
+    ax2.set_ylabel(f"of {res.ip_port_clients:,} ip:port clients moving")
     ax2.set_title("membership change")
-    ax2.legend()
+    ax2.legend(loc="upper right", ncols=2)
     return report.save_figure(fig, path)

@@ -14,9 +14,10 @@ change as ``sync_applied``, which is reported per node but not counted as churn 
 *Flaps* of an instance (``namespace, group, service, ip, port``): its health flips plus the number
 of complete deregister/register cycles, ``min(registrations, deregistrations)``.
 
-Outputs in ``--out``: ``service_buckets.parquet`` (service x bucket counts), ``flapping.parquet``
-(instances with at least one flap, most first), ``nodes.parquet`` (events per node and kind),
-``churn.png`` and ``summary.txt``.
+Outputs, in the job's own directory (the CLI's default: ``report/churn/``):
+``service_buckets.parquet`` (service x bucket counts; ``bucket_start`` a UTC timestamp),
+``flapping.parquet`` (instances with at least one flap, most first; ``first_at``/``last_at``),
+``nodes.parquet`` (events per node and kind), ``churn.png`` and ``summary.txt``.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -48,6 +50,9 @@ CHURN_KINDS: tuple[str, ...] = ("register", "deregister", "health_flip")
 _COUNT_COLUMNS = {"register": "registrations", "deregister": "deregistrations", "health_flip": "health_flips"}
 SERVICE: tuple[str, ...] = ("namespace", "group", "service")
 INSTANCE: tuple[str, ...] = (*SERVICE, "ip", "port")
+#: The job's steps, as its progress line counts them.
+STEPS: tuple[str, ...] = ("counting changes per bucket", "ranking flapping instances", "counting per node",
+                          "writing report")
 
 
 @dataclass(slots=True)
@@ -79,32 +84,37 @@ def run(
     if bucket_s < 1:
         raise ValueError(f"--bucket-seconds must be >= 1, got {bucket_s}")
     started = time.monotonic()
-    out_dir = report.ensure_dir(out)
+    out_dir = report.job_dir(out, "churn")
     staged = stage_snapshots(inputs, out_dir, ["events"], one_per_node=False, show_progress=show_progress)
     try:
-        with spark_progress(spark, "churn") if show_progress else nullcontext():
-            events = staged.read(spark, "events").dropDuplicates().cache()
-            service_buckets, flapping, nodes, span = _compute(events, bucket_s * 1000)
-            sb = service_buckets.orderBy("bucket_start_ms", *SERVICE).toArrow()
-            fl = flapping.toArrow()
-            nd = nodes.orderBy("node", "kind").toArrow()
-            sp = span.collect()[0].asDict()
-            events.unpersist()
+        with spark_progress(spark, "churn", STEPS, enabled=show_progress) as progress:
+            with progress.step(STEPS[0]):
+                events = staged.read(spark, "events").dropDuplicates().cache()
+                service_buckets, flapping, nodes, span = _compute(events, bucket_s * 1000)
+                sb = report.ms_to_timestamps(service_buckets.orderBy("bucket_start_ms", *SERVICE).toArrow(),
+                                             {"bucket_start_ms": "bucket_start"})
+            with progress.step(STEPS[1]):
+                fl = report.ms_to_timestamps(flapping.toArrow(), {"first_ms": "first_at", "last_ms": "last_at"})
+            with progress.step(STEPS[2]):
+                nd = nodes.orderBy("node", "kind").toArrow()
+                sp = span.collect()[0].asDict()
+                events.unpersist()
+            with progress.step(STEPS[3], spark_jobs=False):
+                totals = {col: int(pc.sum(sb[col]).as_py() or 0) for col in _COUNT_COLUMNS.values()}
+                result = ChurnResult(
+                    bucket_s=bucket_s, events=int(sp["events"]), first_ms=sp["first_ms"], last_ms=sp["last_ms"],
+                    totals=totals, service_buckets=sb, flapping=fl, nodes=nd, out_dir=out_dir,
+                    elapsed_s=time.monotonic() - started,
+                )
+                result.outputs["service_buckets"] = report.write_table(sb, out_dir / "service_buckets.parquet")
+                result.outputs["flapping"] = report.write_table(fl, out_dir / "flapping.parquet")
+                result.outputs["nodes"] = report.write_table(nd, out_dir / "nodes.parquet")
+                result.outputs["chart"] = _chart(out_dir / "churn.png", result, staged.manifests)
+                result.elapsed_s = time.monotonic() - started
+                result.outputs["summary"] = report.write_summary(out_dir, _summary(result, top))
     finally:
         if not keep_staging:
             staged.cleanup()
-
-    totals = {col: int(pc.sum(sb[col]).as_py() or 0) for col in _COUNT_COLUMNS.values()}
-    result = ChurnResult(
-        bucket_s=bucket_s, events=int(sp["events"]), first_ms=sp["first_ms"], last_ms=sp["last_ms"],
-        totals=totals, service_buckets=sb, flapping=fl, nodes=nd, out_dir=out_dir,
-        elapsed_s=time.monotonic() - started,
-    )
-    result.outputs["service_buckets"] = report.write_table(sb, out_dir / "service_buckets.parquet")
-    result.outputs["flapping"] = report.write_table(fl, out_dir / "flapping.parquet")
-    result.outputs["nodes"] = report.write_table(nd, out_dir / "nodes.parquet")
-    result.outputs["chart"] = _chart(out_dir / "churn.png", result)
-    result.outputs["summary"] = report.write_summary(out_dir, _summary(result, top))
     return result
 
 
@@ -177,26 +187,61 @@ def _summary(res: ChurnResult, top: int) -> list[str]:
     return lines
 
 
-def _chart(path: Path, res: ChurnResult) -> Path:
+def _chart(path: Path, res: ChurnResult, manifests: Sequence[Any]) -> Path:
+    import matplotlib.dates as mdates
+
     fig, (ax1, ax2) = report.new_figure(1, 2)
-    by_bucket: dict[int, list[int]] = {}
+    t = res.totals
+    report.snapshot_title(
+        fig,
+        f"Shoal churn: {t['registrations']:,} registrations, {t['deregistrations']:,} deregistrations, "
+        f"{t['health_flips']:,} health flips; {res.flapping.num_rows:,} flapping instances",
+        [(m.node, m.taken_at_ms) for m in manifests],
+    )
+    by_bucket: dict[datetime, list[int]] = {}
     for r in res.service_buckets.to_pylist():
-        acc = by_bucket.setdefault(r["bucket_start_ms"], [0, 0, 0])
+        acc = by_bucket.setdefault(r["bucket_start"], [0, 0, 0])
         acc[0] += r["registrations"]
         acc[1] += r["deregistrations"]
         acc[2] += r["health_flips"]
-    xs = sorted(by_bucket)
-    t0 = xs[0] if xs else 0
-    minutes = [(x - t0) / 60_000 for x in xs]
-    for i, label in enumerate(("registrations", "deregistrations", "health flips")):
-        ax1.plot(minutes, [by_bucket[x][i] for x in xs], marker=".", label=label)
-    ax1.set_xlabel(f"minutes since {report.fmt_ms(t0) if xs else '-'}")
-    ax1.set_ylabel(f"events per {res.bucket_s} s")
-    ax1.set_title("churn over time")
-    ax1.legend()
+    title = f"changes per {res.bucket_s} s bucket"
+    if not by_bucket:
+        report.empty_panel(ax1, title, "no registrations, deregistrations or health flips\n"
+                                       "in the snapshots' event logs")
+    else:
+        xs = sorted(by_bucket)
+        annotate_all = len(xs) <= 24
+        peak = 0
+        for i, label in enumerate(("registrations", "deregistrations", "health flips")):
+            ys = [by_bucket[x][i] for x in xs]
+            peak = max(peak, *ys)
+            (line,) = ax1.plot(xs, ys, marker="o", markersize=3, label=label)
+            points = range(len(xs)) if annotate_all else [max(range(len(xs)), key=lambda j: ys[j])]
+            for j in points:
+                if ys[j]:
+                    ax1.annotate(report.fmt_int(ys[j]), (xs[j], ys[j]), textcoords="offset points", xytext=(0, 4),
+                                 ha="center", fontsize="x-small", color=line.get_color())
+        locator = mdates.AutoDateLocator(tz=UTC)  # type: ignore[no-untyped-call]  # untyped in matplotlib
+        ax1.xaxis.set_major_locator(locator)
+        ax1.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=UTC))  # type: ignore[no-untyped-call]
+        report.integer_ticks(ax1)
+        report.headroom(ax1, peak, frac=0.25)
+        ax1.set_xlabel("bucket start (UTC)")
+        ax1.set_ylabel("changes")
+        ax1.set_title(title)
+        ax1.legend(loc="upper right", ncols=3, fontsize="small")
     top: list[dict[str, Any]] = res.flapping.slice(0, 15).to_pylist()
-    ax2.barh([f"{r['service']} {r['ip']}:{r['port']}" for r in top], [r["flaps"] for r in top])
-    ax2.invert_yaxis()
-    ax2.set_title("most flapping instances")
-    ax2.set_xlabel("flaps")
+    if not top:
+        report.empty_panel(ax2, "most flapping instances",
+                           "no flapping instances:\nno health flips and no deregister/register cycles")
+    else:
+        y = np.arange(len(top))
+        bars = ax2.barh(y, [r["flaps"] for r in top], color="tab:purple")
+        report.label_bars(ax2, bars)
+        ax2.set_yticks(y, report.service_labels(top, " {ip}:{port}"))
+        ax2.invert_yaxis()
+        report.integer_ticks(ax2, "x")
+        report.headroom(ax2, max(r["flaps"] for r in top), "x")
+        ax2.set_xlabel("flaps (health flips + deregister/register cycles)")
+        ax2.set_title(f"most flapping instances ({len(top)} of {res.flapping.num_rows:,})")
     return report.save_figure(fig, path)

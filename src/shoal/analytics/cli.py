@@ -3,9 +3,12 @@
 ``shoal/__main__.py`` owns the ``shoal`` parser and calls :func:`register` (importing this module
 lazily, so the server never imports analytics). Until then, and for scripts, ``python -m
 shoal.analytics.cli ...`` runs the same subcommands. Handlers import pyspark only when they run, so
-``--help`` is instant and works without the analytics extra installed. Each handler takes the parsed
-namespace and returns an exit code: 0 success, 1 bad input (missing or invalid snapshots, invalid
-parameters), 3 ``--fail-on-diff`` and the nodes disagree, 4 the analytics extra is not installed.
+``--help`` is instant and works without the analytics extra installed. Each job writes into a
+directory of its own, ``report/<job>/`` unless ``--out`` names another, and refuses a directory
+holding another job's results (jobs share file names such as ``summary.txt``). Each handler takes
+the parsed namespace and returns an exit code: 0 success, 1 bad input (missing or invalid
+snapshots, invalid parameters, ``--out`` holding another job's results), 3 ``--fail-on-diff`` and
+the nodes disagree, 4 the analytics extra is not installed.
 """
 
 from __future__ import annotations
@@ -30,20 +33,24 @@ _EXTRA_MODULES = frozenset({"pyspark", "pandas", "matplotlib", "numpy", "py4j"})
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 
+#: Where each job writes when --out is not given: ``report/<job>``.
+DEFAULT_REPORT_ROOT = Path("report")
+
 
 def _doc(text: str) -> str:
     return textwrap.dedent(text).strip("\n")
 
 
-def _common(p: argparse.ArgumentParser, *, inputs: bool) -> None:
+def _common(p: argparse.ArgumentParser, job: str, *, inputs: bool) -> None:
     if inputs:
         p.add_argument(
             "--input", "-i", nargs="+", required=True, metavar="DIR", type=Path,
             help="snapshot directories, or directories containing snapshot directories "
-                 "(as written by `shoal export` or --export-dir)",
+                 "(as written by `shoal export`, or by a node started with -D shoal.export.dir=DIR)",
         )
-    p.add_argument("--out", "-o", required=True, metavar="DIR", type=Path,
-                   help="output directory (created; existing result files are replaced)")
+    p.add_argument("--out", "-o", metavar="DIR", type=Path, default=DEFAULT_REPORT_ROOT / job,
+                   help=f"directory for this job's results (default: {DEFAULT_REPORT_ROOT / job}); created, "
+                        "a rerun replaces its files, a directory holding another job's results is refused")
     p.add_argument("--master", metavar="URL", default=None,
                    help="Spark master URL (default: local[*]); e.g. spark://host:7077. "
                         "Executors need Shoal installed")
@@ -60,9 +67,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="PySpark jobs over exported registry snapshots",
         formatter_class=_FORMATTER,
         description=_doc("""
-            Offline analyses of registry snapshots (Arrow files written by `shoal export` or a
-            node's --export-dir), run with PySpark (local mode unless --master is given). Each job
-            writes Parquet tables, a PNG chart and summary.txt into --out and prints the summary.
+            Offline analyses of registry snapshots (Arrow files written by `shoal export`, or
+            periodically by a node started with -D shoal.export.dir=DIR), run with PySpark (local
+            mode unless --master is given). Each job writes Parquet tables (points in time as UTC
+            timestamps), a PNG chart and summary.txt into a directory of its own, report/<job>/
+            unless --out names another, and prints the summary; progress goes to stderr.
             Requires the `analytics` extra: pip install 'shoal[analytics]' (and a Java 17+ runtime).
         """),
     )
@@ -82,9 +91,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             Writes per_service_node.parquet, services.parquet, diffs.parquet/, consistency.png and
             summary.txt (which names the first differences: service, ip:port, node, what differs).
         """),
-        epilog="example: shoal analytics consistency --input exports/ --out reports/consistency",
+        epilog="example: shoal analytics consistency --input exports/   (writes report/consistency/)",
     )
-    _common(p, inputs=True)
+    _common(p, "consistency", inputs=True)
     p.add_argument("--first", type=int, default=20, metavar="N",
                    help="differences named in summary.txt (default: 20)")
     p.add_argument("--fail-on-diff", action="store_true",
@@ -100,11 +109,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             of successive snapshots are dropped) per service and time bucket, and rank instances by
             flaps (health flips + deregister/register cycles).
 
-            Writes service_buckets.parquet, flapping.parquet, nodes.parquet, churn.png, summary.txt.
+            Writes service_buckets.parquet (bucket_start: a timestamp), flapping.parquet (first_at,
+            last_at), nodes.parquet, churn.png and summary.txt.
         """),
-        epilog="example: shoal analytics churn --input exports/ --out reports/churn --bucket-seconds 300",
+        epilog="example: shoal analytics churn --input exports/ --bucket-seconds 300   (writes report/churn/)",
     )
-    _common(p, inputs=True)
+    _common(p, "churn", inputs=True)
     p.add_argument("--bucket-seconds", type=int, default=60, metavar="S",
                    help="time bucket width in seconds (default: 60)")
     p.add_argument("--top", type=int, default=20, metavar="N",
@@ -122,9 +132,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
             Writes nodes.parquet, skew.parquet, movement.parquet, balance.png and summary.txt.
         """),
-        epilog="example: shoal analytics balance --input exports/ --out reports/balance",
+        epilog="example: shoal analytics balance --input exports/   (writes report/balance/)",
     )
-    _common(p, inputs=True)
+    _common(p, "balance", inputs=True)
     p.add_argument("--join-member", metavar="IP:PORT", default=None,
                    help="address of the joining member (default: next IPv4 after the highest member)")
     p.add_argument("--vnodes", type=int, default=160, metavar="V",
@@ -144,9 +154,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             are described in shoal.analytics.simulate.
 
             Writes ownership.parquet, rounds.parquet, node_rounds.parquet, movement.parquet,
-            run.parquet, simulate.png and summary.txt (with elapsed time and clients/s).
+            run.parquet (parameters, started_at, elapsed time), simulate.png and summary.txt (with
+            elapsed time and clients/s).
         """),
-        epilog="example: shoal simulate --nodes 1000 --clients 10000000 --churn 0.01 --out reports/sim",
+        epilog="example: shoal simulate --nodes 1000 --clients 10000000 --churn 0.01   (writes report/simulate/)",
     )
     s.add_argument("--nodes", type=int, required=True, metavar="N", help="cluster members (2..64000)")
     s.add_argument("--clients", type=int, required=True, metavar="M", help="ip:port clients")
@@ -160,7 +171,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     s.add_argument("--seed", type=int, default=42, metavar="S", help="seed (default: 42)")
     s.add_argument("--vnodes", type=int, default=160, metavar="V",
                    help="virtual nodes per member on the consistent-hash ring (default: 160)")
-    _common(s, inputs=False)
+    _common(s, "simulate", inputs=False)
     s.set_defaults(func=_run_simulate)
 
 
@@ -188,9 +199,13 @@ def _name(args: argparse.Namespace) -> str:
     return f"analytics {job}" if job else "simulate"
 
 
-def _print_summary(path: Path) -> None:
+def _print_summary(args: argparse.Namespace, path: Path) -> None:
     sys.stdout.write(path.read_text())
     sys.stdout.flush()
+    if not args.quiet:
+        from shoal.analytics.progress import status
+
+        status(f"results in {path.parent}")
 
 
 def _run_consistency(args: argparse.Namespace) -> int:
@@ -201,7 +216,7 @@ def _run_consistency(args: argparse.Namespace) -> int:
         with spark_session(args.master, "shoal-consistency") as spark:
             res = consistency.run(spark, args.input, args.out, first=args.first,
                                   keep_staging=args.keep_staging, show_progress=not args.quiet)
-        _print_summary(res.outputs["summary"])
+        _print_summary(args, res.outputs["summary"])
         if args.fail_on_diff and sum(res.counts.values()):
             return EXIT_DIFFERENCES
         return EXIT_OK
@@ -217,7 +232,7 @@ def _run_churn(args: argparse.Namespace) -> int:
         with spark_session(args.master, "shoal-churn") as spark:
             res = churn.run(spark, args.input, args.out, bucket_s=args.bucket_seconds, top=args.top,
                             keep_staging=args.keep_staging, show_progress=not args.quiet)
-        _print_summary(res.outputs["summary"])
+        _print_summary(args, res.outputs["summary"])
         return EXIT_OK
 
     return _guarded(args, body)
@@ -231,7 +246,7 @@ def _run_balance(args: argparse.Namespace) -> int:
         with spark_session(args.master, "shoal-balance") as spark:
             res = balance.run(spark, args.input, args.out, join_member=args.join_member, vnodes=args.vnodes,
                               keep_staging=args.keep_staging, show_progress=not args.quiet)
-        _print_summary(res.outputs["summary"])
+        _print_summary(args, res.outputs["summary"])
         return EXIT_OK
 
     return _guarded(args, body)
@@ -249,7 +264,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
         params.validate()  # before paying for a JVM
         with spark_session(args.master, "shoal-simulate") as spark:
             res = simulate.run(spark, params, args.out, show_progress=not args.quiet)
-        _print_summary(res.outputs["summary"])
+        _print_summary(args, res.outputs["summary"])
         return EXIT_OK
 
     return _guarded(args, body)

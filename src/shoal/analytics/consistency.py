@@ -25,9 +25,9 @@ Relative to the reference, each (identity, node) is ``missing`` (should exist, a
 does not depend on the reference: identities held by every node with identical values / all
 identities held by any node.
 
-Outputs in ``--out``: ``per_service_node.parquet`` (counts per service and node),
-``services.parquet`` (agreement per service), ``diffs.parquet/`` (one row per difference),
-``consistency.png`` and ``summary.txt``.
+Outputs, in the job's own directory (the CLI's default: ``report/consistency/``):
+``per_service_node.parquet`` (counts per service and node), ``services.parquet`` (agreement per
+service), ``diffs.parquet/`` (one row per difference), ``consistency.png`` and ``summary.txt``.
 """
 
 from __future__ import annotations
@@ -36,10 +36,11 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from shoal.analytics import report
 from shoal.analytics.load import stage_snapshots
@@ -56,6 +57,8 @@ IDENTITY: tuple[str, ...] = ("namespace", "group", "service", "cluster", "ip", "
 VALUE_COLUMNS: tuple[str, ...] = ("weight", "healthy", "enabled", "metadata")
 SERVICE: tuple[str, ...] = ("namespace", "group", "service")
 STATUSES: tuple[str, ...] = ("missing", "extra", "different")
+#: The job's steps, as its progress line counts them.
+STEPS: tuple[str, ...] = ("comparing copies", "collecting differences", "counting per service", "writing report")
 #: Up to this many differences, their keys are broadcast to fetch the values back.
 _BROADCAST_DIFFS = 200_000
 
@@ -89,7 +92,7 @@ def run(
     from pyspark.sql import functions as F
 
     started = time.monotonic()
-    out_dir = report.ensure_dir(out)
+    out_dir = report.job_dir(out, "consistency")
     staged = stage_snapshots(inputs, out_dir, ["instances"], one_per_node=True, show_progress=show_progress)
     try:
         nodes = staged.nodes
@@ -97,53 +100,58 @@ def run(
             raise ValueError(f"consistency needs snapshots of at least 2 nodes, found {nodes}")
         taken = [m.taken_at_ms for m in staged.manifests]
         spread_s = (max(taken) - min(taken)) / 1000
-        with spark_progress(spark, "consistency") if show_progress else nullcontext():
-            raw = staged.read(spark, "instances")
-            table = _identity_table(raw, nodes).cache()
-            # one pass over the snapshots fills the cache; every output below reads the cached rows
-            agreeing = (F.col("holders") == len(nodes)) & (F.col("n_values") == 1)
-            n_diffs = F.aggregate("per_node", F.lit(0), lambda acc, e: acc + e["status"].isNotNull().cast("int"))
-            totals = table.agg(
-                F.count(F.lit(1)).alias("identities"), F.sum(agreeing.cast("long")).alias("agreeing"),
-                F.sum(n_diffs).alias("diffs"),
-            ).collect()[0]
-            diffs, per_service_node, services = _outputs(
-                raw, table, len(nodes), broadcast_keys=(totals["diffs"] or 0) <= _BROADCAST_DIFFS)
-            diffs_path = report.write_df(diffs.orderBy("namespace", "group", "service", "ip", "port",
-                                                       "cluster", "node"), out_dir / "diffs.parquet")
-            diffs_saved = spark.read.parquet(str(diffs_path))
-            psn = per_service_node.orderBy(*SERVICE, "node").toArrow()
-            svc = services.orderBy(*SERVICE).toArrow()
-            by_node_status = diffs_saved.groupBy("node", "status").count().collect()
-            firsts = [r.asDict(recursive=True) for r in diffs_saved.orderBy(
-                "namespace", "group", "service", "ip", "port", "cluster", "node").limit(first).collect()]
-            table.unpersist()
+        with spark_progress(spark, "consistency", STEPS, enabled=show_progress) as progress:
+            with progress.step(STEPS[0]):
+                raw = staged.read(spark, "instances")
+                table = _identity_table(raw, nodes).cache()
+                # one pass over the snapshots fills the cache; every output below reads the cached rows
+                agreeing = (F.col("holders") == len(nodes)) & (F.col("n_values") == 1)
+                n_diffs = F.aggregate("per_node", F.lit(0),
+                                      lambda acc, e: acc + e["status"].isNotNull().cast("int"))
+                totals = table.agg(
+                    F.count(F.lit(1)).alias("identities"), F.sum(agreeing.cast("long")).alias("agreeing"),
+                    F.sum(n_diffs).alias("diffs"),
+                ).collect()[0]
+            with progress.step(STEPS[1]):
+                diffs, per_service_node, services = _outputs(
+                    raw, table, len(nodes), broadcast_keys=(totals["diffs"] or 0) <= _BROADCAST_DIFFS)
+                diffs_path = report.write_df(diffs.orderBy("namespace", "group", "service", "ip", "port",
+                                                           "cluster", "node"), out_dir / "diffs.parquet")
+                diffs_saved = spark.read.parquet(str(diffs_path))
+                by_node_status = diffs_saved.groupBy("node", "status").count().collect()
+                firsts = [r.asDict(recursive=True) for r in diffs_saved.orderBy(
+                    "namespace", "group", "service", "ip", "port", "cluster", "node").limit(first).collect()]
+            with progress.step(STEPS[2]):
+                psn = per_service_node.orderBy(*SERVICE, "node").toArrow()
+                svc = services.orderBy(*SERVICE).toArrow()
+                table.unpersist()
+            with progress.step(STEPS[3], spark_jobs=False):
+                counts = {s: 0 for s in STATUSES}
+                per_node: dict[str, dict[str, int]] = {n: {s: 0 for s in STATUSES} for n in nodes}
+                for row in by_node_status:
+                    counts[row["status"]] += row["count"]
+                    per_node[row["node"]][row["status"]] += row["count"]
+                result = ConsistencyResult(
+                    nodes=nodes,
+                    identities=int(totals["identities"] or 0),
+                    agreeing=int(totals["agreeing"] or 0),
+                    counts=counts,
+                    first_differences=firsts,
+                    out_dir=out_dir,
+                    elapsed_s=time.monotonic() - started,
+                )
+                result.outputs["per_service_node"] = report.write_table(psn, out_dir / "per_service_node.parquet")
+                result.outputs["services"] = report.write_table(svc, out_dir / "services.parquet")
+                result.outputs["diffs"] = diffs_path
+                result.outputs["chart"] = _chart(out_dir / "consistency.png", result, staged.manifests,
+                                                 per_node, svc)
+                result.elapsed_s = time.monotonic() - started
+                result.outputs["summary"] = report.write_summary(
+                    out_dir, _summary(result, staged.manifests, spread_s, per_node, svc)
+                )
     finally:
         if not keep_staging:
             staged.cleanup()
-
-    counts = {s: 0 for s in STATUSES}
-    per_node: dict[str, dict[str, int]] = {n: {s: 0 for s in STATUSES} for n in nodes}
-    for row in by_node_status:
-        counts[row["status"]] += row["count"]
-        per_node[row["node"]][row["status"]] += row["count"]
-
-    result = ConsistencyResult(
-        nodes=nodes,
-        identities=int(totals["identities"] or 0),
-        agreeing=int(totals["agreeing"] or 0),
-        counts=counts,
-        first_differences=firsts,
-        out_dir=out_dir,
-        elapsed_s=time.monotonic() - started,
-    )
-    result.outputs["per_service_node"] = report.write_table(psn, out_dir / "per_service_node.parquet")
-    result.outputs["services"] = report.write_table(svc, out_dir / "services.parquet")
-    result.outputs["diffs"] = diffs_path
-    result.outputs["chart"] = _chart(out_dir / "consistency.png", per_node, svc)
-    result.outputs["summary"] = report.write_summary(
-        out_dir, _summary(result, staged.manifests, spread_s, per_node, svc)
-    )
     return result
 
 
@@ -371,24 +379,52 @@ def _summary(
     return lines
 
 
-def _chart(path: Path, per_node: dict[str, dict[str, int]], services: Any) -> Path:
-    from matplotlib.ticker import MaxNLocator
-
+def _chart(path: Path, result: ConsistencyResult, manifests: Sequence[Any],
+           per_node: dict[str, dict[str, int]], services: Any) -> Path:
     fig, (ax1, ax2) = report.new_figure(1, 2)
+    total = sum(result.counts.values())
+    report.snapshot_title(
+        fig,
+        f"Shoal consistency: {len(result.nodes)} nodes, {total:,} differences, "
+        f"{result.agreeing:,} of {result.identities:,} instances identical everywhere",
+        [(m.node, m.taken_at_ms) for m in manifests],
+    )
     names = list(per_node)
-    bottom = [0] * len(names)
+    if not total:
+        report.empty_panel(ax1, "differences per node (vs reference)",
+                           f"no differences:\nall {len(names)} nodes hold the same {result.identities:,} instances")
+        report.empty_panel(ax2, "least consistent services (instances identical on all nodes)",
+                           f"no differences:\nall {len(services):,} services are identical on every node")
+        return report.save_figure(fig, path)
+
+    x = np.arange(len(names))
+    bottom = np.zeros(len(names))
     for status_name, color in zip(STATUSES, ("tab:red", "tab:orange", "tab:blue"), strict=True):
-        vals = [per_node[n][status_name] for n in names]
-        ax1.bar(names, vals, bottom=bottom, label=status_name, color=color)
-        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    ax1.yaxis.set_major_locator(MaxNLocator(integer=True))
+        vals = np.array([per_node[n][status_name] for n in names], dtype=float)
+        bars = ax1.bar(x, vals, bottom=bottom, label=status_name, color=color)
+        ax1.bar_label(bars, labels=[report.fmt_int(v) if v else "" for v in vals], label_type="center",
+                      fontsize="small", color="white")
+        bottom += vals
+    totals = ax1.bar(x, bottom, fill=False, linewidth=0)  # invisible: carries the per-node totals
+    report.label_bars(ax1, totals)
+    report.integer_ticks(ax1)
+    report.headroom(ax1, float(bottom.max()), frac=0.3)
+    ax1.set_xticks(x, names, rotation=30, ha="right")
     ax1.set_title("differences per node (vs reference)")
     ax1.set_ylabel("instances")
-    ax1.legend()
-    ax1.tick_params(axis="x", rotation=30)
-    rows = sorted(services.to_pylist(), key=lambda r: (r["agreement_ratio"], r["service"]))[:15]
-    ax2.barh([f"{r['group']}/{r['service']}" for r in rows], [r["agreement_ratio"] for r in rows])
-    ax2.set_xlim(0, 1)
-    ax2.set_title("least consistent services (agreement ratio)")
+    ax1.legend(loc="upper right", ncols=3)
+
+    rows = sorted((r for r in services.to_pylist() if r["agreeing"] < r["identities"]),
+                  key=lambda r: (r["agreement_ratio"], r["namespace"], r["group"], r["service"]))[:15]
+    y = np.arange(len(rows))
+    bars = ax2.barh(y, [r["agreement_ratio"] for r in rows], color="tab:blue")
+    report.label_bars(ax2, bars, [f"{r['agreeing']:,}/{r['identities']:,} ({r['agreement_ratio']:.0%})"
+                                  for r in rows], skip_zero=False)
+    ax2.set_yticks(y, report.service_labels(rows))
     ax2.invert_yaxis()
+    ax2.set_xlim(0, 1.25)
+    ax2.set_xticks(np.linspace(0, 1, 5), [f"{t:.0%}" for t in np.linspace(0, 1, 5)])
+    ax2.set_xlabel("instances identical on all nodes")
+    ax2.set_title(f"least consistent services ({len(rows)} of "
+                  f"{sum(r['agreeing'] < r['identities'] for r in services.to_pylist()):,} with differences)")
     return report.save_figure(fig, path)

@@ -7,10 +7,12 @@ Written to stderr so stdout stays the command's result. No dependency beyond the
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, TextIO
@@ -18,7 +20,9 @@ from typing import TYPE_CHECKING, TextIO
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["Progress", "spark_progress", "status"]
+__all__ = ["JobProgress", "Progress", "spark_progress", "status"]
+
+log = logging.getLogger(__name__)
 
 _BAR_WIDTH = 28
 
@@ -48,8 +52,9 @@ class Progress:
     """Progress of ``label`` towards ``total`` (None: unknown, a counter is shown).
 
     On a TTY the bar is redrawn in place at most every ``interval`` seconds (default 0.1); otherwise
-    a line is written per 10 % step (or every ``interval`` seconds, default 10, when the total was
-    not known at construction). Thread-safe: a poller thread may call :meth:`set` while the owner calls :meth:`close`.
+    a line is written per 10 % step, and also every ``interval`` seconds (default 10) without one, so
+    a long step still shows its detail moving (with no total known at construction: only by time).
+    Thread-safe: a poller thread may call :meth:`set` while the owner calls :meth:`close`.
     """
 
     def __init__(
@@ -70,9 +75,11 @@ class Progress:
         self.done = 0
         self.detail = ""
         self._start = time.monotonic()
-        self._last_draw = 0.0
+        self._steps = total is not None  # a growing total is reported by time only
+        # with a known total the first line is the first 10 % step (or ``interval`` after the start);
+        # without one the first update is shown at once
+        self._last_draw = self._start if self._steps else 0.0
         self._last_step = 0  # 0 % is covered by the "started" line
-        self._steps = total is not None  # a growing total (Spark stages) is reported by time instead
         self._closed = False
         self._lock = threading.Lock()
 
@@ -136,8 +143,10 @@ class Progress:
             step = min(10, int(10 * self.done / self.total))
             if step > self._last_step:
                 self._last_step = step
+                self._last_draw = now
                 self._line()
-        elif now - self._last_draw >= self.interval:
+                return
+        if now - self._last_draw >= self.interval:
             self._last_draw = now
             self._line()
 
@@ -163,38 +172,191 @@ class Progress:
         self.stream.flush()
 
 
-@contextmanager
-def spark_progress(
-    spark: SparkSession, label: str, *, stream: TextIO | None = None, poll_s: float = 0.5
-) -> Iterator[Progress]:
-    """Show the tasks of the Spark stages that run inside the ``with`` block.
 
-    A daemon thread polls ``SparkContext.statusTracker()`` (cheap, driver-side) every ``poll_s``.
-    Spark plans stages as a job goes (adaptive execution adds some), so the total is not known in
-    advance: the line shows tasks completed of the tasks of the stages seen so far, not a percentage.
+
+class JobProgress:
+    """Progress of a job made of named steps, each step's Spark tasks shown as they complete.
+
+    The job declares its steps up front, so the line counts steps done of a known total and ends at
+    100 %; Spark cannot say in advance how many stages and tasks a query will need (adaptive
+    execution plans them as it goes), so tasks are the detail of the current step, not the total.
+    Each :meth:`step` runs its Spark actions in a job group of its own; a daemon thread polls
+    ``SparkContext.statusTracker()`` (driver-side, cheap) every ``poll_s`` for that group's stages
+    and their completed tasks. Stages a finished job skipped (their shuffle output was reused) are
+    left out, so a finished step shows all of its tasks done.
+
+    With ``enabled=False`` nothing is printed and no thread runs; :meth:`step` still works, so jobs
+    do not branch on whether progress is shown.
     """
-    progress = Progress(label, None, stream=stream)
-    tracker = spark.sparkContext.statusTracker()
-    stop = threading.Event()
-    seen: set[int] = set()
 
-    def poll() -> None:
-        while not stop.wait(poll_s):
-            seen.update(tracker.getActiveStageIds())
-            done = total = 0
-            for sid in seen:  # finished stages too: their final counts replace the last snapshot
-                info = tracker.getStageInfo(sid)
-                if info is not None:
-                    done += info.numCompletedTasks
-                    total += info.numTasks
-            if seen:
-                progress.set(done, None, detail=f"of {total} tasks done, {len(seen)} stages")
+    def __init__(
+        self,
+        spark: SparkSession,
+        label: str,
+        steps: Sequence[str],
+        *,
+        stream: TextIO | None = None,
+        poll_s: float = 0.5,
+        enabled: bool = True,
+    ) -> None:
+        if not steps:
+            raise ValueError("a job has at least one step")
+        self.steps = tuple(steps)
+        self.enabled = enabled
+        self.done = 0
+        self.progress: Progress | None = (
+            Progress(label, len(self.steps), unit="steps", stream=stream) if enabled else None
+        )
+        self._spark = spark
+        self._poll_s = poll_s
+        self._prefix = f"shoal-{label.split()[0]}-{uuid.uuid4().hex[:8]}"
+        self._current: tuple[str, str] | None = None  # (step name, job group) while a Spark step runs
+        self._lock = threading.Lock()  # the poller never reports a step that has just ended
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    thread = threading.Thread(target=poll, name="shoal-spark-progress", daemon=True)
-    with progress:
-        thread.start()
+    def __enter__(self) -> JobProgress:
+        if self.progress is not None:
+            self.progress.__enter__()
+            self._thread = threading.Thread(target=self._poll, name="shoal-spark-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * self._poll_s + 1)
+        if self.progress is not None:
+            self.progress.__exit__(exc_type, exc, tb)
+
+    @contextmanager
+    def step(self, name: str, *, spark_jobs: bool = True) -> Iterator[None]:
+        """Run the block as the next step; ``spark_jobs=False`` for driver-only work (no job group)."""
+        if self.done >= len(self.steps):
+            raise RuntimeError(f"step {name!r}: all {len(self.steps)} steps of the job are done")
+        if self.progress is None:
+            yield
+            self.done += 1
+            return
+        if not spark_jobs:
+            self.progress.set(self.done, detail=f"{name} ...")
+            yield
+            self.done += 1
+            self.progress.set(self.done, detail=f"{name} done")
+            return
+        sc = self._spark.sparkContext
+        group = f"{self._prefix}-{self.done + 1}"
+        saved = {key: sc.getLocalProperty(key) for key in _JOB_GROUP_PROPERTIES}
+        sc.setJobGroup(group, f"{self.progress.label}: {name}", interruptOnCancel=False)
+        with self._lock:
+            self._current = (name, group)
+            self.progress.set(self.done, detail=f"{name} ...")
         try:
-            yield progress
+            yield
         finally:
-            stop.set()
-            thread.join(timeout=2 * poll_s + 1)
+            with self._lock:
+                self._current = None
+            for key, value in saved.items():
+                sc.setLocalProperty(key, value)  # type: ignore[arg-type]  # None removes the property
+        tasks = self._settled_tasks(group)
+        self.done += 1
+        self.progress.set(self.done, detail=f"{name} done{_fmt_tasks(tasks)}")
+
+    def skip(self, name: str) -> None:
+        """Count the next step as done without running it (e.g. nothing to compute)."""
+        self.done += 1
+        if self.progress is not None:
+            self.progress.set(self.done, detail=f"{name} skipped")
+
+    # -- status tracker ----------------------------------------------------------------------------
+
+    def _tasks(self, group: str) -> tuple[int, int, int, int]:
+        """(tasks completed, tasks, jobs, jobs still running) of the stages of ``group``'s jobs."""
+        tracker = self._spark.sparkContext.statusTracker()
+        done = total = jobs = running = 0
+        seen: set[int] = set()
+        for job_id in tracker.getJobIdsForGroup(group):
+            info = tracker.getJobInfo(job_id)
+            if info is None:
+                continue
+            jobs += 1
+            finished = info.status != "RUNNING"
+            running += not finished
+            for stage_id in list(info.stageIds):
+                if stage_id in seen:  # a reused shuffle stage appears in later jobs too
+                    continue
+                seen.add(stage_id)
+                stage = tracker.getStageInfo(stage_id)
+                if stage is None:
+                    continue
+                if finished and stage.numCompletedTasks == 0 and stage.numActiveTasks == 0:
+                    continue  # skipped: its output was already there
+                done += stage.numCompletedTasks
+                total += stage.numTasks
+        return done, total, jobs, running
+
+    def _settled_tasks(self, group: str) -> tuple[int, int] | None:
+        """The group's task counts once the status store has caught up with its finished jobs.
+
+        The store is fed asynchronously by Spark's listener bus, so right after an action returns it
+        may still show the job running; wait briefly (bounded) for it rather than report a step
+        done with tasks missing."""
+        deadline = time.monotonic() + _SETTLE_S
+        first_job_by = time.monotonic() + _FIRST_JOB_S
+        while True:
+            try:
+                done, total, jobs, running = self._tasks(group)
+            except Exception:  # progress must never fail the job
+                log.debug("spark status query failed", exc_info=True)
+                return None
+            now = time.monotonic()
+            if (jobs and not running) or now >= deadline or (not jobs and now >= first_job_by):
+                return (done, total) if jobs else None
+            time.sleep(0.02)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            current = self._current
+            if current is None or self.progress is None:
+                continue
+            name, group = current
+            try:
+                done, total, jobs, _ = self._tasks(group)
+            except Exception:  # the session may be stopping; progress must never fail the job
+                log.debug("spark status poll failed", exc_info=True)
+                continue
+            with self._lock:
+                if jobs and self._current == current:
+                    self.progress.set(self.done, detail=f"{name}{_fmt_tasks((done, total))}")
+
+
+_JOB_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+#: Longest wait for the status store to show a finished step's jobs as finished.
+_SETTLE_S = 5.0
+#: Longest wait for a step's first job to appear in the store (a step may run no Spark job at all).
+_FIRST_JOB_S = 0.3
+
+
+def _fmt_tasks(tasks: tuple[int, int] | None) -> str:
+    if tasks is None or not tasks[1]:
+        return ""
+    done, total = tasks
+    return f": {done}/{total} tasks"
+
+
+def spark_progress(
+    spark: SparkSession,
+    label: str,
+    steps: Sequence[str],
+    *,
+    stream: TextIO | None = None,
+    poll_s: float = 0.5,
+    enabled: bool = True,
+) -> JobProgress:
+    """A :class:`JobProgress` for ``label`` with ``steps`` (use it as a context manager)."""
+    return JobProgress(spark, label, steps, stream=stream, poll_s=poll_s, enabled=enabled)

@@ -34,9 +34,10 @@ The model (every number is per verify round; Nacos verifies every 5 s by default
   for Nacos modulo hashing and for a consistent-hash ring (:mod:`shoal.analytics.ring`), next to
   the clients that must move under that scheme (those the joiner gets / the leaver had).
 
-Outputs in ``--out``: ``ownership.parquet`` (per node), ``rounds.parquet`` (per round totals),
-``node_rounds.parquet`` (per round and node), ``movement.parquet``, ``run.parquet`` (parameters,
-elapsed time, rows/s), ``simulate.png`` and ``summary.txt``.
+Outputs, in the job's own directory (the CLI's default: ``report/simulate/``): ``ownership.parquet``
+(per node), ``rounds.parquet`` (per round totals), ``node_rounds.parquet`` (per round and node),
+``movement.parquet``, ``run.parquet`` (parameters, ``started_at``, elapsed time, rows/s),
+``simulate.png`` and ``summary.txt``.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ import os
 import random
 import time
 from collections.abc import Iterator
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -63,6 +63,9 @@ from shoal.analytics.ring import DEFAULT_VNODES, Ring, distro_hashes, join_posit
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+#: The job's steps, as its progress line counts them.
+STEPS: Final[tuple[str, ...]] = ("simulating clients", "writing report")
 
 __all__ = ["SimParams", "SimResult", "client_keys", "draws", "member_addresses", "run"]
 
@@ -152,6 +155,8 @@ class SimResult:
     node_rounds: pa.Table
     movement: pa.Table
     outputs: dict[str, Path] = field(default_factory=dict)
+    #: When the run started (epoch milliseconds).
+    started_at_ms: int = 0
 
     @property
     def rows_per_s(self) -> float:
@@ -343,41 +348,47 @@ def run(
 ) -> SimResult:
     params.validate()
     started = time.monotonic()
-    out_dir = report.ensure_dir(out)
+    started_at_ms = time.time_ns() // 1_000_000
+    out_dir = report.job_dir(out, "simulate")
     partitions = params.partitions or spark.sparkContext.defaultParallelism
     members = member_addresses(params.nodes)
     joiner, leaver = joiner_and_leaver(params.nodes, params.seed)
     label = f"simulate {params.nodes} nodes x {params.clients:,} clients"
-    job_start = time.monotonic()
-    with spark_progress(spark, label) if show_progress else nullcontext():
-        agg = aggregate(spark, params, partitions)
-    job_s = time.monotonic() - job_start
+    with spark_progress(spark, label, STEPS, enabled=show_progress) as progress:
+        with progress.step(STEPS[0]):
+            job_start = time.monotonic()
+            agg = aggregate(spark, params, partitions)
+            job_s = time.monotonic() - job_start
 
-    n, k = params.nodes, params.rounds
-    data = {name: np.asarray(agg.column(name).to_numpy(), dtype=np.int64) for name in _METRICS}
-    rnd = agg.column("round").to_numpy()
-    node = agg.column("node").to_numpy()
+        with progress.step(STEPS[1], spark_jobs=False):
+            n, k = params.nodes, params.rounds
+            data = {name: np.asarray(agg.column(name).to_numpy(), dtype=np.int64) for name in _METRICS}
+            rnd = agg.column("round").to_numpy()
+            node = agg.column("node").to_numpy()
 
-    def grid(name: str) -> npt.NDArray[np.int64]:
-        g = np.zeros((k + 1, n), dtype=np.int64)
-        g[rnd + 1, node] = data[name]
-        return g
+            def grid(name: str) -> npt.NDArray[np.int64]:
+                g = np.zeros((k + 1, n), dtype=np.int64)
+                g[rnd + 1, node] = data[name]
+                return g
 
-    static = {name: grid(name)[0] for name in _STATIC_METRICS}
-    per_round = {name: grid(name)[1:] for name in _ROUND_METRICS}
-    tables = _tables(params, members, joiner, leaver, static, per_round)
-    result = SimResult(
-        params=params, members=members, joiner=joiner, leaver=leaver, job_s=job_s,
-        elapsed_s=0.0, partitions=partitions, **tables,
-    )
-    for name, table in tables.items():
-        result.outputs[name] = report.write_table(table, out_dir / f"{name}.parquet")
-    result.outputs["chart"] = _chart(out_dir / "simulate.png", result)
-    result.elapsed_s = time.monotonic() - started
-    run_row = {**asdict(params), "partitions": partitions, "master": spark.sparkContext.master,
-               "job_s": job_s, "elapsed_s": result.elapsed_s, "rows_per_s": result.rows_per_s}
-    result.outputs["run"] = report.write_table(pa.Table.from_pylist([run_row]), out_dir / "run.parquet")
-    result.outputs["summary"] = report.write_summary(out_dir, _summary(result, str(spark.sparkContext.master)))
+            static = {name: grid(name)[0] for name in _STATIC_METRICS}
+            per_round = {name: grid(name)[1:] for name in _ROUND_METRICS}
+            tables = _tables(params, members, joiner, leaver, static, per_round)
+            result = SimResult(
+                params=params, members=members, joiner=joiner, leaver=leaver, job_s=job_s,
+                elapsed_s=0.0, partitions=partitions, started_at_ms=started_at_ms, **tables,
+            )
+            master = str(spark.sparkContext.master)
+            for name, table in tables.items():
+                result.outputs[name] = report.write_table(table, out_dir / f"{name}.parquet")
+            result.outputs["chart"] = _chart(out_dir / "simulate.png", result, master)
+            result.elapsed_s = time.monotonic() - started
+            run_row = {**asdict(params), "partitions": partitions, "master": master,
+                       "started_at_ms": started_at_ms, "job_s": job_s, "elapsed_s": result.elapsed_s,
+                       "rows_per_s": result.rows_per_s}
+            run_table = report.ms_to_timestamps(pa.Table.from_pylist([run_row]), {"started_at_ms": "started_at"})
+            result.outputs["run"] = report.write_table(run_table, out_dir / "run.parquet")
+            result.outputs["summary"] = report.write_summary(out_dir, _summary(result, master))
     return result
 
 
@@ -516,37 +527,52 @@ def _summary(res: SimResult, master: str) -> list[str]:
     return lines
 
 
-def _chart(path: Path, res: SimResult) -> Path:
+def _chart(path: Path, res: SimResult, master: str) -> Path:
     fig, axes = report.new_figure(1, 3, width=15.0)
     ax1, ax2, ax3 = axes
+    p = res.params
+    fig.suptitle(
+        f"Shoal Distro simulation: {p.nodes:,} nodes, {p.clients:,} clients, churn {p.churn:.2%}/round, "
+        f"loss {p.loss:.2%}, {p.rounds} rounds, seed {p.seed}\n"
+        f"run {report.fmt_ms(res.started_at_ms)} on {master}, {res.partitions} partitions",
+        fontsize="large",
+    )
     rounds = res.rounds.to_pylist()
     mean = {key: sum(r[key] for r in rounds) / len(rounds) for key in rounds[0]}
     parts = ("verify", "sync", "re-sync")
     nacos = [mean["nacos_verify_bytes"], mean["sync_bytes"], mean["resync_bytes"]]
     shoal = [mean["digest_verify_bytes"], mean["sync_bytes"], mean["resync_bytes"]]
     x = np.arange(len(parts))
-    ax1.bar(x - 0.2, nacos, 0.4, label="Nacos (per-client verify)")
-    ax1.bar(x + 0.2, shoal, 0.4, label="Shoal (digest verify)")
+    for offset, values, label in ((-0.2, nacos, "Nacos (per-client verify)"), (0.2, shoal, "Shoal (digest verify)")):
+        bars = ax1.bar(x + offset, values, 0.4, label=label)
+        report.label_bars(ax1, bars, [report.fmt_bytes(v) for v in values])
     ax1.set_xticks(x, parts)
     ax1.set_yscale("log")
-    ax1.set_ylabel("bytes per round")
-    ax1.set_title(f"cluster traffic per round, {res.params.nodes} nodes")
-    ax1.legend()
+    positive = [v for v in (*nacos, *shoal) if v > 0]
+    if positive:  # log axis: headroom is a factor, and zero bars (no re-sync) are simply absent
+        ax1.set_ylim(min(positive) / 3, max(positive) * 30)
+    ax1.set_ylabel("bytes per round (log scale)")
+    ax1.set_title(f"cluster traffic per round, mean of {p.rounds}")
+    ax1.legend(loc="upper right", fontsize="small")
     own = res.ownership
-    ax2.hist([own["owned"].to_numpy(), own["owned_ring"].to_numpy()], bins=40,
-             label=["Nacos modulo", f"ring ({res.params.vnodes} vnodes)"])
-    ax2.set_xlabel("clients owned")
+    counts, _, _ = ax2.hist([own["owned"].to_numpy(), own["owned_ring"].to_numpy()], bins=40,
+                            label=["Nacos modulo", f"ring ({p.vnodes} vnodes)"])
+    report.integer_ticks(ax2)
+    report.headroom(ax2, float(np.max(counts)), frac=0.2)
+    ax2.set_xlabel("clients owned by a node")
     ax2.set_ylabel("nodes")
     ax2.set_title("ownership balance")
-    ax2.legend()
+    ax2.legend(loc="upper right", fontsize="small")
     mv = res.movement.to_pylist()
     labels = [f"{r['scenario']}\n{r['scheme']}" for r in mv]
-    bars = ax3.bar(labels, [r["fraction"] for r in mv], color=["tab:red", "tab:green"] * 2)
-    ax3.bar_label(bars, labels=[f"{r['fraction']:.2%}" for r in mv])  # ring bars are too small to see
-    ax3.scatter(labels, [r["must_move"] / res.params.clients for r in mv], color="black",
-                marker="_", s=400, label="must move")
-    ax3.set_ylim(0, 1.12)
-    ax3.set_ylabel("fraction of clients moving")
+    xm = np.arange(len(mv))
+    bars = ax3.bar(xm, [r["fraction"] for r in mv], color=["tab:red", "tab:green"] * 2)
+    report.label_bars(ax3, bars, [f"{r['fraction']:.2%}" for r in mv], skip_zero=False)
+    ax3.scatter(xm, [r["must_move"] / p.clients for r in mv], color="black", marker="_", s=400, label="must move")
+    ax3.set_xticks(xm, labels)
+    ax3.set_ylim(0, 1.2)
+    ax3.set_yticks(np.linspace(0, 1, 6), [f"{t:.0%}" for t in np.linspace(0, 1, 6)])
+    ax3.set_ylabel("clients changing owner")
     ax3.set_title("membership change")
-    ax3.legend(loc="center right")
+    ax3.legend(loc="upper right", fontsize="small")
     return report.save_figure(fig, path)

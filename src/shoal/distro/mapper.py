@@ -3,11 +3,14 @@
 A connection client belongs to the node its connection lives on. An ip:port client belongs to
 ``healthy[distro_hash(ip:port) % len(healthy)]`` over the sorted UP+SUSPICIOUS member list, with
 Java ``String.hashCode`` arithmetic (the ownership kernel), so Nacos and Shoal nodes agree.
-:class:`IpPortHandoff` moves ip:port clients to their new owner when the healthy list changes.
+:class:`IpPortHandoff` moves ip:port clients to their responsible node: when the healthy list
+changes, and when a node holds one it is not responsible for (a write it handled because the
+responsible node did not answer, docs/protocol.md §5.5).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 from shoal.clock import Clock
@@ -16,6 +19,8 @@ from shoal.distro.members import MemberManager
 from shoal.kernels import ownership
 from shoal.model.client import Client, ClientKind
 from shoal.model.clients import ClientManager
+
+log = logging.getLogger(__name__)
 
 
 def responsible_id(client_id: str) -> str:
@@ -68,20 +73,30 @@ class DistroMapper:
 
 
 class IpPortHandoff:
-    """ip:port clients follow the hash: the new owner takes over, the old one keeps a copy
-    (nothing is deleted because ownership moved; expiry or the owner's DELETE does that).
+    """Exactly one node holds each ip:port client *natively* (runs its beat check, syncs and
+    verifies it): the responsible one, once it has the client (docs/protocol.md §6.3).
 
-    Between two healthy lists only the clients the ownership kernel reports as moved are
-    looked at; after a snapshot load (:meth:`reset`: no previous list) every ip:port client is.
+    A node may hold an ip:port client natively without being responsible for it: ownership
+    moved away (the healthy list changed), or it handled a write the responsible node did not
+    answer in time (§5.5). Such a client is *pending handoff*: it stays native here (so it is
+    neither lost nor left to expire) and is sent to the responsible node, again every
+    :meth:`retry` round, until the responsible node confirms by sending its own copy (the
+    processor then turns ours into a copy of it). The responsible node takes over any ip:port
+    client a peer sends it (see :meth:`take_over`).
+
+    Between two healthy lists only the clients the ownership kernel reports as moved (and the
+    pending ones) are looked at; after a snapshot load (:meth:`reset`: no previous list) every
+    ip:port client is.
     """
 
     def __init__(self, clock: Clock, clients: ClientManager, members: MemberManager, mapper: DistroMapper,
-                 enqueue: Callable[[str, int], None]) -> None:
+                 enqueue: Callable[..., None]) -> None:
         self.clock = clock
         self.clients = clients
         self.members = members
         self.mapper = mapper
         self.enqueue = enqueue
+        self.pending: set[str] = set()
         self._last_healthy: list[str] | None = list(members.healthy_addresses())
 
     def reset(self) -> None:
@@ -97,17 +112,64 @@ class IpPortHandoff:
             return
         tags = [responsible_id(c.client_id) for c in ip_port]
         if previous is not None and previous and healthy:
-            moved = ownership.moved_keys(tags, previous, healthy)
-            ip_port = [ip_port[i] for i in moved]
-            tags = [tags[i] for i in moved]
+            moved = set(ownership.moved_keys(tags, previous, healthy))
+            keep = [i for i, c in enumerate(ip_port) if i in moved or c.client_id in self.pending]
+            ip_port = [ip_port[i] for i in keep]
+            tags = [tags[i] for i in keep]
         owners = self.mapper.owners_of(tags)
         me = self.members.self_address
         for client, owner in zip(ip_port, owners, strict=True):
             mine = owner == me
-            if mine and not client.native:
-                client.native = True
-                self.enqueue(client.client_id, records.OP_CHANGE)
-            elif not mine and client.native:
-                client.native = False
-                client.owner = owner
-                client.last_renew_ms = self.clock.monotonic_ms()
+            if mine:
+                self.pending.discard(client.client_id)
+                if not client.native:
+                    client.native = True
+                    self.enqueue(client.client_id, records.OP_CHANGE)
+            elif client.native:  # hand it over; it stays ours until the new owner confirms
+                self.pending.add(client.client_id)
+                self.enqueue(client.client_id, records.OP_CHANGE, [owner])
+
+    def note(self, client: Client) -> None:
+        """A native ip:port client changed: remember it if another node is responsible for it."""
+        if client.kind is ClientKind.IP_PORT and client.native and not self.mapper.responsible_client(client):
+            self.pending.add(client.client_id)
+
+    def adopt(self, tag: str) -> None:
+        """This node handles a write for ``tag`` that its responsible node did not take in time:
+        the client (if this node holds a copy) becomes native here, pending handoff."""
+        client = self.clients.get(f"{tag}#true")
+        if client is not None and client.kind is ClientKind.IP_PORT:
+            client.native = True
+            self.note(client)
+
+    def take_over(self, client: Client) -> None:
+        """A peer sent an ip:port client this node is responsible for: hold it natively and tell
+        every peer (the sender's pending copy becomes a copy of ours)."""
+        if client.kind is not ClientKind.IP_PORT or client.native or not self.mapper.responsible_client(client):
+            return
+        client.native = True
+        self.pending.discard(client.client_id)
+        self.enqueue(client.client_id, records.OP_CHANGE)
+
+    def confirmed(self, client_id: str) -> None:
+        """The responsible node sent its copy: ours is a copy now."""
+        self.pending.discard(client_id)
+
+    def retry(self) -> int:
+        """Send every pending client to its responsible node again; returns how many were sent."""
+        sent = 0
+        me = self.members.self_address
+        for client_id in list(self.pending):
+            client = self.clients.get(client_id)
+            if client is None or not client.native:
+                self.pending.discard(client_id)
+                continue
+            owner = self.mapper.owner_of(responsible_id(client_id))
+            if owner == me or self.mapper.responsible_client(client):
+                self.pending.discard(client_id)
+                continue
+            self.enqueue(client_id, records.OP_CHANGE, [owner], delay_ms=0)
+            sent += 1
+        if sent:
+            log.info("handing %d ip:port clients over to their responsible nodes", sent)
+        return sent

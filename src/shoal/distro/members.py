@@ -4,8 +4,15 @@ Members come from ``--members ip:port,...`` or a Nacos ``cluster.conf`` (one ``i
 line, ``#`` comments, reloaded when it changes). Each node reports itself to every peer every
 ``report-interval-ms``; a successful exchange marks the peer UP, a failure SUSPICIOUS, and more
 than ``fail-access-cnt`` consecutive failures (or a refused connection) DOWN — suspicion comes
-before death, as in Nacos. A report received from a peer marks it UP too. The Distro mapper's
-healthy list is UP + SUSPICIOUS, sorted by address.
+before death, as in Nacos. The Distro mapper's healthy list is UP + SUSPICIOUS, sorted by address.
+
+A peer's state follows *our outgoing calls* to it (reports, sync, verify, snapshot pages,
+forwarded writes), never what it sends us: a peer that can still send but cannot be reached
+(an asymmetric partition) must go DOWN, so a report received from it does not reset its
+failure count. Unlike Nacos, a report from a peer we hold SUSPICIOUS or DOWN makes us report
+back at once, so a restarted peer is UP again after one round trip. A failure of a call that
+started before the peer's last success is stale (a call in flight across the peer's restart,
+or one refused by a channel still in its reconnect back-off) and is not counted.
 
 :class:`MemberManager` holds the list and the states; :class:`MemberReporter` sends the reports
 and answers them; :class:`ClusterConfWatcher` re-reads ``cluster.conf`` when it changes.
@@ -54,6 +61,8 @@ class Member:
     state: MemberState = MemberState.UP
     fail_count: int = 0
     last_seen_ms: int = 0
+    #: Successful outgoing exchanges so far: a call's failure counts only if none succeeded since it began.
+    successes: int = 0
     extend: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -75,14 +84,17 @@ class Member:
 
 
 def parse_member(text: str) -> tuple[str, int]:
-    """``ip[:port]`` → (ip, port); the port defaults to 8848 as in cluster.conf."""
-    item = text.strip()
+    """``ip[:port][?raft_port=N]`` → (ip, port); the port defaults to 8848 as in cluster.conf.
+
+    Nacos's member entries may carry ``?raft_port=N`` (MEMBER_LIST, cluster.conf): accepted, not used.
+    """
+    item = text.split("?", 1)[0].strip()
     host, sep, port = item.rpartition(":")
     if not sep:
         host, port = item, str(DEFAULT_PORT)
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"bad cluster member {text!r}: expected ip[:port]")
+        raise ConfigError(f"bad cluster member {text!r}: expected ip[:port][?raft_port=N]")
     return host, int(port)
 
 
@@ -185,23 +197,47 @@ class MemberManager:
             self._changed()
         return changed
 
+    def attempt(self, address: str) -> int:
+        """A token to pass to :meth:`report_failed` for a call to ``address`` starting now."""
+        member = self.peers.get(address)
+        return member.successes if member is not None else 0
+
+    def answering(self, address: str) -> bool:
+        """True while our calls to ``address`` succeed (UP); False once one failed or it is not a member."""
+        member = self.peers.get(address)
+        return member is not None and member.state is MemberState.UP
+
     def report_succeeded(self, address: str, info: dict[str, Any] | None = None) -> None:
-        """An exchange with ``address`` worked: it is UP and its failure count resets."""
+        """An outgoing exchange with ``address`` worked: it is UP and its failure count resets."""
         member = self.peers.get(address)
         if member is None:
             return
         member.fail_count = 0
+        member.successes += 1
         member.last_seen_ms = self.now_ms()
         if member.state is not MemberState.UP:
             log.info("member %s is %s -> UP", address, member.state)
             member.state = MemberState.UP
             self._changed()
 
-    def report_failed(self, address: str, refused: bool = False) -> None:
-        """An exchange with ``address`` failed: UP → SUSPICIOUS, DOWN past fail-access-cnt or
-        at once when the connection was refused."""
+    def heard_from(self, address: str) -> bool:
+        """A peer sent us something (its report): it is alive, which says nothing about whether
+        *we* reach it. True when it is not UP here, i.e. worth an immediate report back."""
         member = self.peers.get(address)
         if member is None:
+            return False
+        member.last_seen_ms = self.now_ms()
+        return member.state is not MemberState.UP
+
+    def report_failed(self, address: str, refused: bool = False, attempt: int | None = None) -> None:
+        """An outgoing exchange with ``address`` failed: UP → SUSPICIOUS, DOWN past
+        fail-access-cnt or at once when the connection was refused. ``attempt`` (from
+        :meth:`attempt` when the call began) makes a failure stale once a later call succeeded."""
+        member = self.peers.get(address)
+        if member is None:
+            return
+        if attempt is not None and attempt != member.successes:
+            log.debug("ignoring a failed call to %s that began before its last success", address)
             return
         member.fail_count += 1
         new_state = member.state
@@ -232,33 +268,76 @@ class MemberReporter:
         self.members = members
         self.transport = transport
         self.timeout_ms = timeout_ms
+        self._probes: dict[str, asyncio.Task[None]] = {}
+        self._in_flight: set[asyncio.Task[None]] = set()
 
     def _report_body(self) -> bytes:
         return json.dumps({"node": self.members.self_member.to_nacos()}).encode()
 
     async def report_round(self) -> None:
-        """Report to every peer at once."""
+        """Report to every peer at once and wait for every answer (or its timeout)."""
         body = self._report_body()
         await asyncio.gather(*(self._report(m.address, body) for m in self.members.peer_list()))
 
+    async def report_tick(self) -> None:
+        """The periodic round: report to every peer without waiting for the answers, so a peer
+        that does not answer is counted once per interval, not once per interval + timeout
+        (at most timeout / interval + 1 reports per peer are in flight)."""
+        body = self._report_body()
+        loop = asyncio.get_running_loop()
+        for member in self.members.peer_list():
+            task = loop.create_task(self._report(member.address, body), name=f"member-report-{member.address}")
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
+
     async def _report(self, address: str, body: bytes) -> None:
+        attempt = self.members.attempt(address)
         try:
             kind, _ = await self.transport.call(address, REPORT_REQUEST, body, self.timeout_ms)
         except PeerUnavailable as exc:
-            self.members.report_failed(address, refused=exc.refused)
+            self.members.report_failed(address, refused=exc.refused, attempt=attempt)
             return
         except TimeoutError:
-            self.members.report_failed(address)
+            self.members.report_failed(address, attempt=attempt)
             return
         if kind == REPORT_RESPONSE:
             self.members.report_succeeded(address)
         else:
-            self.members.report_failed(address)
+            self.members.report_failed(address, attempt=attempt)
 
     async def handle(self, sender: str, body: bytes) -> tuple[str, bytes]:
-        """Answer a MemberReportRequest: the sender is alive; reply with this node's Member JSON."""
-        self.members.report_succeeded(sender)
+        """Answer a MemberReportRequest with this node's Member JSON. The sender is alive, but
+        only our own calls say whether we reach it: when it is not UP here, report back now."""
+        if self.members.heard_from(sender):
+            self._probe(sender)
         return REPORT_RESPONSE, self._report_body()
+
+    def _probe(self, address: str) -> None:
+        """One immediate report to ``address`` (at most one in flight per peer)."""
+        running = self._probes.get(address)
+        if running is not None and not running.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # pragma: no cover - handle() always runs on the loop
+            return
+        task = loop.create_task(self._report(address, self._report_body()), name=f"member-probe-{address}")
+        self._probes[address] = task
+        task.add_done_callback(self._probe_done)
+
+    def _probe_done(self, task: asyncio.Task[None]) -> None:
+        for address, running in list(self._probes.items()):
+            if running is task:
+                del self._probes[address]
+
+    async def stop(self) -> None:
+        """Cancel the reports in flight."""
+        tasks = [*self._probes.values(), *self._in_flight]
+        self._probes.clear()
+        self._in_flight.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class ClusterConfWatcher:

@@ -1,24 +1,30 @@
 """Applying what peers send (Nacos DistroClientDataProcessor) and emitting what we own.
 
-Outgoing: a ClientChanged of a client this node is responsible for → CHANGE to every peer; a
+Outgoing: a ClientChanged of a client this node holds natively → CHANGE to every peer; a
 ClientReleased of one → DELETE to every peer. Synced (non-native) clients are never
 re-synced. Incoming CHANGE upserts a synced client and reconciles its publications the way
 ``upgradeClient`` does — changed services are re-published, vanished ones removed — through the
 model writer (:meth:`ClientManager.replace`), so the same model events as local writes reach
-indexes and push. DELETE releases the synced client. A client this node owns is never
-overwritten by a peer's copy.
+indexes and push. DELETE releases the synced client.
+
+A client this node owns is never overwritten by a peer's copy, with the ip:port handoff's two
+exceptions (docs/protocol.md §6.3, :class:`~shoal.distro.mapper.IpPortHandoff`): an ip:port
+client received from a peer that this node is responsible for is taken over (held natively and
+sent to every peer), and one this node holds natively *without* being responsible for it (pending
+handoff) yields to the copy — CHANGE or DELETE — of the node responsible for it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from shoal.clock import Clock
 from shoal.distro import records
-from shoal.distro.mapper import DistroMapper
+from shoal.distro.mapper import DistroMapper, IpPortHandoff, responsible_id
 from shoal.distro.records import OP_CHANGE, OP_DELETE, ClientRecord
 from shoal.distro.sync import SyncEngine
-from shoal.model.client import Client
+from shoal.model.client import Client, ClientKind
 from shoal.model.clients import ClientManager
 from shoal.model.events import (
     REASON_DELETED_BY_OWNER,
@@ -37,22 +43,26 @@ class DistroProcessor:
     """Turns model changes of this node's clients into sync tasks, and applies peers' records."""
 
     def __init__(self, clock: Clock, bus: EventBus, clients: ClientManager, services: ServiceManager,
-                 mapper: DistroMapper, engine: SyncEngine) -> None:
+                 mapper: DistroMapper, engine: SyncEngine, handoff: IpPortHandoff) -> None:
         self.clock = clock
         self.bus = bus
         self.clients = clients
         self.services = services
         self.mapper = mapper
         self.engine = engine
+        self.handoff = handoff
         self.applied = 0
+        #: When a synced copy was last renewed (Distro verify may renew whole buckets lazily).
+        self.renewed_at: Callable[[Client], int] = _own_renewal
         bus.subscribe(ClientChanged, self._on_changed)
         bus.subscribe(ClientReleased, self._on_released)
 
     # --- outgoing ---------------------------------------------------------------------------
     def _on_changed(self, event: ClientChanged) -> None:
         client = event.client
-        if client.native and self.mapper.responsible_client(client):
+        if client.native:  # responsible for it, or holding it until its responsible node takes it
             self.engine.enqueue(client.client_id, OP_CHANGE)
+            self.handoff.note(client)
 
     def _on_released(self, event: ClientReleased) -> None:
         client = event.client
@@ -73,7 +83,7 @@ class DistroProcessor:
         for record in batch:
             op, client_id, _, _ = record
             if op == OP_DELETE:
-                changed += self._delete(client_id)
+                changed += self._delete(sender, client_id)
             elif op == OP_CHANGE:
                 changed += self._upsert(sender, record)
             else:
@@ -86,7 +96,10 @@ class DistroProcessor:
         now_mono = self.clock.monotonic_ms()
         client = self.clients.get(client_id)
         if client is not None and client.native:
-            return 0  # ours: a peer's copy never overwrites it
+            if not self._yields_to(client, sender):
+                return 0  # ours: a peer's copy never overwrites it
+            client.native = False  # pending handoff confirmed: ours becomes a copy of the responsible node's
+            self.handoff.confirmed(client_id)
         if client is None:
             client = Client(client_id, records.kind_of(client_id), native=False, created_ms=self.clock.now_ms(),
                             owner=sender, last_renew_ms=now_mono, last_updated_ms=now_mono)
@@ -97,15 +110,26 @@ class DistroProcessor:
         now_wall = self.clock.now_ms()
         for service in wanted:
             self.services.get_or_create(service, now_wall)
-        if self.clients.replace(client, wanted, now_mono, revision=revision):
+        replaced = self.clients.replace(client, wanted, now_mono, revision=revision)
+        self.handoff.take_over(client)  # an ip:port client this node is responsible for
+        if replaced:
             self.bus.publish(DistroSyncApplied(sender, client_id, "change"))
             return 1
         return 0
 
-    def _delete(self, client_id: str) -> int:
+    def _yields_to(self, client: Client, sender: str) -> bool:
+        """True when ``client`` is an ip:port client held here pending handoff and ``sender`` is
+        the node responsible for it."""
+        return (client.kind is ClientKind.IP_PORT and not self.mapper.responsible_client(client)
+                and self.mapper.owner_of(responsible_id(client.client_id)) == sender)
+
+    def _delete(self, sender: str, client_id: str) -> int:
         client = self.clients.get(client_id)
-        if client is None or client.native:
+        if client is None or (client.native and not self._yields_to(client, sender)):
             return 0
+        if client.native:
+            client.native = False
+            self.handoff.confirmed(client_id)
         self.clients.remove(client_id, REASON_DELETED_BY_OWNER)
         self.bus.publish(DistroSyncApplied(client.owner, client_id, "delete"))
         return 1
@@ -113,9 +137,14 @@ class DistroProcessor:
     def expire(self, expired_after_ms: int) -> int:
         """Release synced clients their owner stopped renewing (ConnectionBasedClient.isExpire)."""
         now = self.clock.monotonic_ms()
-        stale = [c.client_id for c in self.clients if not c.native and now - c.last_renew_ms > expired_after_ms]
+        renewed_at = self.renewed_at
+        stale = [c.client_id for c in self.clients if not c.native and now - renewed_at(c) > expired_after_ms]
         for client_id in stale:
             self.clients.remove(client_id, REASON_EXPIRED)
         if stale:
             log.info("expired %d synced clients not renewed for %d ms", len(stale), expired_after_ms)
         return len(stale)
+
+
+def _own_renewal(client: Client) -> int:
+    return client.last_renew_ms

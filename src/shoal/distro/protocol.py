@@ -27,15 +27,26 @@ from shoal.distro.processor import DistroProcessor
 from shoal.distro.snapshot import SNAPSHOT_REQUEST, SnapshotLoader, SnapshotServer
 from shoal.distro.sync import SYNC_REQUEST, SyncEngine, SyncReceiver
 from shoal.distro.transport import PeerTransport
-from shoal.distro.verify import DETAIL_REQUEST, DIGEST_REQUEST, VerifyReceiver, VerifySender, VerifyStats
+from shoal.distro.verify import (
+    DETAIL_REQUEST,
+    DIGEST_REQUEST,
+    SUB_REQUEST,
+    DigestIndex,
+    VerifyReceiver,
+    VerifySender,
+    VerifyStats,
+)
 from shoal.errors import Forbidden, NoHandler
-from shoal.model.client import Client
+from shoal.model.client import Client, ClientKind
 from shoal.model.clients import ClientManager
 from shoal.model.events import EventBus
 from shoal.model.services import ServiceManager
 from shoal.tasks import Periodic
 
 log = logging.getLogger(__name__)
+
+#: Up to this many clients the digests are rebuilt in one go; above, in chunks off the critical path.
+INDEX_REBUILD_INLINE = 50_000
 
 #: Answers one cluster request: (sender address, body) → (response type, response body).
 Handler = Callable[[str, bytes], Awaitable[tuple[str, bytes]]]
@@ -48,35 +59,43 @@ class DistroProtocol:
 
     def __init__(self, config: Config, clock: Clock, bus: EventBus, clients: ClientManager,
                  services: ServiceManager, members: MemberManager, transport: PeerTransport,
-                 on_renew: Callable[[Client, int], object] | None = None) -> None:
+                 on_renew: Callable[[Client, int], object] | None = None,
+                 renew_kinds: frozenset[ClientKind] | None = frozenset({ClientKind.IP_PORT})) -> None:
         self.config = config
         self.clock = clock
         self.clients = clients
         self.members = members
         self.transport = transport
-        self.loaded = not members.is_clustered()
         self.mapper = DistroMapper(members)
+        # Verify's bucket digests, kept up to date on change; while not loaded it waits.
+        self.index = DigestIndex(clients, self.mapper.responsible_client)
+        self.index.subscribe(bus)
+        self._index_task: asyncio.Task[None] | None = None
+        self.loaded = not members.is_clustered()
         self.engine = SyncEngine(config, clock, members, transport, self._record_of)
-        self.processor = DistroProcessor(clock, bus, clients, services, self.mapper, self.engine)
         self.handoff = IpPortHandoff(clock, clients, members, self.mapper, self.engine.enqueue)
-        self.sync_receiver = SyncReceiver(self.processor.apply)
+        self.processor = DistroProcessor(clock, bus, clients, services, self.mapper, self.engine, self.handoff)
+        self.processor.renewed_at = self.index.renewed_at
+        self.sync_receiver = SyncReceiver(self._apply)
         self.verifier = VerifySender(config, clients, members, self.mapper.responsible_client, transport,
-                                     self.engine, self._is_loaded)
+                                     self.engine, self._is_loaded, self.index)
         self.snapshots = SnapshotServer(clock, clients, members.self_address, config.snapshot_chunk_bytes,
                                         config.snapshot_session_ttl_ms, self._is_loaded)
-        self.loader = SnapshotLoader(config, clients, members, transport, self.processor.apply,
+        self.loader = SnapshotLoader(config, clients, members, transport, self._apply,
                                      self.engine.enqueue, self._is_loaded, self._loaded_from)
         self.reporter = MemberReporter(members, transport, config.member_report_timeout_ms)
         self.conf_watcher = ClusterConfWatcher(Path(config.cluster_conf), members) if config.cluster_conf else None
         self._routes: dict[str, Handler] = {}
-        self.receiver = VerifyReceiver(clock, clients, on_renew, self._is_loaded)  # also builds the routes
+        self.receiver = VerifyReceiver(clock, clients, on_renew, self._is_loaded, self.index,
+                                       renew_kinds)  # also builds the routes
         self._load_task: asyncio.Task[None] | None = None
         self._verify_task: asyncio.Task[None] | None = None
         members.listeners.append(self._on_members_changed)
         self.periodics = [
             Periodic("distro-verify", config.verify_interval_ms, self.verify_round),
             Periodic("distro-expiry", config.client_expire_check_interval_ms, self._expire),
-            Periodic("member-report", config.member_report_interval_ms, self.report_round, initial_delay_ms=0),
+            Periodic("member-report", config.member_report_interval_ms, self.reporter.report_tick,
+                     initial_delay_ms=0),
         ]
         if self.conf_watcher is not None:
             self.periodics.append(Periodic("cluster-conf-reload", config.cluster_conf_reload_interval_ms,
@@ -94,6 +113,7 @@ class DistroProtocol:
         self._routes = {
             SYNC_REQUEST: self.sync_receiver.handle,
             DIGEST_REQUEST: receiver.handle_digest,
+            SUB_REQUEST: receiver.handle_sub,
             DETAIL_REQUEST: receiver.handle_detail,
             SNAPSHOT_REQUEST: self.snapshots.handle,
             REPORT_REQUEST: self.reporter.handle,
@@ -119,12 +139,13 @@ class DistroProtocol:
 
     async def stop(self) -> None:
         """Cancel the load and every loop, then close the transport."""
-        for task in (self._load_task, self._verify_task):
+        for task in (self._load_task, self._verify_task, self._index_task):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         for periodic in self.periodics:
             await periodic.stop()
+        await self.reporter.stop()
         await self.engine.stop()
         await self.transport.close()
 
@@ -143,9 +164,50 @@ class DistroProtocol:
     def _is_loaded(self) -> bool:
         return self.loaded
 
+    @property
+    def loaded(self) -> bool:
+        """True once the initial snapshot load is done (or none was needed)."""
+        return self._loaded
+
+    @loaded.setter
+    def loaded(self, value: bool) -> None:
+        was = getattr(self, "_loaded", None)
+        self._loaded = value
+        if not value:
+            # While loading, thousands of copies arrive per page: the digests are rebuilt once
+            # the load is done instead of being kept up to date one client at a time.
+            self.index.active = self.index.ready = False
+        elif was is not True:
+            self._rebuild_index()
+
+    def _rebuild_index(self) -> None:
+        if self._index_task is not None and not self._index_task.done():
+            self._index_task.cancel()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None or len(self.clients) <= INDEX_REBUILD_INLINE:
+            self.index.rebuild_now()
+        else:  # a million clients take about a second: in chunks, verify waits until it is done
+            self.index.reset()
+            self._index_task = loop.create_task(self.index.rebuild(), name="distro-digest-rebuild")
+
+    def _apply(self, sender: str, batch: list[records.ClientRecord]) -> int:
+        """Apply a peer's batch, then re-read its clients into the digests (an owner may change
+        without any model event)."""
+        changed = self.processor.apply(sender, batch)
+        if self.index.active:
+            for record in batch:
+                self.index.touch_id(record[1])
+        return changed
+
     # --- the concerns' entry points (Periodics, tests) ----------------------------------------
     async def verify_round(self) -> None:
-        """One verify round to every UP/SUSPICIOUS peer (only after the initial load)."""
+        """One verify round to every UP/SUSPICIOUS peer (only after the initial load), and the
+        ip:port clients held pending handoff sent to their responsible nodes again."""
+        if self.loaded:
+            self.handoff.retry()
         await self.verifier.round()
 
     @property
@@ -177,10 +239,12 @@ class DistroProtocol:
         self.loaded = True
         self.handoff.reset()  # every loaded ip:port client is evaluated
         self.handoff.refresh()
+        self.index.touch_ip_port()
 
     def _on_members_changed(self) -> None:
         log.info("healthy members now %s", self.members.healthy_addresses())
         self.handoff.refresh()
+        self.index.touch_ip_port()  # responsibility for ip:port clients follows the member list
         # A peer that is back may have missed changes while DOWN (its queue collapsed to
         # "needs full verify"): verify now rather than at the next periodic round.
         if self.loaded and any(q.needs_full_verify for q in self.engine.queues.values()):

@@ -10,15 +10,22 @@ the owner's HTTP ``ip:port``. The protocol and the standalone answer live in
 
 HTTP forwarding (transport) and the beat checker (health) import them from here, so neither
 reaches into the other.
+
+When the owner does not answer a forwarded write in time, the forwarder asks a
+:class:`ForwardFallback` what to do (docs/protocol.md §5.5): :class:`DistroFallback` counts the
+failure against the owner and has this node handle the write itself, pending handoff.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from shoal.distro.mapper import IpPortHandoff
+from shoal.distro.members import MemberManager
 from shoal.model.ip_port import Responsibility, Standalone
 
-__all__ = ["ForwardAllTo", "Mapper", "MapperResponsibility", "Responsibility", "Standalone"]
+__all__ = ["DistroFallback", "ForwardAllTo", "ForwardFallback", "Mapper", "MapperResponsibility",
+           "Responsibility", "Standalone"]
 
 
 class Mapper(Protocol):
@@ -47,3 +54,42 @@ class ForwardAllTo:
 
     def owner_of(self, tag: str) -> str | None:
         return self.address
+
+
+class ForwardFallback(Protocol):
+    """What the HTTP forwarder does about an owner that does not answer (docs/protocol.md §5.5)."""
+
+    def answering(self, owner: str) -> bool:
+        """False when ``owner`` is known not to answer now: do not wait for it."""
+
+    def attempt(self, owner: str) -> int:
+        """A token for :meth:`failed`, taken when a forward to ``owner`` starts."""
+
+    def failed(self, owner: str, attempt: int) -> None:
+        """A forward to ``owner`` failed or timed out."""
+
+    def handle_locally(self, tag: str) -> None:
+        """This node is about to handle the write for ``tag`` itself."""
+
+
+class DistroFallback:
+    """The cluster's :class:`ForwardFallback`: an owner is answering while it is UP here; a failed
+    forward marks an UP owner SUSPICIOUS (one count per burst of forwards: reports and Distro
+    calls take it further), and the write is handled here as a pending handoff."""
+
+    def __init__(self, members: MemberManager, handoff: IpPortHandoff) -> None:
+        self.members = members
+        self.handoff = handoff
+
+    def answering(self, owner: str) -> bool:
+        return self.members.answering(owner)
+
+    def attempt(self, owner: str) -> int:
+        return self.members.attempt(owner)
+
+    def failed(self, owner: str, attempt: int) -> None:
+        if self.members.answering(owner):
+            self.members.report_failed(owner, attempt=attempt)
+
+    def handle_locally(self, tag: str) -> None:
+        self.handoff.adopt(tag)

@@ -1,12 +1,17 @@
 """Snapshot serving and loading, both sides, paged so there is no size cliff.
 
 Nacos answers SNAPSHOT with one gRPC message holding every client, which breaks past the
-10 MiB message cap. Here the first request opens a session (the sorted client ids, held for a
-minute, ``snapshot.session-ttl-ms``) and every request returns one page of at most ``snapshot.chunk-bytes``: groups of
-(owner address, syncser batch), so the loader knows whose copy each client is. A page is
-encoded off the event loop. The loader walks the pages of the first peer that answers and
-applies each as synced data; it retries the other peers, then all of them after
-``load.retryDelayMs``, until ``load.timeoutMs``.
+10 MiB message cap. Here the first request opens a session (the client ids in the manager's
+order, held for a minute, ``snapshot.session-ttl-ms``) and every request returns one page of at
+most ``snapshot.chunk-bytes``: groups of (owner address, syncser batch), so the loader knows
+whose copy each client is. Serving never holds the event loop for long: the session's id list
+is a plain copy (no sort), records are built a few services at a time with a yield to the loop
+every :data:`INSTANCES_PER_SLICE` instances (a connection client may hold a hundred thousand),
+and a page is encoded off the loop in groups of :data:`CLIENTS_PER_GROUP`. The loader walks the
+pages of the first peer that answers and applies each as synced data; each page request waits
+at most ``snapshot.request-timeout-ms``, so a hung peer costs one such wait before the next peer
+is asked. Peers known DOWN are not asked, UP ones before SUSPICIOUS ones; after a round without
+success it waits ``load.retryDelayMs`` and tries again, until ``load.timeoutMs``.
 
 :class:`SnapshotServer` answers page requests; :class:`SnapshotLoader` walks a peer's pages.
 """
@@ -24,10 +29,11 @@ from dataclasses import dataclass
 from shoal.clock import Clock
 from shoal.config import Config
 from shoal.distro import records
-from shoal.distro.members import MemberManager
+from shoal.distro.members import MemberManager, MemberState
 from shoal.distro.records import ClientRecord
 from shoal.distro.transport import PeerError, PeerTransport, PeerUnavailable
-from shoal.model.client import ClientKind
+from shoal.kernels.syncser import ServiceTuple
+from shoal.model.client import Client, ClientKind
 from shoal.model.clients import ClientManager
 from shoal.tasks import run_blocking
 
@@ -37,6 +43,8 @@ SNAPSHOT_REQUEST = "DistroSnapshotRequest"
 SNAPSHOT_RESPONSE = "DistroSnapshotResponse"
 #: Clients per encoded (owner, batch) group of a page.
 CLIENTS_PER_GROUP = 2000
+#: Instances (or clients) turned into records between two yields to the event loop.
+INSTANCES_PER_SLICE = 2000
 
 #: Applies a decoded batch as the copies held for ``owner``; returns how many clients changed.
 ApplyBatch = Callable[[str, list[ClientRecord]], int]
@@ -75,19 +83,20 @@ class SnapshotServer:
         session = self._sessions.get(session_id)
         if session is None:
             session_id = str(next(self._ids))
-            session = self._sessions[session_id] = _Session(sorted(self.clients.clients), 0)
+            session = self._sessions[session_id] = _Session(list(self.clients.clients), 0)
         session.expires_ms = now + self.session_ttl_ms
         offset = int(request.get("offset") or 0)
         grouped: dict[str, list[ClientRecord]] = defaultdict(list)
         size = 0
         position = offset
+        budget = [INSTANCES_PER_SLICE]  # instances until the next yield to the loop
         while position < len(session.ids) and size < self.chunk_bytes:
             client = self.clients.get(session.ids[position])
             position += 1
             if client is None:
                 continue
-            record = records.client_record(client)
             owner = self.self_address if client.native else client.owner
+            record = await _record_in_slices(client, budget)
             grouped[owner].append(record)
             size += records.estimated_size(record)
         groups = list(grouped.items())
@@ -98,6 +107,33 @@ class SnapshotServer:
         header = json.dumps({"session": session_id, "next": position, "done": done, "total": len(session.ids),
                              "loading": not self.is_loaded()})
         return header.encode() + b"\n" + page
+
+
+async def _record_in_slices(client: Client, budget: list[int]) -> ClientRecord:
+    """The client's sync record, built a few services at a time with a yield to the loop whenever
+    ``budget[0]`` instances have been converted (a client may publish a hundred thousand)."""
+    revision = client.revision
+    publications = list(client.publications.items())  # replaced, never mutated, by the model writer
+    services: list[ServiceTuple] = []
+    start = 0
+    while start < len(publications):
+        end = start
+        while end < len(publications) and budget[0] > 0:
+            budget[0] -= 1 + len(publications[end][1].instances)
+            end += 1
+        if end > start:
+            part = Client(client.client_id, client.kind, client.native, client.created_ms, revision=revision,
+                          publications=dict(publications[start:end]))
+            services.extend(records.client_record(part)[3])
+            start = end
+        if budget[0] <= 0:
+            budget[0] = INSTANCES_PER_SLICE
+            await asyncio.sleep(0)  # other requests (health checks, pushes) run in between
+    budget[0] -= 1
+    if budget[0] <= 0:
+        budget[0] = INSTANCES_PER_SLICE
+        await asyncio.sleep(0)
+    return (records.OP_CHANGE, client.client_id, revision, services)
 
 
 def _encode_groups(groups: list[tuple[str, list[ClientRecord]]]) -> bytes:
@@ -140,19 +176,32 @@ class SnapshotLoader:
         self.is_loaded = is_loaded
         self.on_loaded = on_loaded
 
+    def _candidates(self) -> list[str]:
+        """Peers to ask, UP ones first, then SUSPICIOUS ones; DOWN ones are not asked (a report
+        from one brings it back, and it is asked in the next round)."""
+        peers = [m for m in self.members.peer_list() if m.state is not MemberState.DOWN]
+        return [m.address for m in sorted(peers, key=lambda m: m.state is not MemberState.UP)]
+
     async def load(self) -> None:
         """Retry the peers until one load succeeds (or someone else marks this node loaded)."""
         while not self.is_loaded():
             loading_peers: list[str] = []
             for accept_loading in (False, True):
-                candidates = loading_peers if accept_loading else [m.address for m in self.members.peer_list()]
+                candidates = loading_peers if accept_loading else self._candidates()
                 for address in candidates:
+                    attempt = self.members.attempt(address)
                     try:
                         count = await self.load_from(address, accept_loading)
                     except _PeerLoading:
                         loading_peers.append(address)
                         continue
-                    except (PeerUnavailable, PeerError, TimeoutError, ValueError) as exc:
+                    except (PeerUnavailable, TimeoutError) as exc:
+                        # the transport logs the peer's state once; our own failed call counts
+                        log.debug("snapshot load from %s failed: %s", address, exc)
+                        self.members.report_failed(address, refused=isinstance(exc, PeerUnavailable) and exc.refused,
+                                                   attempt=attempt)
+                        continue
+                    except (PeerError, ValueError) as exc:
                         log.warning("snapshot load from %s failed: %s", address, exc)
                         continue
                     self.on_loaded(address, count)
@@ -166,7 +215,8 @@ class SnapshotLoader:
         total = 0
         while True:
             request = json.dumps({"session": session, "offset": offset}).encode()
-            kind, body = await self.transport.call(target, SNAPSHOT_REQUEST, request, self.config.load_timeout_ms)
+            kind, body = await self.transport.call(target, SNAPSHOT_REQUEST, request,
+                                                   self.config.snapshot_request_timeout_ms)
             if kind != SNAPSHOT_RESPONSE:
                 raise PeerError(f"{target} answered {kind}: {body[:200]!r}")
             header, groups = split_page(body)

@@ -133,6 +133,7 @@ class SyncEngine:
                 break
         if not batch:
             return 0
+        attempt = self.members.attempt(target)
         try:
             kind, body = await self.transport.call(target, SYNC_REQUEST, records.encode(batch),
                                                    self.config.sync_timeout_ms)
@@ -146,13 +147,19 @@ class SyncEngine:
             for cid, (op, _) in taken.items():
                 if cid not in queue.pending:  # a newer task for the key supersedes the retry
                     queue.pending[cid] = (op, retry_at)
-            log.warning("sync of %d clients to %s failed (%s); retrying in %d ms", len(batch), target, exc,
-                        queue.backoff_ms)
-            if isinstance(exc, PeerUnavailable):
-                self.members.report_failed(target, refused=exc.refused)
+            if isinstance(exc, PeerError):
+                log.warning("sync of %d clients to %s failed (%s); retrying in %d ms", len(batch), target, exc,
+                            queue.backoff_ms)
+            else:  # unreachable or silent: the transport logs the peer's state, once
+                log.debug("sync of %d clients to %s failed (%s); retrying in %d ms", len(batch), target, exc,
+                          queue.backoff_ms)
+                # our own calls to a peer decide its state (docs/protocol.md §6.2)
+                self.members.report_failed(target, refused=isinstance(exc, PeerUnavailable) and exc.refused,
+                                           attempt=attempt)
             return 0
         queue.backoff_ms = 0
         queue.sent_batches += 1
+        self.members.report_succeeded(target)
         return len(batch)
 
     def pending_count(self) -> int:

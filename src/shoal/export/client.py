@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
 import tarfile
 import tempfile
@@ -19,40 +20,45 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="download an Arrow snapshot from a running node",
         description="Ask a running node for a fresh Arrow snapshot (instances, clients, services, "
                     "events) and unpack it into --out as <node>-<taken_at_ms>/. Needs an admin "
-                    "token (or --username/--password) when the node runs with auth.",
+                    "token (or --username with --password-file) when the node runs with auth.",
     )
-    parser.add_argument("--addr", required=True, metavar="HOST:PORT", help="the node's main (HTTP) address")
+    parser.add_argument("--addr", required=True, metavar="HOST:PORT",
+                        help="the node's main (HTTP) address; https://HOST:PORT for a node serving HTTPS")
+    parser.add_argument("--ca-file", metavar="PEM", help="CA certificates to verify an HTTPS node with "
+                        "(default: the system's)")
     parser.add_argument("--out", required=True, metavar="DIR", help="directory to unpack the snapshot into")
     parser.add_argument("--token", help="accessToken of an admin user")
     parser.add_argument("--username", help="admin user (logs in to get a token)")
-    parser.add_argument("--password-file", help="file holding the admin user's password")
+    parser.add_argument("--password-file", metavar="FILE", help="file holding the admin user's password")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the node (default 300)")
     parser.set_defaults(func=_cmd_export)
 
 
-def _login(base: str, username: str, password: str, timeout: float) -> str:
+def _login(base: str, username: str, password: str, timeout: float, context: ssl.SSLContext | None) -> str:
     data = urllib.parse.urlencode({"username": username, "password": password}).encode()
-    with urllib.request.urlopen(f"{base}/nacos/v1/auth/login", data=data, timeout=timeout) as resp:
+    with urllib.request.urlopen(f"{base}/nacos/v1/auth/login", data=data, timeout=timeout, context=context) as resp:
         return str(json.loads(resp.read())["accessToken"])
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    base = f"http://{args.addr}"
+    base = args.addr if args.addr.startswith(("http://", "https://")) else f"http://{args.addr}"
+    base = base.rstrip("/")
     token = args.token or ""
     try:
+        context = ssl.create_default_context(cafile=args.ca_file) if base.startswith("https://") else None
         if not token and args.username:
             if not args.password_file:
                 print("shoal export: --username needs --password-file", file=sys.stderr)
                 return 2
             password = Path(args.password_file).read_text(encoding="utf-8").strip()
-            token = _login(base, args.username, password, args.timeout)
+            token = _login(base, args.username, password, args.timeout, context)
         url = f"{base}/nacos/v1/shoal/export"
         if token:
             url += "?" + urllib.parse.urlencode({"accessToken": token})
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile() as spool:
-            with urllib.request.urlopen(url, timeout=args.timeout) as resp:
+            with urllib.request.urlopen(url, timeout=args.timeout, context=context) as resp:
                 while chunk := resp.read(1024 * 1024):
                     spool.write(chunk)
             spool.seek(0)

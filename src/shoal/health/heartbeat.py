@@ -11,7 +11,10 @@ metadata (the instance's own value was applied when it was tracked):
   (UnhealthyInstanceChecker); a later beat marks it healthy again.
 
 Both publish the model events, so subscribers (gRPC ones included) are pushed and Distro syncs
-the client. The same round releases empty ip:port clients this node is responsible for once
+the client. A round that comes far too late (the node was stopped, e.g. SIGSTOP, or its loop
+stalled: more than ``STALL_GRACE_MS`` past the interval) judges nothing: beats sent meanwhile went
+to the nodes that stood in for it, so every beat window restarts instead (issue 11 item 2).
+The same round releases empty ip:port clients this node is responsible for once
 they have been idle for ``nacos.naming.client.expired.time`` (IpPortBasedClient.isExpire).
 """
 
@@ -29,6 +32,9 @@ from shoal.model.services import ServiceManager
 
 log = logging.getLogger(__name__)
 
+#: A beat-check round this much later than its interval means this node was not running.
+STALL_GRACE_MS = 10_000
+
 
 class HeartbeatChecker:
     """One round of the beat check; run it with a Periodic (app.py owns it)."""
@@ -41,8 +47,17 @@ class HeartbeatChecker:
         self.services = services
         self.beats = beats
         self.responsibility = responsibility
+        self._last_tick_ms: int | None = None
 
     async def tick(self) -> None:
+        """One periodic round; after a stop or a stall longer than ``STALL_GRACE_MS`` past the
+        interval, the beat windows restart instead of being judged."""
+        now = self.clock.monotonic_ms()
+        last, self._last_tick_ms = self._last_tick_ms, now
+        if last is not None and now - last > self.config.beat_check_interval_ms + STALL_GRACE_MS:
+            restarted = self.beats.renew_all(now)
+            log.warning("the beat check did not run for %d ms (this node was stopped or stalled): the beat "
+                        "windows of %d instances restart instead of being judged", now - last, restarted)
         self.scan()
 
     def scan(self) -> dict[str, int]:
@@ -74,15 +89,14 @@ class HeartbeatChecker:
                 self.beats.renew(client_id, service, self.clock.monotonic_ms())
                 stats["skipped"] += 1
                 continue
+            idle_ms = self._idle_ms(client_id, service)  # read first: expiry drops the beat record
             if remove:
                 if self.beats.expire(client, service):
                     stats["removed"] += 1
-                    log.info("[AUTO-DELETE-IP] %s of %s: no beat for %d ms", client_id, service,
-                             self._idle_ms(client_id, service))
+                    log.info("[AUTO-DELETE-IP] %s of %s: no beat for %d ms", client_id, service, idle_ms)
             elif self.beats.set_health(client, service, False):
                 stats["unhealthy"] += 1
-                log.info("[IP-DISABLED] %s of %s: no beat for %d ms", client_id, service,
-                         self._idle_ms(client_id, service))
+                log.info("[IP-DISABLED] %s of %s: no beat for %d ms", client_id, service, idle_ms)
 
     def _idle_ms(self, client_id: str, service: ServiceKey) -> int:
         last = self.beats.last_beat_ms(client_id, service)

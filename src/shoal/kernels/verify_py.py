@@ -24,14 +24,20 @@ Wire-level contract between Shoal nodes (changing any of it breaks mixed-version
 
 Ids must be ``str`` (``TypeError`` otherwise; a lone surrogate raises ``UnicodeEncodeError``),
 revisions ints in ``[0, 2**63 - 1]`` (``ValueError`` otherwise), bucket counts at least 1.
+
+The detail phase of verify (mismatched buckets only) compares sorted arrays of 64-bit keys with
+:func:`diff_sorted`; :func:`salted32` turns per-client digest terms into the 32-bit values those
+keys carry, salted per round so that a chance collision never hides the same difference twice.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ["bucket_digests", "bucket_of", "diff_revisions", "fnv1a64", "splitmix64"]
+__all__ = [
+    "bucket_digests", "bucket_of", "diff_revisions", "diff_sorted", "fnv1a64", "salted32", "splitmix64", "sub_keys",
+]
 
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 FNV_OFFSET = 0xCBF29CE484222325
@@ -105,3 +111,85 @@ def diff_revisions(local: Mapping[str, int], remote: Mapping[str, int]) -> tuple
     stale.sort()
     extra.sort()
     return missing, stale, extra
+
+
+def _sorted_u64(values: Iterable[int], name: str) -> list[int]:
+    out: list[int] = []
+    prev = 0
+    for i, value in enumerate(values):
+        value = operator.index(value)
+        if not 0 <= value <= _MASK64:
+            raise ValueError(f"{name}[{i}] out of range [0, 2**64 - 1]: {value}")
+        if value < prev:
+            raise ValueError(f"{name} is not sorted at position {i}")
+        out.append(value)
+        prev = value
+    return out
+
+
+def diff_sorted(a: Iterable[int], b: Iterable[int]) -> tuple[list[int], list[int]]:
+    """``(only_a, only_b)``: the multiset differences of two non-decreasing arrays of uint64.
+
+    Every value of ``a`` and ``b`` must be an int in ``[0, 2**64 - 1]`` and each array sorted
+    ascending (``ValueError`` otherwise; ``a`` is checked completely before ``b``). Equal values
+    pair off one for one; both results are sorted. ``array('Q')`` inputs take the compiled fast path.
+    """
+    xs = _sorted_u64(a, "a")
+    ys = _sorted_u64(b, "b")
+    only_a: list[int] = []
+    only_b: list[int] = []
+    i = j = 0
+    while i < len(xs) and j < len(ys):
+        x, y = xs[i], ys[j]
+        if x == y:
+            i += 1
+            j += 1
+        elif x < y:
+            only_a.append(x)
+            i += 1
+        else:
+            only_b.append(y)
+            j += 1
+    only_a.extend(xs[i:])
+    only_b.extend(ys[j:])
+    return only_a, only_b
+
+
+def salted32(values: Iterable[int], salt: int) -> list[int]:
+    """``splitmix64(value ^ salt) >> 32`` for every value (ints in ``[0, 2**64 - 1]``, ``ValueError``
+    otherwise; only ``salt mod 2**64`` matters)."""
+    salt = operator.index(salt) & _MASK64
+    out: list[int] = []
+    for value in values:
+        value = operator.index(value)
+        if not 0 <= value <= _MASK64:
+            raise ValueError(f"value out of range [0, 2**64 - 1]: {value}")
+        out.append(splitmix64(value ^ salt) >> 32)
+    return out
+
+
+def sub_keys(fnvs: Sequence[int], terms: Sequence[int], n_buckets: int, k: int, salt: int) -> list[int]:
+    """``sub << 32 | salted32(term)`` per client, where ``sub = (fnv % n) * k + (fnv // n) % k``.
+
+    ``fnvs`` and ``terms`` are parallel (``ValueError`` when their lengths differ), ints in
+    ``[0, 2**64 - 1]`` (``ValueError`` otherwise, every fnv checked before any term);
+    ``n_buckets`` and ``k`` at least 1 with ``n_buckets * k < 2**32``.
+    """
+    if len(fnvs) != len(terms):
+        raise ValueError(f"fnvs and terms differ in length: {len(fnvs)} != {len(terms)}")
+    n_buckets = _check_buckets(n_buckets)
+    k = _check_buckets(k)
+    if n_buckets * k > 0xFFFFFFFF:
+        raise ValueError(f"n_buckets * k must be below 2**32, got {n_buckets * k}")
+    checked = []
+    for name, values in (("fnvs", fnvs), ("terms", terms)):
+        out = []
+        for i, value in enumerate(values):
+            value = operator.index(value)
+            if not 0 <= value <= _MASK64:
+                raise ValueError(f"{name}[{i}] out of range [0, 2**64 - 1]: {value}")
+            out.append(value)
+        checked.append(out)
+    salt = operator.index(salt) & _MASK64
+    return [((f % n_buckets) * k + (f // n_buckets) % k) << 32 | splitmix64(t ^ salt) >> 32
+            for f, t in zip(checked[0], checked[1], strict=True)]

@@ -47,8 +47,10 @@ class Publication:
 class Client:
     """Publications and subscriptions of one client, with its revision.
 
-    ``native`` is true when this node is responsible for the client (its connection is here,
-    or the Distro hash maps its ip:port here); synced copies from peers are not native.
+    ``native`` is true when this node holds the client's authoritative state: its connection is
+    here, or the Distro hash maps its ip:port here, or (ip:port only) it holds the client until
+    the responsible node takes it over (pending handoff, docs/protocol.md §6.3); synced copies
+    from peers are not native.
 
     Plain data: publications, subscriptions, health and revision are changed only through
     :class:`shoal.model.clients.ClientManager`, which also publishes the model events.

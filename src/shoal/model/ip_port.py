@@ -143,6 +143,12 @@ class BeatTable:
         self.last_beat[slot] = beat_ms
         return True
 
+    def renew_all(self, beat_ms: int) -> int:
+        """Restart every tracked publication's beat window (after this node was not running)."""
+        for slot in self._slots.values():
+            self.last_beat[slot] = beat_ms
+        return len(self._slots)
+
     def renew_client(self, client_id: str, beat_ms: int) -> int:
         """Renew every publication of a client (Distro verify of an ip:port client, docs/protocol.md §6.5)."""
         client = self._clients.get(client_id)

@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -48,33 +49,37 @@ os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
-def free_port_block(offsets: tuple[int, ...] = (0, 1000, 1001), avoid: Sequence[int] = ()) -> int:
-    """A main port P with P+offset free on 127.0.0.1 for every offset (HTTP, SDK gRPC, cluster),
-    not overlapping the blocks of the main ports in ``avoid``."""
+def free_port_block(offsets: tuple[int, ...] = (0, 1000, 1001), avoid: Sequence[int] = (),
+                    host: str = HOST) -> int:
+    """A main port P with P+offset free for every offset (HTTP, SDK gRPC, cluster) on ``host``
+    and on 127.0.0.1, not overlapping the blocks of the main ports in ``avoid``."""
     taken = {p + o for p in avoid for o in offsets}
+    hosts = dict.fromkeys((host, HOST))  # a node on 127.0.0.x must not collide with 127.0.0.1's
     for _ in range(200):
         with socket.socket() as s:
-            s.bind((HOST, 0))
+            s.bind((host, 0))
             base = int(s.getsockname()[1])
         if base + max(offsets) >= 65535 or any(base + o in taken for o in offsets):
             continue
-        ok = True
-        for off in offsets:
-            with socket.socket() as probe:
-                try:
-                    probe.bind((HOST, base + off))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
+        if all(_bindable(h, base + off) for off in offsets for h in hosts):
             return base
-    raise RuntimeError("no free block of loopback ports")
+    raise RuntimeError(f"no free block of ports on {host}")
 
 
-def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
-    """(status, body) of a GET; HTTP errors are answers too, only transport errors raise."""
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def http_get(url: str, timeout: float = 2.0, context: ssl.SSLContext | None = None) -> tuple[int, str]:
+    """(status, body) of a GET (``https://`` with ``context``); HTTP errors are answers too, only
+    transport errors raise."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:
             return int(resp.status), resp.read().decode()
     except urllib.error.HTTPError as exc:
         return int(exc.code), exc.read().decode()
@@ -103,13 +108,16 @@ class ServerProcess:
     to ``<data_dir>/server.log`` (a restarted node keeps one log). ``entry`` replaces
     ``-m shoal`` (e.g. ``["-c", code]``); ``die_with_parent`` wraps the command in
     :data:`DIE_WITH_PARENT` (only from a thread that outlives the server: the kernel signals
-    when the starting thread exits).
+    when the starting thread exits). ``https`` is the client context for a node whose HTTP
+    port serves TLS (``server.ssl.*``): its URLs are then ``https://`` and every probe goes
+    through that context.
     """
 
     def __init__(self, port: int, data_dir: Path, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
                  *, entry: Sequence[str] = ("-m", "shoal"), die_with_parent: bool = False,
-                 host: str = HOST) -> None:
+                 host: str = HOST, https: ssl.SSLContext | None = None) -> None:
         self.host = host
+        self.https = https
         self.port = port
         self.data_dir = data_dir
         self.log_path = data_dir / "server.log"
@@ -134,7 +142,7 @@ class ServerProcess:
         return f"{self.host}:{self.port}"
 
     def url(self, path: str) -> str:
-        return f"http://{self.host}:{self.port}{path}"
+        return f"{'https' if self.https is not None else 'http'}://{self.host}:{self.port}{path}"
 
     # --- the process --------------------------------------------------------------------------
     @property
@@ -178,7 +186,7 @@ class ServerProcess:
     def ready(self) -> bool:
         self.check_alive()
         try:
-            return http_get(self.url(READINESS), 0.5)[0] == 200
+            return http_get(self.url(READINESS), 0.5, self.https)[0] == 200
         except OSError:
             return False
 
@@ -209,7 +217,7 @@ class ServerProcess:
 
     # --- what it reports ----------------------------------------------------------------------
     def prometheus(self) -> str:
-        status, text = http_get(self.url(PROMETHEUS), 5.0)
+        status, text = http_get(self.url(PROMETHEUS), 5.0, self.https)
         if status != 200:
             raise RuntimeError(f"prometheus on {self.port} answered {status}")
         return text
@@ -231,7 +239,7 @@ class ServerProcess:
 
     def members(self) -> list[dict[str, Any]]:
         """The node's member list (/nacos/v1/core/cluster/nodes), empty if it does not answer 200."""
-        status, text = http_get(self.url("/nacos/v1/core/cluster/nodes"), 2.0)
+        status, text = http_get(self.url("/nacos/v1/core/cluster/nodes"), 2.0, self.https)
         if status != 200:
             return []
         body = json.loads(text)

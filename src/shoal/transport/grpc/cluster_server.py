@@ -18,6 +18,7 @@ from shoal.distro.transport import MEMBER_HEADER
 from shoal.errors import Code, Forbidden, NacosError
 from shoal.kernels.payload import decode, encode
 from shoal.metrics import Metrics
+from shoal.tls import PortTls
 from shoal.transport.grpc import codec
 from shoal.transport.grpc.transports import GrpcTransport, make_transport
 
@@ -31,8 +32,9 @@ class ClusterServer:
     (the DistroProtocol) and turns failures into ErrorResponse payloads; its transport is the
     configured one (native or grpcio)."""
 
-    def __init__(self, config: Config, dispatch: Dispatch, metrics: Metrics) -> None:
+    def __init__(self, config: Config, dispatch: Dispatch, metrics: Metrics, tls: PortTls | None = None) -> None:
         self.config = config
+        self.tls = tls  # None: plaintext
         self.dispatch = dispatch
         self.metrics = metrics
         self._transport: GrpcTransport | None = None
@@ -40,7 +42,7 @@ class ClusterServer:
     async def start(self) -> None:
         """Bind the cluster port (OSError when it is taken) and start serving."""
         transport = make_transport(self.config, self.config.cluster_port, "cluster gRPC", self, None,
-                                   self.config.cluster_max_inbound_message_size)
+                                   self.config.cluster_max_inbound_message_size, self.tls)
         await transport.start()
         self._transport = transport
 

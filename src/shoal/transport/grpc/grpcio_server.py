@@ -21,6 +21,8 @@ import grpc
 
 from shoal.config import Config
 from shoal.kernels.payload import PayloadDecodeError
+from shoal.tls import PortTls
+from shoal.tls import describe as describe_tls
 from shoal.transport.grpc.connections import ConnectionGone
 from shoal.transport.grpc.transports import StreamService, UnaryService
 
@@ -106,8 +108,9 @@ class GrpcioServer:
     """One port served by grpc.aio."""
 
     def __init__(self, config: Config, port: int, label: str, unary: UnaryService,
-                 streams: StreamService | None, max_message: int) -> None:
+                 streams: StreamService | None, max_message: int, tls: PortTls | None = None) -> None:
         self.config = config
+        self.tls = tls
         self.port = port
         self.label = label
         self.unary_service = unary
@@ -136,14 +139,20 @@ class GrpcioServer:
         server.add_generic_rpc_handlers(handlers)
         address = f"{self.config.host}:{self.port}"
         try:
-            bound = server.add_insecure_port(address)
+            if self.tls is None:
+                bound = server.add_insecure_port(address)
+            else:  # TLS only; grpc offers ALPN h2 itself
+                credentials = grpc.ssl_server_credentials(
+                    [(self.tls.unencrypted_key(), self.tls.cert_chain)], root_certificates=self.tls.trust,
+                    require_client_auth=self.tls.settings.mutual)
+                bound = server.add_secure_port(address, credentials)
         except RuntimeError as exc:  # grpc reports a failed bind this way
             raise OSError(f"cannot listen on {address} for {self.label}: {exc}") from None
         if bound == 0:
             raise OSError(f"cannot listen on {address} for {self.label} (address in use?)")
         await server.start()
         self._server = server
-        log.info("%s server listening on %s (transport grpcio)", self.label, address)
+        log.info("%s server listening on %s (transport grpcio, %s)", self.label, address, describe_tls(self.tls))
 
     async def stop(self, grace_s: float) -> None:
         if self._server is not None:

@@ -9,6 +9,24 @@ batch, and not while the socket is paused (``pause_writing``). Unsent output per
 bounded (``shoal.remote.outbound-queue-bytes``) and a peer that reads nothing for
 ``shoal.remote.write-stall-timeout-ms`` is ejected. A stop sends GOAWAY, lets running calls
 finish within the grace time, then closes every socket.
+
+HTTP/2 abuse (issue 10 item 3) is bounded per connection by ``shoal.remote.h2.*`` (see
+:func:`session_limits`): nghttp2's options for concurrent streams, the rapid-reset token
+bucket, unsent PING/SETTINGS ACKs and SETTINGS entries; the session's own count of
+CONTINUATION frames and its read-buffer budget; here, a connection that has not sent the
+preface within ``shoal.remote.h2.preface-timeout-ms`` is closed. A connection ended for
+abuse gets a GOAWAY and is closed at once (its calls end as if the peer had gone), and is
+aborted if its peer does not let the close finish within a short linger. Its drops are
+logged at DEBUG only, so that a flood of bad connections is not a flood of log lines.
+Answers are bounded too: once a connection's unwritten answers pass
+``shoal.remote.outbound-queue-bytes``, its further requests wait, unread, until they drain.
+
+The grpc.aio transport relies on grpc core's own limits instead: its
+``grpc.max_concurrent_streams`` and ``grpc.max_metadata_size`` channel arguments, the
+RST_STREAM pushback it added after CVE-2023-44487 (it lowers MAX_CONCURRENT_STREAMS after
+resets and refuses streams over the lowered cap), its ping-strike policy
+(``grpc.http2.max_ping_strikes``, disabled by that server) and its handshake timeout
+(``grpc.server_handshake_timeout_ms``, 120 s). Those are not set from ``shoal.remote.h2.*``.
 """
 
 from __future__ import annotations
@@ -19,6 +37,7 @@ import functools
 import inspect
 import logging
 import socket
+from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +45,8 @@ from typing import Any
 from shoal._ext import h2grpc
 from shoal.config import Config
 from shoal.kernels.payload import PayloadDecodeError
+from shoal.tls import ALPN_H2, PortTls
+from shoal.tls import describe as describe_tls
 from shoal.transport.grpc.connections import Connection, ConnectionGone
 from shoal.transport.grpc.transports import StreamService, UnaryService
 
@@ -33,7 +54,24 @@ log = logging.getLogger(__name__)
 
 UNARY_PATH = "/Request/request"
 STREAM_PATH = "/BiRequestStream/requestBiStream"
+#: A client that has not finished its TLS handshake by then is dropped.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+CLOSE_LINGER_S = 2.0  # after a close for abuse, how long the peer may take to read the GOAWAY
+
+
+def session_limits(config: Config) -> dict[str, int]:
+    """The ``H2Session`` keyword arguments that carry ``shoal.remote.h2.*``."""
+    return {
+        "max_concurrent_streams": config.h2_max_concurrent_streams,
+        "max_header_list": config.h2_max_header_list_size,
+        "reset_burst": config.h2_reset_burst,
+        "reset_rate": config.h2_reset_rate,
+        "max_outbound_ack": config.h2_max_outbound_ack,
+        "max_settings": config.h2_max_settings,
+        "max_continuations": config.h2_max_continuations,
+        "max_read_buffer": config.h2_max_read_buffer_bytes,
+    }
 
 
 def parse_grpc_timeout(value: str) -> float | None:
@@ -83,8 +121,8 @@ class H2Connection(asyncio.Protocol):
     """One TCP connection: an HTTP/2 session carrying gRPC calls (one Nacos connection)."""
 
     # One per TCP connection, 10,000s of them idle: no per-instance __dict__.
-    __slots__ = ("_drained", "_flush_pending", "_stall_timer", "_to_arm", "calls", "loop", "lost", "paused", "peer",
-                 "server", "session", "transport")
+    __slots__ = ("_abuse_logged", "_drained", "_flush_pending", "_held", "_held_bytes", "_linger", "_preface_timer",
+                 "_stall_timer", "_to_arm", "calls", "loop", "lost", "paused", "peer", "server", "session", "transport")
 
     def __init__(self, server: NativeGrpcServer) -> None:
         self.server = server
@@ -97,8 +135,13 @@ class H2Connection(asyncio.Protocol):
         self.lost = False
         self._flush_pending = False
         self._stall_timer: asyncio.TimerHandle | None = None
+        self._preface_timer: asyncio.TimerHandle | None = None
         self._drained = 0  # outbound message bytes framed so far (progress of a slow reader)
         self._to_arm: list[_Call] = []  # calls with a grpc-timeout, timer not armed yet
+        self._abuse_logged = False
+        self._linger: asyncio.TimerHandle | None = None  # aborts a close that a bad peer holds up
+        self._held: deque[tuple[int, int, Any, Any]] = deque()  # events waiting for output to drain
+        self._held_bytes = 0  # request bytes in _held
 
     # --- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -110,40 +153,86 @@ class H2Connection(asyncio.Protocol):
         if sock is not None:  # a peer that vanished without a FIN is found by TCP keep-alive
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        self.session = h2grpc.H2Session(self.server.max_message)
+        self.session = h2grpc.H2Session(self.server.max_message, **session_limits(self.server.config))
         self.server.connections.add(self)
+        self._preface_timer = self.loop.call_later(self.server.config.h2_preface_timeout_ms / 1000,
+                                                   self._preface_check)
         self.flush()
 
     def data_received(self, data: bytes) -> None:
         try:
             events = self.session.feed(data)
-        except h2grpc.H2Error as exc:  # not HTTP/2 (bad preface) or a protocol error: drop the peer
-            log.debug("closing %s: %s", self.peer, exc)
-            self.flush()
+        except h2grpc.H2Error as exc:  # not HTTP/2 (bad preface), a protocol error or a flood: drop the peer
+            self._log_abuse(str(exc))
+            self.flush()  # the GOAWAY the session queued, if the peer reads at all
             self.abort()
             return
         if events:
             self._handle(events)
+        if self.session.abuse is not None:
+            self._log_abuse(self.session.abuse)
         self.flush()
+
+    def _log_abuse(self, reason: str) -> None:
+        # Debug only: a flood of bad connections must not become a flood of log lines.
+        if not self._abuse_logged:
+            self._abuse_logged = True
+            log.debug("closing %s: %s", self.peer, reason)
+
+    def _preface_check(self) -> None:
+        self._preface_timer = None
+        if not self.lost and not self.session.preface_received:
+            stall_ms = self.server.config.h2_preface_timeout_ms
+            self._log_abuse(f"no HTTP/2 preface within {stall_ms} ms")
+            self.abort()
 
     def pause_writing(self) -> None:
         # The peer is not reading: stop reading its requests too, so their answers cannot pile up.
         self.paused = True
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self._update_reading()
         self._arm_stall_timer()
 
     def resume_writing(self) -> None:
         self.paused = False
-        if self.transport is not None and not self.lost:
-            self.transport.resume_reading()
+        self._update_reading()
         self.flush()
+
+    def _update_reading(self) -> None:
+        """Read unless the socket is paused or the requests held back pass the outbound bound.
+
+        Reading goes on while requests are merely held: the peer's WINDOW_UPDATEs, which let
+        the held-up answers out, arrive on the same socket (stopping at once deadlocked a
+        peer fetching snapshot pages bigger than the bound).
+        """
+        if self.transport is None or self.lost:
+            return
+        if self.paused or self._held_bytes > self.server.config.outbound_queue_bytes:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
+    def _output_full(self) -> bool:
+        transport = self.transport
+        buffered = self.session.backlog + (transport.get_write_buffer_size() if transport is not None else 0)
+        return bool(buffered > self.server.config.outbound_queue_bytes)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self._held.clear()
+        self._held_bytes = 0
         self.server.connections.discard(self)
+        # Drop the timer handles too: each holds a bound method of this connection, a cycle that
+        # would keep the connection and its nghttp2 session alive until a full GC pass (the node
+        # runs the collector rarely), so that a stream of short connections would grow the RSS.
         if self._stall_timer is not None:
             self._stall_timer.cancel()
+            self._stall_timer = None
+        if self._preface_timer is not None:
+            self._preface_timer.cancel()
+            self._preface_timer = None
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         streams = self.server.streams
         for call in list(self.calls.values()):
             self._finish_call(call, "transport closed")
@@ -170,7 +259,14 @@ class H2Connection(asyncio.Protocol):
         self._to_arm.clear()
 
     def _handle_events(self, events: list[tuple[int, int, Any, Any]]) -> None:
-        for kind, stream_id, a, b in events:
+        """Act on the session's events in order. Once the answers not yet written pass
+        ``shoal.remote.outbound-queue-bytes``, the rest wait in ``_held`` until output drains
+        (reading stops once they pass that bound too): pipelined requests cannot make the node
+        build thousands of answers that their peer never reads."""
+        if self._held:
+            self._hold(events)
+            return
+        for at, (kind, stream_id, a, b) in enumerate(events):
             if kind == h2grpc.EV_MESSAGE:
                 call = self.calls.get(stream_id)
                 if call is None:
@@ -180,6 +276,9 @@ class H2Connection(asyncio.Protocol):
                         self.server.streams.stream_message(call.conn, a)
                 elif call.answered:
                     self.session.send_trailers(stream_id, h2grpc.INTERNAL, "more than one request message")
+                elif self._output_full():
+                    self._hold(events[at:])
+                    return
                 else:
                     call.answered = True
                     self._answer(call, a)
@@ -204,6 +303,11 @@ class H2Connection(asyncio.Protocol):
                 call = self.calls.get(stream_id)
                 if call is not None:
                     self._finish_call(call, f"stream failed: {b}")
+
+    def _hold(self, events: list[tuple[int, int, Any, Any]]) -> None:
+        self._held.extend(events)
+        self._held_bytes += sum(len(a) if kind == h2grpc.EV_MESSAGE else 64 for kind, _, a, _ in events)
+        self._update_reading()
 
     def _new_call(self, stream_id: int, path: str, headers: dict[str, str]) -> None:
         streams = self.server.streams
@@ -322,8 +426,18 @@ class H2Connection(asyncio.Protocol):
             events = self.session.take_events()
             if events:
                 self._handle(events)
-        if self.session.is_done() or (self.session.goaway_sent and not self.calls):
-            self.transport.close()  # after GOAWAY, once the last call is over
+            if self._held and not self._output_full():  # output drained: the held requests go on
+                held = list(self._held)
+                self._held.clear()
+                self._held_bytes = 0
+                self._handle(held)
+                self._update_reading()
+                self.schedule_flush()
+        abuse = self.session.abuse
+        if self.session.is_done() or abuse is not None or (self.session.goaway_sent and not self.calls):
+            self.transport.close()  # after GOAWAY, once the last call is over (at once for abuse)
+            if abuse is not None and self._linger is None:  # a misbehaving peer gets no say in how long that takes
+                self._linger = self.loop.call_later(CLOSE_LINGER_S, self.abort)
         elif self.paused or self.session.backlog:
             self._arm_stall_timer()
 
@@ -372,8 +486,9 @@ class NativeGrpcServer:
     """One port served by the native transport."""
 
     def __init__(self, config: Config, port: int, label: str, unary: UnaryService,
-                 streams: StreamService | None, max_message: int) -> None:
+                 streams: StreamService | None, max_message: int, tls: PortTls | None = None) -> None:
         self.config = config
+        self.tls = tls
         self.port = port
         self.label = label
         self.unary = unary
@@ -386,12 +501,17 @@ class NativeGrpcServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         address = f"{self.config.host}:{self.port}"
+        # TLS through the loop's SSL transport: H2Connection sees decrypted bytes, and a client that
+        # does not complete a TLS handshake never reaches it (no plaintext beside TLS).
+        ssl_context = self.tls.server_context(alpn=[ALPN_H2]) if self.tls is not None else None
         try:
             self._server = await loop.create_server(functools.partial(H2Connection, self), self.config.host,
-                                                    self.port, reuse_address=True, backlog=1024)
+                                                    self.port, reuse_address=True, backlog=1024, ssl=ssl_context,
+                                                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if ssl_context
+                                                    else None)
         except OSError as exc:
             raise OSError(f"cannot listen on {address} for {self.label}: {exc.strerror or exc}") from None
-        log.info("%s server listening on %s (transport native)", self.label, address)
+        log.info("%s server listening on %s (transport native, %s)", self.label, address, describe_tls(self.tls))
 
     def closed_one(self) -> None:
         if not self.connections and self._all_closed is not None:

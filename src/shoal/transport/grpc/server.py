@@ -35,6 +35,7 @@ from shoal.errors import (
 )
 from shoal.kernels.payload import PayloadDecodeError, decode, encode
 from shoal.metrics import Metrics
+from shoal.tls import PortTls
 from shoal.transport.grpc import codec
 from shoal.transport.grpc.connections import Connection, ConnectionGone, ConnectionManager, StreamSink, is_success
 from shoal.transport.grpc.handlers import CLUSTER_ONLY_TYPES, Handler, RequestContext
@@ -60,8 +61,9 @@ class SdkServer:
 
     def __init__(self, config: Config, manager: ConnectionManager, handlers: dict[str, Handler],
                  is_serving: Callable[[], bool], metrics: Metrics, port: int,
-                 source: str = "sdk", auth: AuthFilter | None = None) -> None:
+                 source: str = "sdk", auth: AuthFilter | None = None, tls: PortTls | None = None) -> None:
         self.config = config
+        self.tls = tls  # None: plaintext
         self.auth = auth  # Nacos RemoteRequestAuthFilter: raises Forbidden
         self.manager = manager
         self.handlers = dict(handlers)
@@ -75,7 +77,7 @@ class SdkServer:
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         transport = make_transport(self.config, self.port, f"{self.source} gRPC", self, self,
-                                   self.config.max_inbound_message_size)
+                                   self.config.max_inbound_message_size, self.tls)
         await transport.start()
         self._transport = transport
 

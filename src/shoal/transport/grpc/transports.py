@@ -22,6 +22,7 @@ from typing import Protocol
 
 from shoal.config import Config
 from shoal.errors import ConfigError
+from shoal.tls import PortTls
 from shoal.transport.grpc.connections import Connection, StreamSink
 
 log = logging.getLogger(__name__)
@@ -87,11 +88,11 @@ def transport_name(config: Config) -> str:
 
 
 def make_transport(config: Config, port: int, label: str, unary: UnaryService, streams: StreamService | None,
-                   max_message: int) -> GrpcTransport:
-    """The configured transport for one port (not started)."""
+                   max_message: int, tls: PortTls | None = None) -> GrpcTransport:
+    """The configured transport for one port (not started); with ``tls`` it serves TLS only (ALPN h2)."""
     name = transport_name(config)
     if name == NATIVE:
         from shoal.transport.grpc.native_server import NativeGrpcServer
-        return NativeGrpcServer(config, port, label, unary, streams, max_message)
+        return NativeGrpcServer(config, port, label, unary, streams, max_message, tls)
     from shoal.transport.grpc.grpcio_server import GrpcioServer
-    return GrpcioServer(config, port, label, unary, streams, max_message)
+    return GrpcioServer(config, port, label, unary, streams, max_message, tls)

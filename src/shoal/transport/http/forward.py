@@ -8,12 +8,18 @@ members are (``/core/cluster/nodes``).
   responsible for to its owner (same method, path, query and body, ``User-Agent:
   Nacos-Server``) and relays the answer. A request that arrives already forwarded by a peer
   and is still not ours is refused with 400, which stops forwarding loops (docs/protocol.md §5.5).
+  In a Shoal cluster a :class:`ForwardFallback` has this node handle the write itself, pending
+  handoff to the owner, instead of failing it: when the owner is not answering (or does not
+  answer within ``shoal.http.forward-timeout-ms``), and when a forwarded request is still not
+  ours (the two nodes' member views differ for a moment). Without one (standalone, the test
+  hook) those are a 502 and a 400.
 * :class:`MemberView` lists the members in Nacos's Member JSON shape; standalone: this node.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -21,7 +27,13 @@ import aiohttp
 from aiohttp import web
 
 from shoal import __version__
-from shoal.distro.responsibility import ForwardAllTo, MapperResponsibility, Responsibility, Standalone
+from shoal.distro.responsibility import (
+    ForwardAllTo,
+    ForwardFallback,
+    MapperResponsibility,
+    Responsibility,
+    Standalone,
+)
 from shoal.errors import ForwardFailed, InvalidParam
 
 log = logging.getLogger(__name__)
@@ -80,13 +92,18 @@ class StandaloneMembers:
 
 
 class Forwarder:
-    """Proxies requests to the responsible node with one pooled aiohttp client session;
-    an unreachable owner is :class:`~shoal.errors.ForwardFailed` (502)."""
+    """Proxies requests to the responsible node with one pooled aiohttp client session (Nacos
+    DistroFilter). An owner that does not answer in time is handled by :attr:`fallback` when
+    there is one (the write is then served here), else :class:`~shoal.errors.ForwardFailed` (502)."""
 
-    def __init__(self, responsibility: Responsibility, timeout_ms: int) -> None:
+    def __init__(self, responsibility: Responsibility, timeout_ms: int,
+                 ssl_context: ssl.SSLContext | None = None, fallback: ForwardFallback | None = None) -> None:
         self.responsibility = responsibility
+        self.ssl_context = ssl_context  # set: the peers serve HTTPS, verified with this context
+        self.fallback = fallback
         self.timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
         self._session: aiohttp.ClientSession | None = None
+        self.handled_locally = 0
 
     def owner_of(self, tag: str) -> str | None:
         return self.responsibility.owner_of(tag)
@@ -96,18 +113,32 @@ class Forwarder:
         if session is not None:
             await session.close()
 
-    async def forward(self, request: web.Request, owner: str) -> web.Response:
+    async def forward(self, request: web.Request, owner: str, tag: str = "") -> web.Response | None:
+        """The owner's answer, relayed; None when this node is to handle the request itself
+        (the owner is not answering and there is a :attr:`fallback`)."""
+        fallback = self.fallback
         if "Nacos-Server" in request.headers.get("User-Agent", ""):
-            raise InvalidParam(f"receive invalid redirect request from peer {request.remote}")
+            # never forwarded twice. Nacos refuses it; a Shoal cluster handles it here: the peer
+            # that sent it sees another owner (the member views differ for a moment), and a
+            # refusal would fail the client's write
+            if fallback is None:
+                raise InvalidParam(f"receive invalid redirect request from peer {request.remote}")
+            self._locally(fallback, tag)
+            return None
+        if fallback is not None and not fallback.answering(owner):
+            self._locally(fallback, tag)
+            return None
+        attempt = fallback.attempt(owner) if fallback is not None else 0
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self.timeout, auto_decompress=False)
+            connector = aiohttp.TCPConnector(ssl=self.ssl_context) if self.ssl_context is not None else None
+            self._session = aiohttp.ClientSession(timeout=self.timeout, auto_decompress=False, connector=connector)
         body = await request.read() if request.body_exists else None
         headers = {"User-Agent": SERVER_USER_AGENT}
         for name in _PASSED_HEADERS:
             value = request.headers.get(name)
             if value is not None:
                 headers[name] = value
-        url = f"http://{owner}{request.path_qs}"
+        url = f"{'https' if self.ssl_context is not None else 'http'}://{owner}{request.path_qs}"
         try:
             async with self._session.request(request.method, url, data=body, headers=headers,
                                              allow_redirects=False) as resp:
@@ -115,5 +146,14 @@ class Forwarder:
                 relayed = {"Content-Type": resp.headers.get("Content-Type", "text/plain; charset=utf-8")}
                 return web.Response(status=resp.status, body=payload, headers=relayed)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("forwarding %s %s to %s failed: %r", request.method, request.path, owner, exc)
-            raise ForwardFailed(f"forwarding to the responsible node {owner} failed: {exc!r}") from None
+            if fallback is None:
+                log.warning("forwarding %s %s to %s failed: %r", request.method, request.path, owner, exc)
+                raise ForwardFailed(f"forwarding to the responsible node {owner} failed: {exc!r}") from None
+            log.debug("forwarding %s %s to %s failed (%r): handled here", request.method, request.path, owner, exc)
+            fallback.failed(owner, attempt)
+            self._locally(fallback, tag)
+            return None
+
+    def _locally(self, fallback: ForwardFallback, tag: str) -> None:
+        fallback.handle_locally(tag)
+        self.handled_locally += 1

@@ -14,18 +14,24 @@ unexpected exception a logged 500. Unknown paths answer 404.
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from aiohttp import web
 
+from shoal import __version__, kernels
 from shoal.auth.service import READ, WRITE, AuthService, Identity, naming_resource
 from shoal.config import Config
 from shoal.errors import Forbidden, HttpStatus, NacosError
 from shoal.metrics import Metrics
 from shoal.model.keys import DEFAULT_GROUP, GROUP_SEPARATOR
 from shoal.service_layer import NamingService
+from shoal.tls import PortTls
+from shoal.tls import describe as describe_tls
+from shoal.transport.grpc.transports import transport_name
+from shoal.transport.http import access_log
 from shoal.transport.http.api import Api, core_ok, dumps, error_response, v2_ok
 from shoal.transport.http.auth_routes import IDENTITY_KEY, AuthRoutes
 from shoal.transport.http.forward import Forwarder, MemberView, Responsibility, Standalone, StandaloneMembers
@@ -35,6 +41,9 @@ from shoal.transport.http.params import Params, read_params
 log = logging.getLogger(__name__)
 
 RouteHandler = Callable[[web.Request, Params], Awaitable[web.StreamResponse]]
+
+#: Who a request carrying the cluster identity header is (it passes every check, as in Nacos).
+CLUSTER_IDENTITY = Identity("(cluster identity)", True)
 
 #: Auth requirements of a route besides READ / WRITE on a naming resource.
 ADMIN = "admin"
@@ -54,12 +63,15 @@ class HttpServer:
 
     def __init__(self, config: Config, status: NodeStatus, metrics: Metrics, naming: NamingService | None = None,
                  auth: AuthService | None = None, responsibility: Responsibility | None = None,
-                 members: MemberView | None = None) -> None:
+                 members: MemberView | None = None, tls: PortTls | None = None) -> None:
         self.config = config
         self.status = status
         self.metrics = metrics
         self.auth = auth
-        self.forwarder = Forwarder(responsibility or Standalone(), config.http_forward_timeout_ms)
+        self.tls = tls  # None: plaintext
+        # Peers serve HTTPS when this node does (one cluster, one setting): forward over it too.
+        self.forwarder = Forwarder(responsibility or Standalone(), config.http_forward_timeout_ms,
+                                   tls.client_context() if tls is not None else None)
         self.members = members
         self.app = web.Application(client_max_size=config.max_inbound_message_size)
         self._runner: web.AppRunner | None = None
@@ -67,6 +79,7 @@ class HttpServer:
         route("GET", "/nacos/v1/console/health/liveness", self.liveness, Api.V1)
         route("GET", "/nacos/v1/console/health/readiness", self.readiness, Api.V1)
         route("GET", "/nacos/actuator/prometheus", self.prometheus, Api.V1)
+        route("GET", "/nacos/v1/console/server/state", self.server_state, Api.V1)
         route("GET", "/nacos/v1/core/cluster/nodes", self.cluster_nodes, Api.CORE, ADMIN)
         route("GET", "/nacos/v2/core/cluster/node/list", self.cluster_nodes_v2, Api.V2, ADMIN)
         if naming is not None:
@@ -126,11 +139,13 @@ class HttpServer:
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(self.app, handle_signals=False, **access_log.runner_options(self.config))
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
+        ssl_context = self.tls.server_context() if self.tls is not None else None
+        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True,
+                           ssl_context=ssl_context)
         await site.start()
-        log.info("HTTP listening on %s:%d", self.config.host, self.config.port)
+        log.info("HTTP listening on %s:%d (%s)", self.config.host, self.config.port, describe_tls(self.tls))
 
     async def stop(self) -> None:
         await self.forwarder.stop()
@@ -153,11 +168,13 @@ class HttpServer:
                 if auth is not None and self.auth is not None and self.auth.enabled:
                     await self._authorize(request, params, auth)
                 if distro:
-                    owner = forwarder.owner_of(distro_tag(params))
+                    tag = distro_tag(params)
+                    owner = forwarder.owner_of(tag)
                     if owner is not None:
-                        response: web.StreamResponse = await forwarder.forward(request, owner)
-                        metrics.request("http", path, response.status)
-                        return response
+                        forwarded = await forwarder.forward(request, owner, tag)
+                        if forwarded is not None:  # None: the owner is not answering, handle it here
+                            metrics.request("http", path, forwarded.status)
+                            return forwarded
                 response = await handler(request, params)
             except NacosError as exc:
                 response = error_response(api, exc)
@@ -188,8 +205,14 @@ class HttpServer:
 
     async def _identity(self, request: web.Request, params: Params) -> Identity:
         """Token from ``accessToken`` (param or header) or ``Authorization: Bearer``; else
-        ``username``/``password`` sent with the request (docs/protocol.md §5.6)."""
+        ``username``/``password`` sent with the request (docs/protocol.md §5.6). A request that
+        carries the cluster identity header (``nacos.core.auth.server.identity.key/.value``)
+        passes as an admin, as Nacos's AuthFilter lets server-identity requests through."""
         assert self.auth is not None
+        identity_key = self.config.cluster_identity_key
+        if identity_key and hmac.compare_digest(request.headers.get(identity_key, "").encode(),
+                                                self.config.cluster_identity_value.encode()):
+            return CLUSTER_IDENTITY
         token = params.text("accessToken") or request.headers.get("accessToken", "")
         if not token:
             bearer = request.headers.get("Authorization", "")
@@ -215,6 +238,21 @@ class HttpServer:
     async def prometheus(self, request: web.Request, params: Params) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8",
                             headers={"X-Prometheus-Format": "0.0.4"})
+
+    async def server_state(self, request: web.Request, params: Params) -> web.Response:
+        """Nacos's ServerStateController answer (strings), and which transport and kernels this node runs."""
+        cluster = bool(self.config.members or self.config.cluster_conf)
+        state = {
+            "version": f"shoal-{__version__}",
+            "standalone_mode": "cluster" if cluster else "standalone",
+            "function_mode": "naming",
+            "auth_enabled": str(self.config.auth_enabled).lower(),
+            "login_page_enabled": str(self.config.auth_enabled).lower(),
+            "console_ui_enabled": "false",
+            "shoal_transport": transport_name(self.config),
+            "shoal_kernels": ",".join(f"{k}={v}" for k, v in sorted(kernels.implementation().items())),
+        }
+        return web.Response(text=dumps(state), content_type="application/json")
 
     def _member_list(self, params: Params, address_key: str) -> list[dict[str, object]]:
         members = self.members.members() if self.members is not None else [_self_member(self.config)]

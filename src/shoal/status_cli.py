@@ -1,0 +1,172 @@
+"""``shoal status``: what a running node says about itself, for operators.
+
+Reads the node's HTTP endpoints only (so it works from any machine that reaches the main port):
+``/nacos/v1/console/health/readiness``, ``/nacos/v1/console/server/state`` (version, mode,
+gRPC transport, kernels), ``/nacos/v1/ns/operator/metrics`` (counts) and
+``/nacos/v1/core/cluster/nodes`` (members and their states; admin-only when auth is on: give
+a token, a user and password file, or the cluster identity). Exit codes: 0 the node serves and
+every member is UP, 1 the node cannot be asked, 3 it answers but is not ready or a member is not UP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+EXIT_OK = 0
+EXIT_UNREACHABLE = 1
+EXIT_DEGRADED = 3
+
+
+class StatusError(Exception):
+    """The node could not be asked (unreachable, refused, or an answer that is not JSON)."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``status`` to the ``shoal`` command."""
+    parser = sub.add_parser(
+        "status",
+        help="members, states, counts, transport and kernels of a running node",
+        description="Ask a running node (its main HTTP port) for its readiness, version and mode, gRPC "
+                    "transport and kernels, registry counts, and the cluster members with their states. "
+                    "With auth on, the member list needs an admin: --token, --username with "
+                    "--password-file, or the cluster identity (--identity-key/--identity-value). "
+                    "Exit status: 0 serving and every member UP, 1 unreachable, 3 not ready or a member not UP.",
+    )
+    parser.add_argument("--addr", default="127.0.0.1:8848", metavar="HOST:PORT",
+                        help="the node's main (HTTP) address (default 127.0.0.1:8848)")
+    parser.add_argument("--token", help="accessToken of an admin user")
+    parser.add_argument("--username", help="admin user (logs in to get a token)")
+    parser.add_argument("--password-file", metavar="FILE", help="file whose first line is --username's password")
+    parser.add_argument("--identity-key", metavar="NAME", help="nacos.core.auth.server.identity.key of the cluster")
+    parser.add_argument("--identity-value", metavar="VALUE", help="nacos.core.auth.server.identity.value")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each answer (default 5)")
+    parser.set_defaults(func=_cmd_status)
+
+
+class _Node:
+    def __init__(self, addr: str, headers: dict[str, str], timeout: float) -> None:
+        self.base = f"http://{addr}"
+        self.headers = headers
+        self.timeout = timeout
+        self.token = ""
+
+    def get(self, path: str, **query: str) -> tuple[int, str]:
+        if self.token:
+            query["accessToken"] = self.token
+        url = self.base + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        request = urllib.request.Request(url, headers=self.headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as resp:
+                return int(resp.status), resp.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read().decode(errors="replace")
+        except (OSError, ValueError) as exc:
+            raise StatusError(f"cannot reach {self.base}: {getattr(exc, 'reason', exc)}") from None
+
+    def get_json(self, path: str, **query: str) -> Any:
+        status, text = self.get(path, **query)
+        if status != 200:
+            raise StatusError(f"{path} answered {status}: {text[:200]}")
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise StatusError(f"{path} did not answer JSON: {text[:200]!r}") from None
+
+    def login(self, username: str, password: str) -> None:
+        data = urllib.parse.urlencode({"username": username, "password": password}).encode()
+        request = urllib.request.Request(self.base + "/nacos/v1/auth/login", data=data, headers=self.headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as resp:
+                self.token = str(json.loads(resp.read())["accessToken"])
+        except urllib.error.HTTPError as exc:
+            raise StatusError(f"login as {username} refused ({exc.code})") from None
+        except (OSError, ValueError, KeyError) as exc:
+            raise StatusError(f"login as {username} failed: {exc}") from None
+
+
+def collect(node: _Node) -> dict[str, Any]:
+    """Everything ``shoal status`` shows, as one dict (also the ``--json`` output)."""
+    status, text = node.get("/nacos/v1/console/health/readiness")
+    out: dict[str, Any] = {"addr": node.base.removeprefix("http://"), "ready": status == 200,
+                           "readiness": text.strip() or str(status)}
+    out["server"] = node.get_json("/nacos/v1/console/server/state")
+    metrics = node.get_json("/nacos/v1/ns/operator/metrics", onlyStatus="false")
+    out["counts"] = {k: v for k, v in metrics.items() if k.endswith("Count")}
+    out["status"] = metrics.get("status", "")
+    code, body = node.get("/nacos/v1/core/cluster/nodes")
+    if code == 200:
+        members = json.loads(body).get("data", [])
+        out["members"] = [{"address": m.get("address"), "state": m.get("state"),
+                           "failAccessCnt": m.get("failAccessCnt", 0)} for m in members]
+    else:
+        out["members"] = None
+        out["members_problem"] = f"member list answered {code} (with auth on it needs an admin token or identity)"
+    return out
+
+
+def render(info: dict[str, Any]) -> str:
+    """The text form of :func:`collect`'s dict."""
+    server = info["server"]
+    counts = info["counts"]
+    lines = [
+        f"node {info['addr']}: {info['status']}, {'ready' if info['ready'] else 'NOT READY: ' + info['readiness']}",
+        f"  version {server.get('version')}, {server.get('standalone_mode')} mode, "
+        f"auth {'on' if server.get('auth_enabled') == 'true' else 'off'}",
+        f"  gRPC transport {server.get('shoal_transport')}; kernels {server.get('shoal_kernels')}",
+        "  " + ", ".join(f"{k.removesuffix('Count')} {v}" for k, v in counts.items()),
+    ]
+    members = info["members"]
+    if members is None:
+        lines.append(f"  members: {info['members_problem']}")
+    else:
+        states: dict[str, int] = {}
+        for m in members:
+            states[str(m["state"])] = states.get(str(m["state"]), 0) + 1
+        summary = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+        lines.append(f"  members ({len(members)}: {summary}):")
+        lines.extend(f"    {m['address']:<24} {m['state']}"
+                     + (f" (failed reports {m['failAccessCnt']})" if m["failAccessCnt"] else "") for m in members)
+    return "\n".join(lines)
+
+
+def healthy(info: dict[str, Any]) -> bool:
+    """Ready, and every member (when the list could be read) UP."""
+    members = info["members"] or []
+    return bool(info["ready"]) and all(m["state"] == "UP" for m in members)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    headers: dict[str, str] = {}
+    if bool(args.identity_key) != bool(args.identity_value):
+        print("shoal status: --identity-key and --identity-value go together", file=sys.stderr)
+        return 2
+    if args.identity_key:
+        headers[args.identity_key] = args.identity_value
+    node = _Node(args.addr, headers, args.timeout)
+    try:
+        if args.token:
+            node.token = args.token
+        elif args.username:
+            if not args.password_file:
+                print("shoal status: --username needs --password-file", file=sys.stderr)
+                return 2
+            try:
+                password = Path(args.password_file).read_text(encoding="utf-8").splitlines()[0]
+            except (OSError, IndexError) as exc:
+                print(f"shoal status: cannot read the password file: {exc}", file=sys.stderr)
+                return 2
+            node.login(args.username, password)
+        info = collect(node)
+    except StatusError as exc:
+        print(f"shoal status: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    print(json.dumps(info, indent=2) if args.json else render(info))
+    return EXIT_OK if healthy(info) else EXIT_DEGRADED
