@@ -11,6 +11,8 @@ from pathlib import Path
 from shoal.auth.service import AuthService
 from shoal.clock import Clock, SystemClock
 from shoal.config import Config, TestHooks
+from shoal.cp.factory import CpRuntime, build_cp
+from shoal.cp.store import Keyspace, json_view
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.responsibility import (
@@ -23,12 +25,16 @@ from shoal.distro.responsibility import (
 from shoal.errors import ConfigError
 from shoal.export.eventlog import ChangeLog
 from shoal.export.node_export import NodeExporter, export_and_rotate
+from shoal.health.checker import CheckSettings, PersistentHealthChecker
 from shoal.health.heartbeat import HeartbeatChecker
 from shoal.health.keepalive import ConnectionKeepAlive
 from shoal.metrics import Metrics
 from shoal.model.client import Client, ClientKind
 from shoal.model.keys import ServiceKey
+from shoal.node_metrics import watch_node
 from shoal.push.service import PushService
+from shoal.service_layer.namespaces import NamespaceService
+from shoal.service_layer.persistent import PersistentNaming
 from shoal.stack import ModelStack
 from shoal.tasks import Periodic, run_blocking
 from shoal.tls import NodeTls
@@ -42,7 +48,8 @@ from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http.api import Api
 from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import MemberList
-from shoal.transport.http.server import ADMIN, HttpServer
+from shoal.transport.http.namespaces import NamespaceRoutes
+from shoal.transport.http.server import ADMIN, IDENTITY, HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +122,28 @@ class Node:
         if self.distro is not None and not self.hooks.forward_all_to:
             # an owner that does not answer a forwarded write in time: handle it here (docs/protocol.md §5.5)
             self.http.forwarder.fallback = DistroFallback(self.distro.members, self.distro.handoff)
+        # The CP store (issue 12): persistent instances, service metadata, namespaces and auth data
+        # are cluster-wide through it, fed into the model by the views' watches on every node.
+        self.cp: CpRuntime = build_cp(config, [(m.ip, m.port) for m in self.members.all_members()]
+                                      if self.members is not None else [],
+                                      self.members.self_address if self.members is not None else "")
+        self.namespace_view = json_view(self.cp.store, Keyspace.NAMESPACES)
+        self.namespaces = NamespaceService(self.namespace_view, self.clock.now_ms)
+        NamespaceRoutes(self.namespaces).register(self.http.add_route, ADMIN, IDENTITY)
+        self.instance_view = json_view(self.cp.store, Keyspace.INSTANCES)
+        self.service_view = json_view(self.cp.store, Keyspace.SERVICES)
+        self.persistent = PersistentNaming(self.naming, self.instance_view, self.service_view)
+        self.http.set_persistent(self.persistent)
+        self.sdk_server.handlers.update(naming_handlers(self.naming, self.persistent))
+        mapper = self.distro.mapper if self.distro is not None else None
+        self.health_checker = PersistentHealthChecker(
+            self.persistent, mapper.responsible if mapper is not None else (lambda _name: True),
+            self.clock.monotonic_ms,
+            CheckSettings(config.health_check_interval_ms, config.health_check_jitter_ms,
+                          config.health_check_timeout_ms, config.health_check_times, config.health_check_concurrency),
+            self.metrics.health_checked)
+        self.periodics.append(Periodic("persistent-health-check", min(200, config.health_check_interval_ms),
+                                       self.health_checker.tick))
         self.heartbeats = HeartbeatChecker(config, self.clock, self.clients, self.services, self.naming.beats,
                                            self.responsibility)
         self.periodics.append(Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick))
@@ -128,7 +157,9 @@ class Node:
         self.http.add_route("GET", "/nacos/v1/shoal/export", export_routes.export, Api.CORE, ADMIN)
         self._serving = False
         self._started = False
+        self._cp_started = False
         self.metrics.add_sizes(self._sizes)
+        watch_node(self.metrics, self)
 
     # --- status -------------------------------------------------------------------------
     def is_serving(self) -> bool:
@@ -139,13 +170,21 @@ class Node:
             return None
         if self.distro is not None and not self.distro.loaded and self._started:
             return "node is loading a snapshot from its peers"
+        if self._started and not (self.instance_view.ready and self.service_view.ready):
+            return "node is reading its CP store"
         return "node is starting"
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         """Open the listeners (answering 300 until ready), start the loops, then serve."""
         await run_blocking(self.limits.reload_if_changed)  # limits hold from the first connection
-        await self.auth.start()  # users and the token key (generated on first start)
+        await self.cp.start()  # the store (and, managed, this node's etcd member) before any listener
+        self._cp_started = True
+        self.namespace_view.start()
+        self.instance_view.start()
+        self.service_view.start()
+        await self.auth.start(self.cp.store, wait_s=0)  # users and the cluster's token key, from the CP store
+        cp_ready = asyncio.get_running_loop().create_task(self._wait_cp_ready(), name="cp-ready")
         await self.http.start()
         await self.sdk_server.start()
         self._started = True
@@ -157,6 +196,7 @@ class Node:
             periodic.start()
         if self.distro is not None:  # a starting cluster node loads a peer's snapshot before serving
             await self.distro.wait_loaded(self.config.load_timeout_ms / 1000)
+        await cp_ready  # waited for alongside the Distro load, under the same bound
         if self.config.startup_delay_ms:
             await asyncio.sleep(self.config.startup_delay_ms / 1000)
         self._serving = True
@@ -173,9 +213,31 @@ class Node:
             await self.distro.stop()
         if self.cluster_server is not None:
             await self.cluster_server.stop(0.5)
+        await self.health_checker.stop()
         await self.push.stop()
         await self.http.stop()
+        await self.namespace_view.stop()
+        await self.instance_view.stop()
+        await self.service_view.stop()
+        await self.auth.stop()
+        if self._cp_started:
+            await self.cp.stop()
         log.info("node stopped")
+
+    async def _wait_cp_ready(self) -> None:
+        """Readiness waits for the CP views' first full read (namespaces, persistent instances,
+        service metadata) and the auth data and token key, all within one load-timeout bound: a
+        node whose store has no quorum yet serves AP traffic meanwhile, and its views fill later."""
+        timeout_s = self.config.load_timeout_ms / 1000
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.namespace_view.wait_ready()
+                await self.instance_view.wait_ready()
+                await self.service_view.wait_ready()
+                await self.auth.wait_ready()
+        except TimeoutError:
+            log.warning("CP store (%s) not readable after %.1f s: serving AP traffic; persistent instances, "
+                        "service metadata, namespaces, users and tokens follow once it is", self.cp.mode, timeout_s)
 
     # --- glue ---------------------------------------------------------------------------
     @functools.cached_property

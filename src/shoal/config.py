@@ -268,6 +268,29 @@ class Config:
         "SwitchDomain.clientBeatInterval: beat period told to clients without a per-instance value.",
         check=positive,
     )
+    health_check_interval_ms: int = _setting(
+        2000, "shoal.health.check-interval-ms",
+        "Base period of a persistent instance's server-side check (Nacos checkRtNormalized lower bound).",
+        check=positive,
+    )
+    health_check_jitter_ms: int = _setting(
+        5000, "shoal.health.check-jitter-ms",
+        "Each check waits interval + random(0, random(0, jitter)) more (Nacos TcpHealthParams.max).",
+        check=non_negative,
+    )
+    health_check_timeout_ms: int = _setting(
+        500, "shoal.health.check-timeout-ms", "A TCP/HTTP probe not answered within this fails (Nacos 500 ms).",
+        check=positive,
+    )
+    health_check_times: int = _setting(
+        3, "shoal.health.check-times",
+        "Consecutive disagreeing results before a persistent instance's health flips (SwitchDomain.checkTimes).",
+        check=positive,
+    )
+    health_check_concurrency: int = _setting(
+        64, "shoal.health.check-concurrency", "Probes of persistent instances in flight at once, per node.",
+        check=positive,
+    )
     beat_check_interval_ms: int = _setting(
         5000, "shoal.naming.beat-check-interval-ms", "Period of the heartbeat checker (ClientBeatCheckTaskV2).",
         check=positive,
@@ -278,6 +301,10 @@ class Config:
         "(docs/protocol.md §5.5).",
         check=positive,
     )
+    prometheus_sd_enabled: bool = _setting(
+        False, "nacos.prometheus.metrics.enabled",
+        "Serve Prometheus HTTP service discovery at /nacos/prometheus (Nacos's PrometheusController).",
+    )
 
     # --- auth (Nacos default auth plugin) -------------------------------------------------
     auth_enabled: bool = _setting(False, "nacos.core.auth.enabled", "Require a token on the naming APIs.")
@@ -287,7 +314,7 @@ class Config:
     )
     auth_token_secret_key: str = _setting(
         "", "nacos.core.auth.plugin.nacos.token.secret.key",
-        "Base64 HS256 key (>= 32 bytes); empty = generated once into <data_dir>/auth/token.secret.key.",
+        "Base64 HS256 key (>= 32 bytes); empty = generated once per cluster into the CP store.",
     )
     auth_login_max_failures: int = _setting(
         5, "shoal.auth.login.max-failures", "Failed logins from one source ip before it is refused for a while.",

@@ -71,7 +71,7 @@ nacos.naming.empty-service.clean.period-time-ms nacos.naming.distro.taskDispatch
 nacos.naming.distro.batchSyncKeyCount nacos.naming.distro.syncRetryDelay nacos.plugin.ai-pipeline.enabled
 nacos.plugin.ai-pipeline.skill-scanner.enabled nacos.plugin.ai-pipeline.type nacos.plugin.control.manager.type
 nacos.plugin.control.rule.external.storage nacos.plugin.control.rule.local.basedir
-nacos.plugin.datasource.log.enabled nacos.prometheus.metrics.enabled nacos.remote.server.grpc.cluster.keep-alive-time
+nacos.plugin.datasource.log.enabled nacos.remote.server.grpc.cluster.keep-alive-time
 nacos.remote.server.grpc.cluster.keep-alive-timeout nacos.remote.server.grpc.cluster.permit-keep-alive-time
 nacos.remote.server.grpc.sdk.keep-alive-time nacos.remote.server.grpc.sdk.keep-alive-timeout
 nacos.security.ignore.urls nacos.server.contextPath nacos.standalone nacos.functionMode nacos.preferHostnameOverIp

@@ -68,6 +68,9 @@ class V2Code(IntEnum):
     SERVICE_ALREADY_EXIST = 21007
     SERVICE_NOT_EXIST = 21008
     SERVICE_DELETE_FAILURE = 21009
+    ILLEGAL_NAMESPACE = 22000
+    NAMESPACE_NOT_EXIST = 22001
+    NAMESPACE_ALREADY_EXIST = 22002
     SERVER_ERROR = 30000
 
 
@@ -84,6 +87,9 @@ V2_TEXT: dict[int, str] = {
     V2Code.SERVICE_ALREADY_EXIST: "service already exist",
     V2Code.SERVICE_NOT_EXIST: "service not exist",
     V2Code.SERVICE_DELETE_FAILURE: "service delete failure",
+    V2Code.ILLEGAL_NAMESPACE: "illegal namespace",
+    V2Code.NAMESPACE_NOT_EXIST: "namespace not exist",
+    V2Code.NAMESPACE_ALREADY_EXIST: "namespace already exist",
     V2Code.SERVER_ERROR: "server error",
 }
 
@@ -176,6 +182,29 @@ class ParamCheckFailed(InvalidParam):
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"Param check invalid:{reason}")
+
+
+class IllegalNamespace(InvalidParam):
+    """A namespace id or name that breaks Nacos's rules (NamespaceControllerV2: 400, ILLEGAL_NAMESPACE)."""
+
+    v2_code = V2Code.ILLEGAL_NAMESPACE
+
+
+class NamespaceNotExist(NacosError):
+    """A namespace id that is not there (NamespaceOperationService.getNamespace: 404, NAMESPACE_NOT_EXIST)."""
+
+    code = Code.NOT_FOUND
+    http_status = HttpStatus.NOT_FOUND
+    v2_code = V2Code.NAMESPACE_NOT_EXIST
+
+
+class NamespaceAlreadyExist(NacosError):
+    """Creating a namespace id that exists. Nacos answers this one with HTTP 500
+    (NamespaceOperationService.createNamespace: INTERNAL_SERVER_ERROR, NAMESPACE_ALREADY_EXIST)."""
+
+    code = Code.CONFLICT
+    http_status = HttpStatus.INTERNAL_SERVER_ERROR
+    v2_code = V2Code.NAMESPACE_ALREADY_EXIST
 
 
 class ClientDisconnected(NacosError):

@@ -103,3 +103,28 @@ async def test_a_closed_store_is_unavailable_and_ends_its_watches(tmp_path: Path
         assert exc.http_status == 503
     else:
         raise AssertionError("a closed store took a write")
+
+
+async def test_writes_by_another_process_on_the_file_reach_the_watchers(tmp_path: Path) -> None:
+    path = tmp_path / "shared.sqlite3"
+    node = EmbeddedStore(path, poll_interval_s=3600)  # only its own writes publish here
+    polled = EmbeddedStore(path, poll_interval_s=0.05)
+    other = EmbeddedStore(path)  # the `shoal users` process
+    for store in (node, polled, other):
+        await store.start()
+    try:
+        watched = asyncio.ensure_future(_first_items(node, USERS.prefix, 1, 3))
+        seen = asyncio.ensure_future(_first_items(polled, USERS.prefix, 1, 2))
+        await asyncio.sleep(0)  # the watches are registered before the writes
+        first = await other.put(USERS.key("from-cli"), b"1")
+        second = await other.delete(USERS.key("from-cli"))
+        # the node's next own write publishes the other process's changes first, in order
+        own = await node.put(USERS.key("own"), b"2")
+        assert [(i.key, i.mod_revision) for i in await watched if isinstance(i, WatchEvent)] == [
+            (USERS.key("from-cli"), first), (USERS.key("from-cli"), second), (USERS.key("own"), own)]
+        # a store that writes nothing sees them through its poll
+        assert [(i.kind, i.mod_revision) for i in await seen if isinstance(i, WatchEvent)] == [
+            (EventKind.PUT, first), (EventKind.DELETE, second)]
+    finally:
+        for store in (node, polled, other):
+            await store.close()

@@ -57,6 +57,6 @@ def test_cp_flags_reach_the_settings() -> None:
 
     args = build_parser().parse_args(["server", "--cp-endpoints", "a:1,b:2", "--cp-tls-ca", "ca.pem",
                                       "--cp-tls-cert", "c.pem", "--cp-tls-key", "k.pem"])
-    config = _server_config(args)
+    config, _report = _server_config(args)
     assert (config.cp_endpoints, config.cp_tls_ca, config.cp_tls_cert, config.cp_tls_key) == (
         "a:1,b:2", "ca.pem", "c.pem", "k.pem")

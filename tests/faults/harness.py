@@ -93,7 +93,8 @@ class FaultCluster:
         if old is not None:
             self.retired.append(old)
         server = start_hosted(self.tmp_path, self.hosts[i], self.ports[i],
-                              ["--members", self.members, *self.base, *extra])
+                              ["--members", self.members, "-D", "shoal.cp.mode=embedded",  # AP faults only
+                               *self.base, *extra])
         self.nodes[i] = server
         if wait:
             server.wait_ready()

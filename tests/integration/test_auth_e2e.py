@@ -70,12 +70,13 @@ async def grpc_client(server: ServerProcess, tmp_path: Path, **credentials: str)
     return await NacosNamingService.create_naming_service(builder.build())
 
 
-def test_signing_key_file_is_created_0600(auth_server: Callable[..., ServerProcess]) -> None:
+def test_the_store_holding_users_and_the_token_key_is_private(auth_server: Callable[..., ServerProcess]) -> None:
     server = auth_server()
-    key = server.data_dir / "auth" / "token.secret.key"
-    assert stat.S_IMODE(key.stat().st_mode) == 0o600
-    assert stat.S_IMODE((server.data_dir / "auth" / "users.json").stat().st_mode) == 0o600
-    assert PASSWORD not in (server.data_dir / "auth" / "users.json").read_text()  # only the bcrypt hash
+    store = server.data_dir / "cp" / "store.sqlite3"
+    assert stat.S_IMODE(store.stat().st_mode) == 0o600
+    assert stat.S_IMODE(store.parent.stat().st_mode) == 0o700
+    assert not (server.data_dir / "auth" / "token.secret.key").exists()  # the key is in the store
+    assert all(PASSWORD.encode() not in path.read_bytes() for path in store.parent.glob("store.sqlite3*"))
 
 
 def test_http_client_with_credentials_works_and_without_is_refused(

@@ -22,7 +22,10 @@ from shoal.testing import ServerProcess, free_port_block, http_get, kill, start_
 from .rawclient import RawClient, register_body
 from .test_sdk_naming import Pushes, spawn_client
 
-FAST = ["-D", "nacos.core.protocol.distro.data.verify.intervalMs=1000",
+# These tests exercise Distro (AP) only: each node keeps its CP store embedded instead of starting
+# a managed etcd member (tests/integration/test_persistent.py covers the managed-etcd cluster).
+FAST = ["-D", "shoal.cp.mode=embedded",
+        "-D", "nacos.core.protocol.distro.data.verify.intervalMs=1000",
         "-D", "shoal.member.report-interval-ms=300",
         "-D", "nacos.core.member.fail-access-cnt=2",
         "-D", "nacos.core.protocol.distro.data.load.timeoutMs=8000",

@@ -66,7 +66,8 @@ def test_export_needs_an_admin_when_auth_is_on(servers: Callable[..., ServerProc
 async def test_consistency_job_names_a_real_divergence(tmp_path: Path, sdk: Any) -> None:
     ports = [free_port_block(), free_port_block()]
     members = ",".join(f"127.0.0.1:{p}" for p in ports)
-    common = ["--members", members, "-D", "nacos.core.protocol.distro.data.verify.intervalMs=600000",
+    common = ["--members", members, "-D", "shoal.cp.mode=embedded",  # AP only: no etcd members
+              "-D", "nacos.core.protocol.distro.data.verify.intervalMs=600000",
               "-D", "shoal.member.report-interval-ms=300"]
     a = start_server(tmp_path, common, port=ports[0], wait=False)
     b = start_server(tmp_path, common, env=TestHooks(drop_incoming_sync=1).to_env(), port=ports[1], wait=False)

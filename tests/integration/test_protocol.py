@@ -45,7 +45,7 @@ async def test_server_check_then_setup_then_naming(raw: Any) -> None:
     await client.send("ConnectionSetupRequest", {"clientVersion": "raw", "labels": {"module": "naming"},
                                                  "abilityTable": {"x": True}})
     kind, ack = await client.receive()
-    assert kind == "SetupAckRequest" and ack["abilityTable"] == {"supportPersistentInstanceByGrpc": False}
+    assert kind == "SetupAckRequest" and ack["abilityTable"] == {"supportPersistentInstanceByGrpc": True}
     assert "requestId" not in ack and ack["headers"] == {}
     kind, body = await client.call("InstanceRequest", register_body("proto-a"))
     assert (kind, body["resultCode"], body["type"]) == ("InstanceResponse", 200, "registerInstance")
@@ -161,11 +161,12 @@ async def test_bad_fields_are_400_errors_that_name_the_field(raw: Any, body: dic
     assert needle in reply["message"]
 
 
-async def test_persistent_instance_request_is_refused_clearly(raw: Any) -> None:
+async def test_persistent_instance_request_into_an_ephemeral_service_is_refused_clearly(raw: Any) -> None:
     client = await raw()
     await client.connect()
+    assert (await client.call("InstanceRequest", register_body("proto-p")))[1]["resultCode"] == 200
     kind, reply = await client.call("PersistentInstanceRequest", register_body("proto-p", ephemeral=False))
-    assert kind == "ErrorResponse" and reply["errorCode"] == 400 and "persistent" in reply["message"]
+    assert kind == "ErrorResponse" and reply["errorCode"] == 400 and "ephemeral service" in reply["message"]
 
 
 async def test_naming_request_from_non_naming_connection_is_minus_401(raw: Any) -> None:

@@ -3,10 +3,12 @@ the service's checks (HTTP and gRPC filter) and the ``shoal users`` command."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import json
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from shoal.auth.service import AuthService, Identity, LoginLimiter, TooManyLogin
 from shoal.auth.store import UserStore, check_password, hash_password
 from shoal.auth.tokens import TokenManager, load_or_create_secret
 from shoal.config import Config
+from shoal.cp.embedded import EmbeddedStore
 from shoal.errors import ConfigError, Forbidden, InvalidParam
 
 KEY = b"k" * 32
@@ -195,16 +198,81 @@ async def test_clients_sending_username_and_password_on_each_call(tmp_path: Path
         await auth.identity_from_credentials("carol", "nope", "x")
 
 
-def test_users_create_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_users_commands_work_on_the_store_a_node_uses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pw = tmp_path / "pw"
     pw.write_text("s3cret\n")
-    assert main(["users", "create", "ops", "--password-file", str(pw), "--data-dir", str(tmp_path), "--admin"]) == 0
+    store = ["--data-dir", str(tmp_path)]
+    assert await asyncio.to_thread(main, ["users", "create", "ops", "--password-file", str(pw), *store, "--admin"]) == 0
     assert "ROLE_ADMIN" in capsys.readouterr().out
-    store = UserStore.in_dir(tmp_path / "auth")
-    store.load()
-    assert store.is_global_admin("ops") and check_password("s3cret", store.users["ops"])
-    assert main(["users", "create", "ops", "--password-file", str(pw), "--data-dir", str(tmp_path)]) == 2
+    assert await asyncio.to_thread(main, ["users", "create", "dev", "--password-file", str(pw), *store,
+                                          "--role", "devs"]) == 0
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, ["users", "list", *store]) == 0
+    assert capsys.readouterr().out.splitlines() == ["dev\tdevs", "ops\tROLE_ADMIN"]
+    assert await asyncio.to_thread(main, ["users", "create", "ops", "--password-file", str(pw), *store]) == 2
     assert "already exist" in capsys.readouterr().err
+    # a node on this data dir knows them, and sees a password changed meanwhile at the next login
+    auth = auth_service(tmp_path)
+    await auth.start()
+    assert (await auth.login("ops", "s3cret", "x"))["globalAdmin"] is True
+    pw.write_text("n3w\n")
+    assert await asyncio.to_thread(main, ["users", "passwd", "dev", "--password-file", str(pw), *store]) == 0
+    assert (await auth.login("dev", "n3w", "x"))["username"] == "dev"
+    assert await asyncio.to_thread(main, ["users", "delete", "ops", *store]) == 2  # an admin stays
+    assert "cannot delete admin" in capsys.readouterr().err
+    assert await asyncio.to_thread(main, ["users", "delete", "dev", *store]) == 0
+    with pytest.raises(Forbidden):
+        await auth.login("dev", "n3w", "y")
+    capsys.readouterr()
+    await auth.stop()
+    assert await asyncio.to_thread(main, ["users", "list", *store]) == 0
+    assert capsys.readouterr().out.splitlines() == ["ops\tROLE_ADMIN"]
+    assert await asyncio.to_thread(main, ["users", "passwd", "nobody", "--password-file", str(pw), *store]) == 2
     pw.write_text("")
-    assert main(["users", "create", "x", "--password-file", str(pw), "--data-dir", str(tmp_path)]) == 2
+    assert await asyncio.to_thread(main, ["users", "create", "x", "--password-file", str(pw), *store]) == 2
     assert "password" in capsys.readouterr().err
+
+
+async def test_a_node_user_file_is_imported_once_into_the_store(tmp_path: Path) -> None:
+    old = UserStore.in_dir(tmp_path / "auth")
+    old.add_user("legacy", hash_password("pw"))
+    old.add_role("devs", "legacy")
+    old.add_permission("devs", "dev:*:*", "rw")
+    old.save()
+    auth = auth_service(tmp_path)
+    await auth.start()
+    assert not old.path.exists() and old.path.with_name("users.json.imported").exists()
+    token = (await auth.login("legacy", "pw", "x"))["accessToken"]
+    auth.authorize(auth.identity(token), naming_resource("dev", "G", "s"), "w")
+    await auth.delete_user("legacy")
+    await auth.stop()
+    again = auth_service(tmp_path)  # restarted: the renamed file is not imported a second time
+    await again.start()
+    assert not again.data.has_user("legacy") and again.data.permissions()
+    await again.stop()
+
+
+async def test_token_key_is_one_per_store_and_a_configured_key_wins(tmp_path: Path) -> None:
+    store = EmbeddedStore(tmp_path / "shared.sqlite3")
+    await store.start()
+    a, b = auth_service(tmp_path / "a"), auth_service(tmp_path / "b")
+    await a.start(store)
+    await b.start(store)
+    await a.create_user("u", "pw")
+    token = (await a.login("u", "pw", "x"))["accessToken"]
+    assert b.identity(token).username == "u"  # another node of the cluster accepts it
+    configured = auth_service(tmp_path / "c", auth_token_secret_key=base64.b64encode(KEY).decode())
+    await configured.start(store)
+    with pytest.raises(Forbidden, match="token invalid!"):
+        configured.identity(token)
+    for auth in (a, b, configured):
+        await auth.stop()
+    await store.close()
+
+
+async def test_a_node_key_file_becomes_the_first_cluster_key(tmp_path: Path) -> None:
+    key = load_or_create_secret(tmp_path / "auth", "")
+    auth = auth_service(tmp_path)
+    await auth.start()
+    assert auth.tokens.username_of(TokenManager(key, 60, time.time).create("u")) == "u"
+    await auth.stop()

@@ -151,3 +151,13 @@ def test_h2_abuse_limits_are_shoal_remote_h2_settings() -> None:
     assert (Config().h2_reset_burst, Config().h2_reset_rate) == (1000, 33)  # nghttp2's own defaults
     with pytest.raises(ConfigError, match=re.escape("shoal.remote.h2.max-continuations must not be negative")):
         Config.load(env={}, overrides={"shoal.remote.h2.max-continuations": "-1"})
+
+
+def test_persistent_health_checks_default_to_nacos_timings() -> None:
+    c = Config()
+    # HealthCheckTask: checkRtNormalized = 2000 + random(0, random(0, TcpHealthParams.max=5000));
+    # probes time out after 500 ms; SwitchDomain.checkTimes = 3.
+    assert (c.health_check_interval_ms, c.health_check_jitter_ms) == (2000, 5000)
+    assert (c.health_check_timeout_ms, c.health_check_times) == (500, 3)
+    with pytest.raises(ConfigError, match=r"shoal\.health\.check-times"):
+        dataclasses.replace(Config(), health_check_times=0).validate()

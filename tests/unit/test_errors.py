@@ -17,9 +17,12 @@ from shoal.errors import (
     CpUnavailable,
     Forbidden,
     ForwardFailed,
+    IllegalNamespace,
     InvalidParam,
     MissingParam,
     NacosError,
+    NamespaceAlreadyExist,
+    NamespaceNotExist,
     NoHandler,
     NotFound,
     OverThreshold,
@@ -58,6 +61,9 @@ TABLE: dict[type[NacosError], tuple[int, int, int, str]] = {
     TooManyRequests: (429, 429, 30000, "server error"),
     OverThreshold: (503, 503, 30000, "server error"),
     CpUnavailable: (503, 503, 30000, "server error"),
+    IllegalNamespace: (400, 400, 22000, "illegal namespace"),
+    NamespaceNotExist: (404, 404, 22001, "namespace not exist"),
+    NamespaceAlreadyExist: (409, 500, 22002, "namespace already exist"),
 }
 
 

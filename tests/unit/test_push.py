@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from shoal.metrics import Metrics, NamingFigures
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
 from shoal.push.service import PushGone, PushService
@@ -199,3 +200,25 @@ async def test_changes_of_services_nobody_subscribes_to_schedule_nothing() -> No
     registry.connect("pub")
     registry.naming.register_instance("pub", SVC, InstanceInfo("10.0.0.1", 1))
     assert push.pending == {}
+
+
+async def test_pushes_of_no_hosts_are_counted_as_empty() -> None:
+    registry = make_registry(push_task_delay_ms=0)
+    sender = FakeSender()
+    metrics = Metrics()
+    metrics.add_naming(NamingFigures)
+    push = make_push(registry, sender)
+    push.metrics = metrics
+    registry.connect("sub")
+    registry.connect("pub")
+    registry.naming.register_instance("pub", SVC, InstanceInfo("10.0.0.1", 80))
+    registry.naming.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
+    push.process_due()
+    await settle()
+    registry.naming.deregister_instance("pub", SVC)
+    push.process_due()
+    await settle()
+    assert [len(info["hosts"]) for _, info in sender.sent] == [1, 0]
+    page = metrics.render().decode()
+    assert 'nacos_monitor{module="naming",name="totalPush"} 2.0' in page
+    assert 'nacos_monitor{module="naming",name="emptyPush"} 1.0' in page

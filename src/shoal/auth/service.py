@@ -4,7 +4,8 @@ Transport-neutral: the HTTP routes and the gRPC request filter call these; failu
 ``Forbidden`` (403, Nacos's messages ``user not found!`` / ``token invalid!`` / ``token
 expired!`` / ``authorization failed!``), ``InvalidParam`` (400) or ``TooManyLogins`` (429).
 bcrypt work runs in the executor (at most two at a time, so a login storm cannot starve the
-loop's executor), and failed logins are rate-limited per source ip.
+loop's executor), and failed logins are rate-limited per source ip. Users, roles, permissions
+and the token key come from the CP store (:mod:`shoal.auth.cpdata`), shared by every node.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import json
 import logging
 import secrets
 import time
@@ -21,20 +23,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from shoal.auth.cpdata import IMPORTED_SUFFIX, AuthData, local_key_file
 from shoal.auth.store import (
     DEFAULT_ADMIN,
     DUMMY_HASH,
     GLOBAL_ADMIN_ROLE,
-    UserStore,
+    USERS_FILE,
     check_password,
     hash_password,
     validate_password,
     validate_role,
     validate_username,
 )
-from shoal.auth.tokens import TokenManager, load_or_create_secret
+from shoal.auth.tokens import TokenManager, decode_secret
 from shoal.config import Config
-from shoal.errors import Conflict, Forbidden, InvalidParam, TooManyRequests
+from shoal.cp.embedded import EmbeddedStore
+from shoal.cp.store import CpStore, Keyspace
+from shoal.errors import Conflict, CpUnavailable, Forbidden, InvalidParam, TooManyRequests
 from shoal.model.keys import DEFAULT_GROUP, normalise_namespace
 from shoal.tasks import run_blocking
 
@@ -118,34 +123,106 @@ GRPC_ACTIONS = {
 
 class AuthService:
     """Auth for one node. ``enabled`` decides whether anything is checked; the login and
-    user endpoints work either way (as in Nacos)."""
+    user endpoints work either way (as in Nacos).
+
+    Users, roles, permissions and the token key live in the node's CP store (:class:`AuthData`),
+    so every node of a cluster knows the same users and accepts the same tokens. A configured
+    ``nacos.core.auth.plugin.nacos.token.secret.key`` wins over the stored key.
+    """
 
     def __init__(self, config: Config, now_s: Callable[[], float] = time.time,
                  monotonic_ms: Callable[[], int] | None = None) -> None:
         self.config = config
         self.enabled = config.auth_enabled
         self.auth_dir = Path(config.data_dir) / "auth"
-        self.store = UserStore.in_dir(self.auth_dir)
+        self._data: AuthData | None = None
+        self._own_store: CpStore | None = None
         self._now_s = now_s
         self._monotonic_ms = monotonic_ms or (lambda: time.monotonic_ns() // 1_000_000)
         self.limiter = LoginLimiter(config.auth_login_max_failures, config.auth_login_failure_window_ms,
                                     self._monotonic_ms)
         self._tokens: TokenManager | None = None
         self._bcrypt_slots: asyncio.Semaphore | None = None
-        self._write_lock: asyncio.Lock | None = None
         self._credential_key = secrets.token_bytes(32)
         self._credentials: OrderedDict[bytes, tuple[str, int]] = OrderedDict()
+        self._preparing: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        """Load the user store and the signing key (generated on first start)."""
-        await run_blocking(self.store.load)
-        key = await run_blocking(load_or_create_secret, self.auth_dir, self.config.auth_token_secret_key)
-        self._tokens = TokenManager(key, self.config.auth_token_expire_s, self._now_s)
+    async def start(self, store: CpStore | None = None, wait_s: float | None = None) -> None:
+        """Read users from ``store`` (the node's CP store; None = an embedded store of its own in
+        the data dir), import a per-node user file once, and get the token key.
+
+        Waits up to ``wait_s`` (default: the load timeout; 0 = not at all, see :meth:`wait_ready`)
+        for the store; if it has no quorum yet, the rest happens in the background and logins
+        answer 503 meanwhile."""
+        if store is None:
+            store = self._own_store = EmbeddedStore.in_data_dir(self.config.data_dir,
+                                                                self.config.cp_history_revisions)
+            await store.start()
+        self._data = AuthData(store)
+        self._data.start()
+        if self.config.auth_token_secret_key:
+            key = decode_secret(self.config.auth_token_secret_key, "nacos.core.auth.plugin.nacos.token.secret.key")
+            self._tokens = TokenManager(key, self.config.auth_token_expire_s, self._now_s)
+        self._preparing = asyncio.get_running_loop().create_task(self._prepare(), name="auth-prepare")
+        timeout = self.config.load_timeout_ms / 1000 if wait_s is None else wait_s
+        if timeout <= 0:
+            return
+        try:
+            await self.wait_ready(timeout)
+        except TimeoutError:
+            log.warning("auth: the CP store (%s) is not answering yet; users and the token key load in the "
+                        "background and logins answer 503 until then", store.kind)
+
+    async def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Wait until users are read, a user file imported and the token key loaded."""
+        if self._preparing is not None:
+            await asyncio.wait_for(asyncio.shield(self._preparing), timeout_s)
+
+    async def _prepare(self) -> None:
+        data = self.data
+        delay = 0.2
+        while True:
+            try:
+                await data.wait_ready()
+                imported = await data.import_user_file(self.auth_dir)
+                if imported is not None:
+                    log.warning("auth: imported the node's user file %s into the CP store (%s): %d new users, "
+                                "%d role bindings, %d permissions; the file is renamed *%s and no longer read",
+                                self.auth_dir / USERS_FILE, data.store.kind, *imported, IMPORTED_SUFFIX)
+                if self._tokens is None:
+                    candidate = await run_blocking(local_key_file, self.auth_dir)
+                    key = await data.token_key(candidate)
+                    self._tokens = TokenManager(key, self.config.auth_token_expire_s, self._now_s)
+                return
+            except CpUnavailable as exc:
+                log.info("auth: CP store not ready (%s); retrying", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def stop(self) -> None:
+        task, self._preparing = self._preparing, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self._data is not None:
+            await self._data.stop()
+        store, self._own_store = self._own_store, None
+        if store is not None:
+            await store.close()
+
+    @property
+    def data(self) -> AuthData:
+        """Users, roles and permissions (read locally, written to the CP store)."""
+        if self._data is None:
+            raise RuntimeError("AuthService.start() was not awaited")
+        return self._data
 
     @property
     def tokens(self) -> TokenManager:
         if self._tokens is None:
-            raise RuntimeError("AuthService.start() was not awaited")
+            if self._data is None:
+                raise RuntimeError("AuthService.start() was not awaited")
+            raise CpUnavailable("CP store unavailable: the cluster's token key is not loaded yet")
         return self._tokens
 
     # --- login ----------------------------------------------------------------------------
@@ -162,15 +239,28 @@ class AuthService:
             raise InvalidParam("Param 'username' is required.")
         if not password:
             raise InvalidParam("Param 'password' is required.")
-        await run_blocking(self.store.reload_if_changed)
-        hashed = self.store.users.get(username)
+        hashed = await self._fresh_hash(username)
         ok = await self._bcrypt(check_password, password, hashed or DUMMY_HASH)
         if not ok or hashed is None:
             self.limiter.failed(source)
             log.info("failed login for %r from %s", username, source)
             raise Forbidden("unknown user!")
         self.limiter.succeeded(source)
-        return Identity(username, self.store.is_global_admin(username))
+        return Identity(username, self.data.is_global_admin(username))
+
+    async def _fresh_hash(self, username: str) -> str | None:
+        """The user's hash as the store has it now (a change made by ``shoal users`` on another
+        process is seen at the next login); the local view when the store cannot answer."""
+        try:
+            record = await self.data.store.get(Keyspace.USERS.key(username))
+        except CpUnavailable:
+            return self.data.password_hash(username)
+        if record is None:
+            return None
+        try:
+            return str(json.loads(record.value)["password"])
+        except (ValueError, KeyError, TypeError):
+            return None
 
     async def _bcrypt(self, fn: Callable[[str, str], Any], a: str, b: str) -> Any:
         if self._bcrypt_slots is None:
@@ -189,7 +279,7 @@ class AuthService:
         if not token:
             raise Forbidden("user not found!")
         username = self.tokens.username_of(token)
-        return Identity(username, self.store.is_global_admin(username))
+        return Identity(username, self.data.is_global_admin(username))
 
     async def identity_from_credentials(self, username: str, password: str, source: str) -> Identity:
         """Clients that send ``username``/``password`` on every call instead of a token
@@ -197,8 +287,8 @@ class AuthService:
         digest = hmac.digest(self._credential_key, f"{username}\0{password}".encode(), hashlib.sha256)
         cached = self._credentials.get(digest)
         now = self._monotonic_ms()
-        if cached is not None and cached[1] > now and cached[0] in self.store.users:
-            return Identity(cached[0], self.store.is_global_admin(cached[0]))
+        if cached is not None and cached[1] > now and self.data.has_user(cached[0]):
+            return Identity(cached[0], self.data.is_global_admin(cached[0]))
         identity = await self._authenticate(username, password, source)
         if len(self._credentials) >= _CREDENTIAL_CACHE_MAX:
             self._credentials.popitem(last=False)
@@ -209,7 +299,7 @@ class AuthService:
         """``resource=None`` means an admin-only operation (console, users, cluster)."""
         if identity.global_admin:
             return
-        if resource is not None and self.store.allowed(identity.username, resource, action):
+        if resource is not None and self.data.allowed(identity.username, resource, action):
             return
         raise Forbidden("authorization failed!")
 
@@ -238,45 +328,41 @@ class AuthService:
     async def create_user(self, username: str, password: str) -> None:
         validate_username(username)
         validate_password(password)
-        hashed = await self._hash(password)
-        async with self._lock():
-            await run_blocking(self.store.reload_if_changed)
-            self.store.add_user(username, hashed)
-            await run_blocking(self.store.save)
+        if self.data.has_user(username):
+            raise InvalidParam(f"user '{username}' already exist!")
+        await self.data.add_user(username, await self._hash(password))
 
     async def create_admin(self, password: str) -> dict[str, str]:
-        """The first admin (``nacos``), only while there is none; random password if absent."""
+        """The first admin (``nacos``), only while there is none; random password if absent.
+        Cluster-wide: the user is created with a create-if-absent, so two nodes asked at once
+        make one admin."""
         if password:
             validate_password(password)
-        if self.store.has_admin():
+        if self.data.has_admin():
             raise AdminExists("have admin user cannot use it")
         password = password or secrets.token_urlsafe(12)
         hashed = await self._hash(password)
-        async with self._lock():
-            await run_blocking(self.store.reload_if_changed)
-            if self.store.has_admin():
-                raise AdminExists("have admin user cannot use it")
-            self.store.users[DEFAULT_ADMIN] = hashed
-            self.store.grant_admin(DEFAULT_ADMIN)
-            await run_blocking(self.store.save)
+        if self.data.has_admin() or self.data.has_user(DEFAULT_ADMIN):
+            raise AdminExists("have admin user cannot use it")
+        try:
+            await self.data.add_user(DEFAULT_ADMIN, hashed)
+        except InvalidParam:
+            raise AdminExists("have admin user cannot use it") from None
+        await self.data.grant_admin(DEFAULT_ADMIN)
         log.info("created the first admin user %r", DEFAULT_ADMIN)
         return {"username": DEFAULT_ADMIN, "password": password}
 
     async def update_password(self, username: str, password: str) -> None:
         validate_username(username)
         validate_password(password, "newPassword")
-        if username not in self.store.users:
+        if not self.data.has_user(username):
             raise InvalidParam(f"user {username} not exist!")
-        hashed = await self._hash(password)
-        async with self._lock():
-            await run_blocking(self.store.reload_if_changed)
-            self.store.set_password(username, hashed)
-            await run_blocking(self.store.save)
+        await self.data.set_password(username, await self._hash(password))
         self._credentials.clear()
 
     async def delete_user(self, username: str) -> None:
         validate_username(username)
-        await self._mutate(lambda: self.store.delete_user(username))
+        await self.data.delete_user(username)
         self._credentials.clear()
 
     async def add_role(self, role: str, username: str) -> None:
@@ -284,29 +370,18 @@ class AuthService:
         validate_username(username)
         if role == GLOBAL_ADMIN_ROLE:
             raise InvalidParam(f"role '{GLOBAL_ADMIN_ROLE}' is not permitted to create!")
-        await self._mutate(lambda: self.store.add_role(role, username))
+        await self.data.add_role(role, username)
 
     async def delete_role(self, role: str, username: str) -> None:
         validate_role(role)
         if role == GLOBAL_ADMIN_ROLE:
             raise InvalidParam(f"role '{GLOBAL_ADMIN_ROLE}' is not permitted to delete!")
-        await self._mutate(lambda: self.store.delete_role(role, username))
+        await self.data.delete_role(role, username)
 
     async def add_permission(self, role: str, resource: str, action: str) -> None:
         validate_role(role)
-        await self._mutate(lambda: self.store.add_permission(role, resource, action))
+        await self.data.add_permission(role, resource, action)
 
     async def delete_permission(self, role: str, resource: str, action: str) -> None:
         validate_role(role)
-        await self._mutate(lambda: self.store.delete_permission(role, resource, action))
-
-    async def _mutate(self, change: Callable[[], None]) -> None:
-        async with self._lock():
-            await run_blocking(self.store.reload_if_changed)
-            change()
-            await run_blocking(self.store.save)
-
-    def _lock(self) -> asyncio.Lock:
-        if self._write_lock is None:
-            self._write_lock = asyncio.Lock()
-        return self._write_lock
+        await self.data.delete_permission(role, resource, action)

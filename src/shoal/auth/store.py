@@ -1,6 +1,7 @@
-"""Users, roles and permissions of the Nacos default auth plugin, kept in the data dir.
+"""Password hashing and validation of the Nacos default auth plugin, and the per-node user file
+of earlier releases (now only read once, to import it into the CP store: see ``cpdata.py``).
 
-One JSON file, ``<data_dir>/auth/users.json`` (mode 0600, replaced atomically on every change):
+That file, ``<data_dir>/auth/users.json`` (mode 0600, replaced atomically on every change):
 users with bcrypt password hashes (Nacos stores BCrypt too, so hashes carry over), role
 bindings ``(role, username)`` and permissions ``(role, resource, action)``. The role
 ``ROLE_ADMIN`` is the global admin. A permission's resource is a pattern over

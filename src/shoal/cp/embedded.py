@@ -13,12 +13,17 @@ the compacted revision gets a :class:`~shoal.cp.store.Resync` of its prefix inst
 
 Watches are fed from the store's own writes: the worker thread hands each committed batch of
 events to the loop (in commit order) and every watcher's queue receives those under its prefix.
+Writes by another process on the same file (``shoal users`` next to a running node) are picked up
+from the log: by the next own write (which publishes every revision before its own, in order) or
+by a poll of the revision every ``poll_interval_s`` while anything is watched.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -59,9 +64,12 @@ class EmbeddedStore(CpStore):
 
     kind = "embedded"
 
-    def __init__(self, path: str | Path, history: int = 100_000) -> None:
+    def __init__(self, path: str | Path, history: int = 100_000, poll_interval_s: float = 1.0) -> None:
         self.path = Path(path)
         self.history = history
+        self.poll_interval_s = poll_interval_s
+        self._published = 0  # the newest revision handed to the watchers (worker thread only)
+        self._poller: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._db: sqlite3.Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -77,19 +85,44 @@ class EmbeddedStore(CpStore):
         self._loop = asyncio.get_running_loop()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cp-sqlite")
         await self._call(self._open)
+        self._poller = self._loop.create_task(self._poll_forever(), name="cp-sqlite-poll")
+
+    async def _poll_forever(self) -> None:
+        """Publish what other processes wrote to the file (only while something is watched)."""
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            if self._watchers:
+                try:
+                    events = await self._call(self._poll)
+                except CpUnavailable:
+                    continue
+                if events:
+                    self._publish_all(events)
 
     def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Private: the store holds password hashes and the cluster's token key. SQLite gives its
+        # -wal and -shm files the main file's mode.
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
+        for path in (self.path, self.path.with_name(self.path.name + "-wal"),
+                     self.path.with_name(self.path.name + "-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(path, 0o600)
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         db.executescript(_SCHEMA)
         self._db = db
+        self._published = self._meta("revision")
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
         for watcher in list(self._watchers):
             watcher.close()
         executor, self._executor = self._executor, None
@@ -165,7 +198,7 @@ class EmbeddedStore(CpStore):
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        self._publish_threadsafe(event)
+        self._publish_threadsafe(self._unpublished(event))
         return True, revision, now
 
     def _compact_locked(self, revision: int) -> None:
@@ -215,15 +248,39 @@ class EmbeddedStore(CpStore):
         events = [WatchEvent(EventKind(r[1]), r[2], bytes(r[3]), r[0]) for r in rows if r[2].startswith(prefix)]
         return events, revision, compacted
 
-    def _publish_threadsafe(self, event: WatchEvent) -> None:
-        loop = self._loop
-        if loop is not None and self._watchers:
-            loop.call_soon_threadsafe(self._publish, event)
+    def _unpublished(self, own: WatchEvent) -> list[WatchEvent]:
+        """The events up to this process's own write ``own``: just it, unless another process
+        wrote since the last publication (then its changes come first, from the log)."""
+        if own.mod_revision == self._published + 1:
+            self._published = own.mod_revision
+            return [own]
+        return self._log_since(own.mod_revision)
 
-    def _publish(self, event: WatchEvent) -> None:
-        for watcher in list(self._watchers):
-            if event.key.startswith(watcher.prefix):
-                watcher.queue.put_nowait(event)
+    def _poll(self) -> list[WatchEvent]:
+        revision = self._meta("revision")
+        return self._log_since(revision) if revision > self._published else []
+
+    def _log_since(self, upto: int) -> list[WatchEvent]:
+        rows = self._conn.execute(
+            "SELECT revision, kind, key, value FROM log WHERE revision > ? AND revision <= ? ORDER BY revision",
+            (self._published, upto)).fetchall()
+        if rows and rows[0][0] > self._published + 1:
+            log.warning("embedded CP store: revisions %d-%d written by another process were compacted before this "
+                        "one saw them; watchers of their keys are stale until restart", self._published + 1,
+                        rows[0][0] - 1)
+        self._published = max(self._published, upto)
+        return [WatchEvent(EventKind(r[1]), r[2], bytes(r[3]), r[0]) for r in rows]
+
+    def _publish_threadsafe(self, events: list[WatchEvent]) -> None:
+        loop = self._loop
+        if loop is not None and self._watchers and events:
+            loop.call_soon_threadsafe(self._publish_all, events)
+
+    def _publish_all(self, events: list[WatchEvent]) -> None:
+        for event in events:
+            for watcher in list(self._watchers):
+                if event.key.startswith(watcher.prefix):
+                    watcher.queue.put_nowait(event)
 
     # --- the interface -------------------------------------------------------------------------
     async def get(self, key: str) -> KeyValue | None:

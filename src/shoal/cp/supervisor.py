@@ -28,6 +28,7 @@ import logging
 import os
 import random
 import signal
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,26 @@ from shoal.tasks import run_blocking
 log = logging.getLogger(__name__)
 
 DEFAULT_BINARY = "/usr/bin/etcd"
+
+#: Runs before etcd in its process and execs it in place (same pid): on Linux the member gets
+#: SIGKILL when its node dies, so a node killed with SIGKILL leaves no orphan member holding
+#: its ports and data dir (its restart then starts the member again on the same data).
+_PARENT_DEATH = """
+import ctypes, os, signal, sys
+if sys.platform.startswith("linux"):
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    except Exception:
+        pass
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(70)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def _with_parent_death(command: list[str]) -> list[str]:
+    """``command`` wrapped so that it dies with this process (see :data:`_PARENT_DEATH`)."""
+    return [sys.executable, "-c", _PARENT_DEATH, str(os.getpid()), *command]
 CLIENT_PORT_OFFSET = -1000
 PEER_PORT_OFFSET = -999
 
@@ -184,7 +205,7 @@ class EtcdSupervisor:
         try:
             env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
             self._proc = await asyncio.create_subprocess_exec(
-                *self.command(), stdin=asyncio.subprocess.DEVNULL, stdout=logfile,
+                *_with_parent_death(self.command()), stdin=asyncio.subprocess.DEVNULL, stdout=logfile,
                 stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True)
         finally:
             await run_blocking(logfile.close)

@@ -62,7 +62,10 @@ class DistroMapper:
         return self.owner_of(tag) == self.self_address
 
     def responsible_client(self, client: Client) -> bool:
-        """Connection clients: their own node; ip:port clients: the hash owner."""
+        """Connection clients: their own node; ip:port clients: the hash owner; persistent
+        clients: nobody (every node builds them from the CP store, Distro never sends them)."""
+        if not client.replicated:
+            return False
         if client.kind is ClientKind.CONNECTION:
             return client.native
         return self.responsible(responsible_id(client.client_id))

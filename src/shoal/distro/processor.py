@@ -68,7 +68,7 @@ class DistroProcessor:
         client = event.client
         # Only this node's own clients are deleted on peers (copies are never echoed back). A
         # replaced client's DELETE merges with its successor's CHANGE (same key, newer wins).
-        if client.native:
+        if client.native and client.replicated:
             self.engine.enqueue(client.client_id, OP_DELETE)
 
     def record_of(self, client_id: str, op: int) -> ClientRecord | None:

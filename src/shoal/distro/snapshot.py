@@ -83,7 +83,9 @@ class SnapshotServer:
         session = self._sessions.get(session_id)
         if session is None:
             session_id = str(next(self._ids))
-            session = self._sessions[session_id] = _Session(list(self.clients.clients), 0)
+            # a plain list (no sort: the loop is not held); persistent clients come from the CP store
+            ids = [cid for cid, c in self.clients.clients.items() if c.replicated]
+            session = self._sessions[session_id] = _Session(ids, 0)
         session.expires_ms = now + self.session_ttl_ms
         offset = int(request.get("offset") or 0)
         grouped: dict[str, list[ClientRecord]] = defaultdict(list)

@@ -90,7 +90,7 @@ class NodeExporter:
                 for inst in publication.instances:
                     instances.append((
                         service.namespace, service.group, service.name, inst.cluster, inst.ip, inst.port,
-                        float(inst.weight), inst.healthy, inst.enabled, True, dict(inst.metadata),
+                        float(inst.weight), inst.healthy, inst.enabled, client.replicated, dict(inst.metadata),
                         inst.instance_id or None, client.client_id, owner, client.revision, beat_wall, renew,
                     ))
             active = self._wall(client.last_updated_ms) if client.last_updated_ms else client.created_ms

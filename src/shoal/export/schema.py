@@ -53,8 +53,9 @@ META_TAKEN_AT_MS: Final[bytes] = b"taken_at_ms"
 MANIFEST_NAME: Final[str] = "manifest.json"
 
 #: ``clients.kind``: a gRPC connection client (Nacos ``ConnectionBasedClient``) or an ip:port
-#: client of the HTTP API (Nacos ``IpPortBasedClient``, id ``"ip:port#ephemeral"``).
-CLIENT_KINDS: Final[tuple[str, ...]] = ("connection", "ip_port")
+#: client of the HTTP API (Nacos ``IpPortBasedClient``, id ``"ip:port#ephemeral"``), or the
+#: per-service publisher of persistent instances built from the CP store.
+CLIENT_KINDS: Final[tuple[str, ...]] = ("connection", "ip_port", "persistent")
 
 #: ``events.kind``: what changed. ``sync_applied`` is a Distro sync from a peer applied locally.
 EVENT_KINDS: Final[tuple[str, ...]] = (

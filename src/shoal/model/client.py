@@ -22,6 +22,9 @@ class ClientKind(StrEnum):
 
     CONNECTION = "connection"
     IP_PORT = "ip_port"
+    #: The synthetic publisher of one service's persistent instances, built on every node from
+    #: the CP store's view (shoal.service_layer.persistent); never replicated by Distro.
+    PERSISTENT = "persistent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,11 @@ class Client:
     last_renew_ms: int = 0
     publications: dict[ServiceKey, Publication] = field(default_factory=dict)
     subscriptions: dict[ServiceKey, Subscriber] = field(default_factory=dict)
+
+    @property
+    def replicated(self) -> bool:
+        """Whether Distro replicates this client (persistent ones come from the CP store)."""
+        return self.kind is not ClientKind.PERSISTENT
 
     def instance_count(self) -> int:
         return sum(len(p.instances) for p in self.publications.values())

@@ -40,10 +40,14 @@ class PushSender(Protocol):
     async def send_push(self, client_id: str, service_info_json: str, timeout_ms: int) -> bool: ...
 
 
+#: How a ServiceInfo JSON without hosts ends (``service_info_json`` writes ``hosts`` last, compact).
+_EMPTY_HOSTS_TAIL = '"hosts":[]}'
+
+
 class PushMetrics(Protocol):
     """Where push outcomes are counted (``result`` label, latency when the push was sent)."""
 
-    def push_done(self, result: str, latency_s: float | None) -> None: ...
+    def push_done(self, result: str, latency_s: float | None, empty: bool = False) -> None: ...
 
 
 @dataclass(slots=True)
@@ -150,11 +154,13 @@ class PushService:
 
     async def _push(self, client_id: str, service: ServiceKey, state: _Subscriber) -> None:
         result = "failed"
+        empty = False
         try:
             payload = self.payload_for(client_id, service)
             if payload is None:  # unsubscribed meanwhile
                 result = "skipped"
                 return
+            empty = payload.endswith(_EMPTY_HOSTS_TAIL)  # Nacos's emptyPush: a ServiceInfo without hosts
             ok = await self.sender.send_push(client_id, payload, self.config.push_task_timeout_ms)
             result = "success" if ok else "failed"
         except PushGone:
@@ -167,9 +173,10 @@ class PushService:
         except Exception:
             log.exception("push of %s to %s failed unexpectedly", service, client_id)
         finally:
-            self._finish(client_id, service, state, result)
+            self._finish(client_id, service, state, result, empty)
 
-    def _finish(self, client_id: str, service: ServiceKey, state: _Subscriber, result: str) -> None:
+    def _finish(self, client_id: str, service: ServiceKey, state: _Subscriber, result: str,
+                empty: bool = False) -> None:
         state.inflight.discard(service)
         latency: float | None = None
         if result in ("success", "gone", "skipped", "cancelled"):
@@ -188,7 +195,7 @@ class PushService:
                 state.attempts.pop(service, None)
                 state.since.pop(service, None)
         if self.metrics is not None and result != "cancelled":
-            self.metrics.push_done(result, latency)
+            self.metrics.push_done(result, latency, empty)
         if self._state.get(client_id) is not state:
             return
         # Newer data waited for this ack, or pushes waited for room in the backlog.

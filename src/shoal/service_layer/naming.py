@@ -385,6 +385,18 @@ class NamingService:
         clusters = sorted({inst.cluster for inst in self.storage.view(service).instances})
         return ServiceDetail(service, record.protect_threshold, dict(record.metadata), record.ephemeral, clusters)
 
+    def all_instances(self, namespace: str | None = None,
+                      service_name: str | None = None) -> list[tuple[ServiceKey, InstanceInfo]]:
+        """Every instance of every service (healthy or not, enabled or not), optionally of one
+        namespace and of services with one bare name, sorted by service (PrometheusController)."""
+        out: list[tuple[ServiceKey, InstanceInfo]] = []
+        for key in sorted(record.key for record in self.services):
+            if (namespace is not None and key.namespace != namespace) or (
+                    service_name is not None and key.name != service_name):
+                continue
+            out.extend((key, inst) for inst in self.storage.view(key).instances)
+        return out
+
     def client_ids(self) -> list[str]:
         """Every naming client of this node (own and replicated), sorted."""
         return sorted(c.client_id for c in self.clients)

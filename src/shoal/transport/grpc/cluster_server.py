@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from shoal.config import Config
@@ -54,6 +55,7 @@ class ClusterServer:
 
     async def unary(self, data: bytes, peer: str) -> bytes:
         """One /Request/request from a peer; raises PayloadDecodeError for bytes that are no Payload."""
+        started = time.perf_counter()
         type_name, raw_headers, _client_ip, raw = decode(data)
         headers = {k.lower(): v for k, v in raw_headers.items()}
         sender = headers.get(MEMBER_HEADER, "")
@@ -70,7 +72,8 @@ class ClusterServer:
                         exc_info=not isinstance(exc, ValueError))
             reply_type, code = "ErrorResponse", Code.SERVER_ERROR
             body = codec.error(code, code, f"handle distro request with exception: {exc}")
-        self.metrics.request("cluster", type_name if code != Code.NO_HANDLER else "unknown", code)
+        self.metrics.request("cluster", type_name if code != Code.NO_HANDLER else "unknown", code,
+                             time.perf_counter() - started)
         return encode(reply_type, body)
 
     def _check_identity(self, headers: dict[str, str]) -> None:

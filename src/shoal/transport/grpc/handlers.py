@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -22,10 +22,11 @@ class RequestContext:
 
 class Handler(NamedTuple):
     """A unary handler: the response type it answers with (also used for typed filter
-    failures) and a synchronous function from the JSON body to the response body JSON (UTF-8 bytes)."""
+    failures) and a function from the JSON body to the response body JSON (UTF-8 bytes). Most
+    handlers are synchronous; one that must wait (a CP store write) returns an awaitable of the body."""
 
     response_type: str
-    handle: Callable[[RequestContext, dict[str, Any]], bytes]
+    handle: Callable[[RequestContext, dict[str, Any]], bytes | Awaitable[bytes]]
 
 
 # Requests that only peers may send (docs/protocol.md §1.6 step 1): refused on the SDK port.

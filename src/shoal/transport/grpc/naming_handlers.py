@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable
 from typing import Any
 
 from shoal.errors import InvalidParam
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import DEFAULT_GROUP, ServiceKey, normalise_namespace
 from shoal.service_layer import PERSISTENT_UNSUPPORTED, NamingService, parse_metadata
+from shoal.service_layer.persistent import PersistentNaming
 from shoal.transport.grpc import codec
 from shoal.transport.grpc.connections import Connection
 from shoal.transport.grpc.handlers import Handler, RequestContext
@@ -19,9 +21,9 @@ _DEREGISTERED = codec.ok({"type": "deregisterInstance"})
 _BATCH_REGISTERED = codec.ok({"type": "batchRegisterInstance"})
 
 
-def naming_handlers(naming: NamingService) -> dict[str, Handler]:
-    """The handler table for the naming module."""
-    h = _NamingHandlers(naming)
+def naming_handlers(naming: NamingService, persistent: PersistentNaming | None = None) -> dict[str, Handler]:
+    """The handler table for the naming module (persistent instances need the CP use cases)."""
+    h = _NamingHandlers(naming, persistent)
     return {
         "InstanceRequest": Handler("InstanceResponse", h.instance),
         "BatchInstanceRequest": Handler("BatchInstanceResponse", h.batch_instance),
@@ -35,8 +37,9 @@ def naming_handlers(naming: NamingService) -> dict[str, Handler]:
 class _NamingHandlers:
     """Each naming request: parse the body, call the service layer, shape the response."""
 
-    def __init__(self, naming: NamingService) -> None:
+    def __init__(self, naming: NamingService, persistent: PersistentNaming | None) -> None:
         self.naming = naming
+        self.persistent = persistent
 
     def instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
@@ -68,8 +71,21 @@ class _NamingHandlers:
         self.naming.batch_register_instances(ctx.conn.connection_id, service, instances)
         return _BATCH_REGISTERED
 
-    def persistent_instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
-        raise InvalidParam(PERSISTENT_UNSUPPORTED)
+    def persistent_instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes | Awaitable[bytes]:
+        """PersistentInstanceRequestHandler: register/deregister one persistent instance in the CP
+        store (not bound to the connection); validation answers at once, the write is awaited."""
+        if self.persistent is None:
+            raise InvalidParam(PERSISTENT_UNSUPPORTED)
+        service = service_of(body)
+        kind = text(body, "type")
+        inst = instance_of(body.get("instance"), "instance")
+        if kind == "registerInstance":
+            self.persistent.check_register(service, inst)
+            return _answered(self.persistent.register(service, inst), kind)
+        if kind == "deregisterInstance":
+            self.naming.check_params(service, clusters=inst.cluster)
+            return _answered(self.persistent.deregister(service, inst.ip, inst.port, inst.cluster), kind)
+        raise InvalidParam(f"Unsupported request type {kind}")
 
     def query(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
@@ -93,6 +109,11 @@ class _NamingHandlers:
         group = text(body, "groupName") or DEFAULT_GROUP
         page = self.naming.list_services(namespace, group, integer(body, "pageNo", 1), integer(body, "pageSize", 10))
         return codec.ok({"count": page.count, "serviceNames": page.names})
+
+
+async def _answered(write: Awaitable[None], kind: str) -> bytes:
+    await write
+    return codec.ok({"type": kind})
 
 
 # --- body parsing: wrong types are 400s that name the field ---------------------------------

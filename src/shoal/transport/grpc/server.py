@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from shoal.config import Config
@@ -53,7 +53,7 @@ class AuthFilter(Protocol):
 
 
 #: Abilities we advertise in SetupAckRequest: only what is implemented (docs/protocol.md §2.3).
-SERVER_ABILITIES = {"supportPersistentInstanceByGrpc": False}
+SERVER_ABILITIES = {"supportPersistentInstanceByGrpc": True}
 
 
 class SdkServer:
@@ -89,8 +89,10 @@ class SdkServer:
         self._transport = None
 
     # --- unary --------------------------------------------------------------------------
-    def unary(self, data: bytes, peer: str) -> bytes:
-        """Answer one /Request/request call; raises PayloadDecodeError for bytes that are no Payload."""
+    def unary(self, data: bytes, peer: str) -> bytes | Awaitable[bytes]:
+        """Answer one /Request/request call; raises PayloadDecodeError for bytes that are no Payload.
+        A handler that waits (a CP write) makes the answer an awaitable; both transports await it."""
+        started = time.perf_counter()
         type_name, headers, _client_ip, raw = decode(data)
         handler = self.handlers.get(type_name)
         label = type_name if handler is not None or type_name == "ServerCheckRequest" else "unknown"
@@ -100,11 +102,28 @@ class SdkServer:
             log.exception("unexpected failure answering %s from %s", type_name, peer)
             code = NacosError.code
             reply_type, body = "ErrorResponse", codec.error(code, code, "server error")
-        self.metrics.request("grpc", label, code)
+        if not isinstance(body, bytes):
+            return self._answer_later(type_name, label, reply_type, body, peer, started)
+        self.metrics.request("grpc", label, code, time.perf_counter() - started)
+        return encode(reply_type, body)
+
+    async def _answer_later(self, type_name: str, label: str, reply_type: str, pending: Awaitable[bytes],
+                            peer: str, started: float) -> bytes:
+        code = 200
+        try:
+            body = await pending
+        except NacosError as exc:
+            code, reply_type = exc.code, "ErrorResponse"
+            body = codec.error(exc.code, exc.code, exc.message)
+        except Exception:
+            log.exception("unexpected failure answering %s from %s", type_name, peer)
+            code, reply_type = NacosError.code, "ErrorResponse"
+            body = codec.error(code, code, "server error")
+        self.metrics.request("grpc", label, code, time.perf_counter() - started)
         return encode(reply_type, body)
 
     def _dispatch(self, peer: str, type_name: str, headers: dict[str, str], raw: bytes,
-                  handler: Handler | None) -> tuple[str, bytes, int]:
+                  handler: Handler | None) -> tuple[str, bytes | Awaitable[bytes], int]:
         try:
             if self.source == "sdk" and type_name in CLUSTER_ONLY_TYPES:
                 raise BadRequestBody(f" invoke {type_name} from sdk is forbidden")

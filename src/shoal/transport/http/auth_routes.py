@@ -58,7 +58,7 @@ class AuthRoutes:
     async def list_users(self, request: web.Request, p: Params) -> web.Response:
         name = p.text("username")
         blur = p.text("search", "accurate").lower() == "blur"
-        users = [{"username": u} for u in sorted(self.auth.store.users)
+        users = [{"username": u} for u in self.auth.data.usernames()
                  if not name or (name in u if blur else u == name)]
         return json_text(dumps(_page(users, p)))
 
@@ -72,7 +72,7 @@ class AuthRoutes:
 
     async def list_roles(self, request: web.Request, p: Params) -> web.Response:
         username, role = p.text("username"), p.text("role")
-        roles = [{"role": r, "username": u} for r, u in self.auth.store.roles
+        roles = [{"role": r, "username": u} for r, u in self.auth.data.roles()
                  if (not username or u == username) and (not role or r == role)]
         return json_text(dumps(_page(roles, p)))
 
@@ -86,6 +86,6 @@ class AuthRoutes:
 
     async def list_permissions(self, request: web.Request, p: Params) -> web.Response:
         role = p.text("role")
-        perms = [{"role": x.role, "resource": x.resource, "action": x.action} for x in self.auth.store.permissions
+        perms = [{"role": x.role, "resource": x.resource, "action": x.action} for x in self.auth.data.permissions()
                  if not role or x.role == role]
         return json_text(dumps(_page(perms, p)))

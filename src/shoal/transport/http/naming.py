@@ -18,7 +18,8 @@ from shoal.config import Config
 from shoal.errors import InvalidParam, ServiceNotFound, UnknownService
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
-from shoal.service_layer import NamingService, check_port, parse_metadata
+from shoal.service_layer import PERSISTENT_UNSUPPORTED, NamingService, check_port, parse_metadata
+from shoal.service_layer.persistent import ClusterSettings, PersistentNaming, instance_name
 from shoal.transport.http.api import dumps, json_text, ok_text, v2_ok
 from shoal.transport.http.params import Params
 
@@ -35,43 +36,59 @@ class NamingRoutes:
         self.naming = naming
         self.is_serving = is_serving
         self.owner_of = owner_of  # Responsibility.owner_of: None = this node handles the ip:port
+        self.persistent: PersistentNaming | None = None  # the CP use cases, when the node has a store
+
+    def _cp(self) -> PersistentNaming:
+        if self.persistent is None:
+            raise InvalidParam(PERSISTENT_UNSUPPORTED)
+        return self.persistent
+
+    async def _register(self, service: ServiceKey, p: Params) -> None:
+        inst, ephemeral = instance_from(p)
+        if ephemeral:
+            self.naming.register_ip_port(service, inst, ephemeral)
+        else:
+            await self._cp().register(service, inst)
 
     # --- instances -------------------------------------------------------------------------
     async def v1_register(self, request: web.Request, p: Params) -> web.Response:
-        service = p.v1_service()
-        inst, ephemeral = instance_from(p)
-        self.naming.register_ip_port(service, inst, ephemeral)
+        await self._register(p.v1_service(), p)
         return ok_text()
 
     async def v2_register(self, request: web.Request, p: Params) -> web.Response:
-        service = p.v2_service()
-        inst, ephemeral = instance_from(p)
-        self.naming.register_ip_port(service, inst, ephemeral)
+        await self._register(p.v2_service(), p)
         return v2_ok('"ok"')
 
     async def v1_deregister(self, request: web.Request, p: Params) -> web.Response:
-        self._deregister(p.v1_service(), p)
+        await self._deregister(p.v1_service(), p)
         return ok_text()
 
     async def v2_deregister(self, request: web.Request, p: Params) -> web.Response:
-        self._deregister(p.v2_service(), p)
+        await self._deregister(p.v2_service(), p)
         return v2_ok('"ok"')
 
-    def _deregister(self, service: ServiceKey, p: Params) -> None:
-        ip, port = p.required("ip"), p.port()
-        self.naming.deregister_ip_port(service, ip, port, p.boolean("ephemeral", True))
+    async def _deregister(self, service: ServiceKey, p: Params) -> None:
+        ip, port, ephemeral = p.required("ip"), p.port(), p.boolean("ephemeral", True)
+        if ephemeral:
+            self.naming.deregister_ip_port(service, ip, port, ephemeral)
+        else:
+            await self._cp().deregister(service, ip, port, p.cluster())
 
     async def v1_update(self, request: web.Request, p: Params) -> web.Response:
-        self._update(p.v1_service(), p)
+        await self._update(p.v1_service(), p)
         return ok_text()
 
     async def v2_update(self, request: web.Request, p: Params) -> web.Response:
-        self._update(p.v2_service(), p)
+        await self._update(p.v2_service(), p)
         return v2_ok('"ok"')
 
-    def _update(self, service: ServiceKey, p: Params) -> None:
+    async def _update(self, service: ServiceKey, p: Params) -> None:
         """PUT: weight, enabled and metadata as given (defaults 1.0 / true / none)."""
         ip, port, ephemeral = p.required("ip"), p.port(), p.boolean("ephemeral", True)
+        if not ephemeral:
+            await self._cp().update(service, ip, port, p.cluster(), weight=p.weight(1.0), enabled=p.enabled(True),
+                                    metadata=p.metadata())
+            return
         self.naming.update_instance(service, ip, port, p.cluster(), weight=p.weight(1.0), enabled=p.enabled(True),
                                     metadata=p.metadata(), ephemeral=ephemeral)
 
@@ -80,6 +97,11 @@ class NamingRoutes:
         service = p.v1_service()
         ip, port = p.required("ip"), p.port()
         p.boolean("healthy", True)  # accepted (and checked) like Nacos; health is the beat's business
+        if self.persistent is not None and self.persistent.instances.get(
+                instance_name(service, p.cluster(), ip, port)) is not None:
+            await self.persistent.update(service, ip, port, p.cluster(), weight=p.weight(None),
+                                         enabled=p.enabled(None), metadata=p.metadata())
+            return ok_text()
         self.naming.update_instance(service, ip, port, p.cluster(), weight=p.weight(None), enabled=p.enabled(None),
                                     metadata=p.metadata())
         return ok_text()
@@ -116,39 +138,59 @@ class NamingRoutes:
     # --- services ----------------------------------------------------------------------------
     async def v1_service_create(self, request: web.Request, p: Params) -> web.Response:
         service = p.v1_service()
-        check_selector(p)
+        selector = check_selector(p)
         # Nacos 1.x/2.x: a service created through this API is persistent (docs/protocol.md §5.2).
-        self.naming.create_service(service, p.number("protectThreshold", 0.0), p.metadata() or {}, ephemeral=False)
+        await self._create_service(service, p.number("protectThreshold", 0.0), p.metadata() or {}, False, selector)
         return ok_text()
+
+    async def _create_service(self, service: ServiceKey, threshold: float, metadata: dict[str, str],
+                              ephemeral: bool, selector: dict[str, Any] | None) -> None:
+        if self.persistent is not None:
+            await self.persistent.create_service(service, threshold, metadata, ephemeral, selector)
+        else:
+            self.naming.create_service(service, threshold, metadata, ephemeral=ephemeral)
+
+    async def _update_service(self, service: ServiceKey, threshold: float | None, metadata: dict[str, str] | None,
+                              selector: dict[str, Any] | None) -> None:
+        if self.persistent is not None:
+            await self.persistent.update_service(service, threshold, metadata, selector)
+        else:
+            self.naming.update_service(service, threshold, metadata)
+
+    async def _delete_service(self, service: ServiceKey) -> None:
+        if self.persistent is not None:
+            await self.persistent.delete_service(service)
+        else:
+            self.naming.delete_service(service)
 
     async def v2_service_create(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
-        check_selector(p)
-        self.naming.create_service(service, p.number("protectThreshold", 0.0), p.metadata() or {},
-                                   ephemeral=p.boolean("ephemeral", False))
+        selector = check_selector(p)
+        await self._create_service(service, p.number("protectThreshold", 0.0), p.metadata() or {},
+                                   p.boolean("ephemeral", False), selector)
         return v2_ok('"ok"')
 
     async def v1_service_delete(self, request: web.Request, p: Params) -> web.Response:
-        self.naming.delete_service(p.v1_service())
+        await self._delete_service(p.v1_service())
         return ok_text()
 
     async def v2_service_delete(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
         if not self.naming.service_exists(service):  # v2 words a missing service its own way
             raise UnknownService(_service_not_found(service))
-        self.naming.delete_service(service)
+        await self._delete_service(service)
         return v2_ok('"ok"')
 
     async def v1_service_update(self, request: web.Request, p: Params) -> web.Response:
         service = p.v1_service()
-        check_selector(p)
-        self.naming.update_service(service, p.number("protectThreshold"), p.metadata())
+        selector = check_selector(p)
+        await self._update_service(service, p.number("protectThreshold"), p.metadata(), selector)
         return ok_text()
 
     async def v2_service_update(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
-        check_selector(p)
-        self.naming.update_service(service, p.number("protectThreshold", 0.0), p.metadata() or {})
+        selector = check_selector(p)
+        await self._update_service(service, p.number("protectThreshold", 0.0), p.metadata() or {}, selector)
         return v2_ok('"ok"')
 
     async def v1_service_detail(self, request: web.Request, p: Params) -> web.Response:
@@ -156,25 +198,81 @@ class NamingRoutes:
         detail = self.naming.service_detail(service)
         if detail is None:
             raise UnknownService(f"service not found, namespace: {service.namespace}, serviceName: {service.name}")
-        clusters = [{"name": c, "healthChecker": {"type": "TCP"}, "metadata": {}} for c in detail.clusters]
+        clusters = []
+        for c in self._cluster_names(service, detail.clusters):
+            settings = self._cluster_settings(service, c)
+            clusters.append({"name": c, "healthChecker": dict(settings.health_checker),
+                             "metadata": dict(settings.metadata), "defaultCheckPort": settings.check_port,
+                             "useIPPort4Check": settings.use_instance_port})
         return json_text(dumps({
             "namespaceId": service.namespace, "groupName": service.group, "name": service.name,
             "protectThreshold": detail.protect_threshold, "metadata": detail.metadata,
-            "selector": _SELECTOR_NONE, "clusters": clusters,
+            "selector": self._selector(service), "clusters": clusters,
         }))
+
+    def _cluster_names(self, service: ServiceKey, clusters: list[str]) -> list[str]:
+        doc = self.persistent.service_doc(service) if self.persistent is not None else None
+        configured = doc.get("clusters") if doc is not None else None
+        return sorted(set(clusters) | set(configured if isinstance(configured, dict) else ()))
+
+    def _cluster_settings(self, service: ServiceKey, cluster: str) -> ClusterSettings:
+        return self.persistent.cluster_settings(service, cluster) if self.persistent is not None else ClusterSettings()
+
+    def _selector(self, service: ServiceKey) -> dict[str, Any]:
+        doc = self.persistent.service_doc(service) if self.persistent is not None else None
+        selector = doc.get("selector") if doc is not None else None
+        return dict(selector) if isinstance(selector, dict) and selector.get("type") not in (None, "none") \
+            else dict(_SELECTOR_NONE)
+
+    async def v1_health_update(self, request: web.Request, p: Params) -> web.Response:
+        """PUT /nacos/v1/ns/health[/instance] (HealthController.update): set a persistent
+        instance's health by hand (``healthy``, or the 1.x ``valid``); the next server-side check
+        may flip it back unless the cluster's checker is NONE."""
+        service = p.v1_service()
+        raw = p.text("healthy") or p.text("valid")
+        if not raw:
+            raise InvalidParam("Param 'healthy' is required.")
+        healthy = p.boolean("healthy" if p.text("healthy") else "valid", True)
+        await self._cp().update(service, p.required("ip"), p.port(), p.cluster(), weight=None, enabled=None,
+                                metadata=None, healthy=healthy)
+        return ok_text()
+
+    async def v1_cluster_update(self, request: web.Request, p: Params) -> web.Response:
+        """PUT /nacos/v1/ns/cluster (ClusterController.update): a cluster's health checker
+        (JSON ``{"type":"TCP"|"HTTP"|"NONE","path":..,"headers":..,"expectedResponseCode":..}``),
+        ``checkPort``, ``useInstancePort4Check`` and metadata, kept in the service's CP document."""
+        service = p.v1_service()
+        cluster = p.required("clusterName")
+        raw = p.required("healthChecker")
+        try:
+            checker = json.loads(raw)
+        except ValueError:
+            raise InvalidParam("Param 'healthChecker' must be a JSON object.") from None
+        if not isinstance(checker, dict) or str(checker.get("type", "")).upper() not in ("TCP", "HTTP", "NONE"):
+            raise InvalidParam("Param 'healthChecker' must be a JSON object with type TCP, HTTP or NONE "
+                               "(MySQL checks are not offered).")
+        checker["type"] = str(checker["type"]).upper()
+        check_port(p.integer("checkPort", 80), "checkPort")
+        settings = ClusterSettings(checker, p.integer("checkPort", 80) or 80, p.boolean("useInstancePort4Check", True),
+                                   p.metadata() or {})
+        await self._cp().update_cluster(service, cluster, settings)
+        return ok_text()
 
     async def v2_service_detail(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
         detail = self.naming.service_detail(service)
         if detail is None:
             raise ServiceNotFound(_service_not_found(service))
-        cluster_map = {c: {"clusterName": c, "healthChecker": {"type": "TCP"}, "metadata": {},
-                           "healthyCheckPort": 80, "useInstancePortForCheck": True}
-                       for c in detail.clusters}
+        cluster_map = {}
+        for c in self._cluster_names(service, detail.clusters):
+            settings = self._cluster_settings(service, c)
+            cluster_map[c] = {"clusterName": c, "healthChecker": dict(settings.health_checker),
+                              "metadata": dict(settings.metadata), "healthyCheckPort": settings.check_port,
+                              "useInstancePortForCheck": settings.use_instance_port}
         return v2_ok(dumps({
             "namespace": service.namespace, "serviceName": service.name, "groupName": service.group,
             "clusterMap": cluster_map, "metadata": detail.metadata, "protectThreshold": detail.protect_threshold,
-            "selector": _SELECTOR_NONE, "ephemeral": detail.ephemeral,
+            "selector": self._selector(service), "ephemeral": detail.ephemeral,
         }))
 
     async def v1_service_list(self, request: web.Request, p: Params) -> web.Response:
@@ -318,6 +416,12 @@ def beat_target(p: Params) -> tuple[str, int, InstanceInfo | None, bool]:
     return ip, port, inst, ephemeral
 
 
+def persistent_write(p: Params) -> bool:
+    """A write of a persistent instance (``ephemeral=false``): it goes to the CP store from
+    whichever node takes it, so the DistroFilter does not forward it."""
+    return p.text("ephemeral").strip().lower() == "false"
+
+
 def distro_tag(p: Params) -> str:
     """The ``ip:port`` the DistroFilter routes a write by (the beat JSON's when present)."""
     ip = p.text("ip")
@@ -331,18 +435,19 @@ def distro_tag(p: Params) -> str:
     return f"{ip}:{p.text('port') or '0'}"
 
 
-def check_selector(p: Params) -> None:
-    """``selector`` must be JSON ``{"type": "none"|"label", ...}``; it is accepted and not
-    applied (label selectors need Nacos's CMDB, which does not exist here)."""
+def check_selector(p: Params) -> dict[str, Any] | None:
+    """``selector`` must be JSON ``{"type": "none"|"label", ...}``; it is kept (in the service's
+    CP document) and not applied (label selectors need Nacos's CMDB, which does not exist here)."""
     raw = p.text("selector")
     if not raw:
-        return
+        return None
     try:
         selector = json.loads(raw)
     except ValueError:
         raise InvalidParam("Param 'selector' must be a JSON object.") from None
     if not isinstance(selector, dict) or str(selector.get("type", "")).lower() not in ("none", "label"):
         raise InvalidParam("Param 'selector' must be a JSON object with type 'none' or 'label'.")
+    return selector
 
 
 def detail_json(service: ServiceKey, inst: InstanceInfo, service_key: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -28,6 +29,7 @@ from shoal.errors import Forbidden, HttpStatus, NacosError
 from shoal.metrics import Metrics
 from shoal.model.keys import DEFAULT_GROUP, GROUP_SEPARATOR
 from shoal.service_layer import NamingService
+from shoal.service_layer.persistent import PersistentNaming
 from shoal.tls import PortTls
 from shoal.tls import describe as describe_tls
 from shoal.transport.grpc.transports import transport_name
@@ -35,8 +37,9 @@ from shoal.transport.http import access_log
 from shoal.transport.http.api import Api, core_ok, dumps, error_response, v2_ok
 from shoal.transport.http.auth_routes import IDENTITY_KEY, AuthRoutes
 from shoal.transport.http.forward import Forwarder, MemberView, Responsibility, Standalone, StandaloneMembers
-from shoal.transport.http.naming import NamingRoutes, distro_tag
+from shoal.transport.http.naming import NamingRoutes, distro_tag, persistent_write
 from shoal.transport.http.params import Params, read_params
+from shoal.transport.http.prometheus_sd import PrometheusSdRoutes
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +78,7 @@ class HttpServer:
         self.members = members
         self.app = web.Application(client_max_size=config.max_inbound_message_size)
         self._runner: web.AppRunner | None = None
+        self.naming_routes: NamingRoutes | None = None
         route = self._route
         route("GET", "/nacos/v1/console/health/liveness", self.liveness, Api.V1)
         route("GET", "/nacos/v1/console/health/readiness", self.readiness, Api.V1)
@@ -83,7 +87,14 @@ class HttpServer:
         route("GET", "/nacos/v1/core/cluster/nodes", self.cluster_nodes, Api.CORE, ADMIN)
         route("GET", "/nacos/v2/core/cluster/node/list", self.cluster_nodes_v2, Api.V2, ADMIN)
         if naming is not None:
-            self._naming_routes(NamingRoutes(config, naming, status.is_serving, self.forwarder.owner_of))
+            self.naming_routes = NamingRoutes(config, naming, status.is_serving, self.forwarder.owner_of)
+            self._naming_routes(self.naming_routes)
+            if config.prometheus_sd_enabled:
+                sd = PrometheusSdRoutes(naming, auth)
+                route("GET", "/nacos/prometheus", sd.all_targets, Api.V1)
+                route("GET", "/nacos/prometheus/namespaceId/{namespaceId}", sd.namespace_targets, Api.V1)
+                route("GET", "/nacos/prometheus/namespaceId/{namespaceId}/service/{service}", sd.service_targets,
+                      Api.V1)
         if auth is not None:
             self._auth_routes(AuthRoutes(auth))
 
@@ -111,6 +122,9 @@ class HttpServer:
             route("PUT", f"{base}/service", update, api, WRITE)
             route("GET", f"{base}/service", detail, api, READ)
             route("GET", f"{base}/service/list", listing, api, READ)
+        route("PUT", "/nacos/v1/ns/cluster", n.v1_cluster_update, Api.V1, WRITE)
+        route("PUT", "/nacos/v1/ns/health", n.v1_health_update, Api.V1, WRITE)
+        route("PUT", "/nacos/v1/ns/health/instance", n.v1_health_update, Api.V1, WRITE)
         route("GET", "/nacos/v1/ns/operator/metrics", n.v1_metrics, Api.V1)
         route("GET", "/nacos/v1/ns/ops/metrics", n.v1_metrics, Api.V1)
         route("GET", "/nacos/v2/ns/operator/metrics", n.v2_metrics, Api.V2)
@@ -120,6 +134,11 @@ class HttpServer:
         route("GET", "/nacos/v2/ns/client", n.v2_client_detail, Api.V2, ADMIN)
         route("GET", "/nacos/v2/ns/client/publish/list", n.v2_client_publications, Api.V2, ADMIN)
         route("GET", "/nacos/v2/ns/client/subscribe/list", n.v2_client_subscriptions, Api.V2, ADMIN)
+
+    def set_persistent(self, persistent: PersistentNaming) -> None:
+        """Serve persistent instances and service metadata from the CP store (issue 12)."""
+        if self.naming_routes is not None:
+            self.naming_routes.persistent = persistent
 
     def _auth_routes(self, a: AuthRoutes) -> None:
         route = self._route
@@ -163,17 +182,18 @@ class HttpServer:
         metrics, forwarder = self.metrics, self.forwarder
 
         async def serve(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
             try:
                 params = await read_params(request)
                 if auth is not None and self.auth is not None and self.auth.enabled:
                     await self._authorize(request, params, auth)
-                if distro:
+                if distro and not persistent_write(params):  # CP writes need no owner: any node writes
                     tag = distro_tag(params)
                     owner = forwarder.owner_of(tag)
                     if owner is not None:
                         forwarded = await forwarder.forward(request, owner, tag)
                         if forwarded is not None:  # None: the owner is not answering, handle it here
-                            metrics.request("http", path, forwarded.status)
+                            metrics.request("http", path, forwarded.status, time.perf_counter() - started, method)
                             return forwarded
                 response = await handler(request, params)
             except NacosError as exc:
@@ -183,7 +203,7 @@ class HttpServer:
             except Exception:
                 log.exception("unexpected failure answering %s %s", request.method, request.path)
                 response = web.Response(status=NacosError.http_status, text="server error")
-            metrics.request("http", path, response.status)
+            metrics.request("http", path, response.status, time.perf_counter() - started, method)
             return response
 
         self.app.router.add_route(method, path, serve)

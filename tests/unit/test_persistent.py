@@ -1,0 +1,225 @@
+"""Persistent instances and service metadata in process: a real embedded CP store (SQLite in a
+temporary dir), the model fed only by the views' watch, and the health checker probing real
+loopback listeners."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from shoal.cp.embedded import EmbeddedStore
+from shoal.cp.store import Keyspace, json_view
+from shoal.distro.mapper import DistroMapper
+from shoal.errors import InvalidParam, ServiceNotEmpty
+from shoal.export.eventlog import ChangeLog
+from shoal.export.node_export import NodeExporter, export_and_rotate
+from shoal.export.reader import read_snapshot
+from shoal.health.checker import CheckSettings, PersistentHealthChecker, http_check, tcp_check
+from shoal.model.client import ClientKind
+from shoal.model.instance import InstanceInfo
+from shoal.model.keys import ServiceKey
+from shoal.service_layer.persistent import ClusterSettings, PersistentNaming, persistent_client_id
+from shoal.testing import Registry, make_registry
+
+SVC = ServiceKey("public", "DEFAULT_GROUP", "db")
+
+
+@dataclass
+class Cp:
+    registry: Registry
+    persistent: PersistentNaming
+    store: EmbeddedStore
+
+
+@pytest.fixture
+async def cp(tmp_path: Path) -> AsyncIterator[Cp]:
+    registry = make_registry()
+    store = EmbeddedStore.in_data_dir(tmp_path)
+    await store.start()
+    instances, services = json_view(store, Keyspace.INSTANCES), json_view(store, Keyspace.SERVICES)
+    persistent = PersistentNaming(registry.naming, instances, services)
+    instances.start()
+    services.start()
+    await instances.wait_ready(5)
+    await services.wait_ready(5)
+    try:
+        yield Cp(registry, persistent, store)
+    finally:
+        await instances.stop()
+        await services.stop()
+        await store.close()
+
+
+def hosts(registry: Registry, service: ServiceKey = SVC) -> list[dict[str, object]]:
+    return list(json.loads(registry.naming.query(service))["hosts"])
+
+
+async def test_a_persistent_instance_reaches_the_model_through_the_watch(cp: Cp) -> None:
+    await cp.persistent.register(SVC, InstanceInfo("10.0.0.1", 3306, metadata={"k": "v"}))
+    [host] = hosts(cp.registry)
+    assert (host["ip"], host["ephemeral"], host["metadata"]) == ("10.0.0.1", False, {"k": "v"})
+    client = cp.registry.clients.get(persistent_client_id(SVC))
+    assert client is not None and client.kind is ClientKind.PERSISTENT and not client.replicated
+    record = cp.registry.services.get(SVC)
+    assert record is not None and record.ephemeral is False
+    assert DistroMapper(None).responsible_client(client) is False  # Distro never sends it
+    await cp.persistent.deregister(SVC, "10.0.0.1", 3306)
+    assert hosts(cp.registry) == [] and cp.registry.clients.get(persistent_client_id(SVC)) is None
+
+
+async def test_kinds_do_not_mix_in_one_service(cp: Cp) -> None:
+    await cp.persistent.register(SVC, InstanceInfo("10.0.0.1", 3306))
+    with pytest.raises(InvalidParam, match="persistent service"):
+        cp.registry.naming.register_ip_port(SVC, InstanceInfo("10.0.0.2", 1))
+    eph = ServiceKey("public", "DEFAULT_GROUP", "eph")
+    cp.registry.naming.register_ip_port(eph, InstanceInfo("10.0.0.3", 1))
+    with pytest.raises(InvalidParam, match="ephemeral service"):
+        await cp.persistent.register(eph, InstanceInfo("10.0.0.4", 1))
+
+
+async def test_service_metadata_is_applied_from_the_store(cp: Cp) -> None:
+    made = ServiceKey("public", "DEFAULT_GROUP", "made")
+    await cp.persistent.create_service(made, 0.8, {"team": "core"}, ephemeral=False)
+    record = cp.registry.services.get(made)
+    assert record is not None and not record.ephemeral and record.has_metadata
+    assert (record.protect_threshold, record.metadata) == (0.8, {"team": "core"})
+    await cp.persistent.register(made, InstanceInfo("10.0.0.1", 1, healthy=False))
+    await cp.persistent.register(made, InstanceInfo("10.0.0.2", 1))
+    info = json.loads(cp.registry.naming.query(made))
+    assert info["reachProtectionThreshold"] is True  # 1/2 healthy <= 0.8: all shown healthy
+    await cp.persistent.update_service(made, 0.1, None)
+    assert json.loads(cp.registry.naming.query(made))["reachProtectionThreshold"] is False
+    with pytest.raises(ServiceNotEmpty):
+        await cp.persistent.delete_service(made)
+
+
+async def test_restart_on_the_same_store_brings_instances_back(tmp_path: Path) -> None:
+    store = EmbeddedStore.in_data_dir(tmp_path)
+    await store.start()
+    view = json_view(store, Keyspace.INSTANCES)
+    first = PersistentNaming(make_registry().naming, view, json_view(store, Keyspace.SERVICES))
+    view.start()
+    await view.wait_ready(5)
+    await first.register(SVC, InstanceInfo("10.0.0.9", 9))
+    await view.stop()
+    await store.close()
+
+    again = EmbeddedStore.in_data_dir(tmp_path)
+    await again.start()
+    registry = make_registry()
+    view = json_view(again, Keyspace.INSTANCES)
+    PersistentNaming(registry.naming, view, json_view(again, Keyspace.SERVICES))
+    view.start()
+    try:
+        await view.wait_ready(5)
+        assert [h["ip"] for h in hosts(registry)] == ["10.0.0.9"]
+    finally:
+        await view.stop()
+        await again.close()
+
+
+def _listener(port: int = 0) -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(8)
+    return sock
+
+
+async def test_checker_flips_health_when_the_port_closes_and_reopens(cp: Cp) -> None:
+    sock = _listener()
+    port = int(sock.getsockname()[1])
+    await cp.persistent.register(SVC, InstanceInfo("127.0.0.1", port))
+    checks: list[str] = []
+    checker = PersistentHealthChecker(cp.persistent, lambda _name: True, cp.registry.clock.monotonic_ms,
+                                      CheckSettings(interval_ms=100, jitter_ms=0, timeout_ms=500, check_times=2),
+                                      checks.append)
+
+    try:
+        sock.close()
+        await drive(cp, checker, lambda: hosts(cp.registry)[0]["healthy"] is False, "the instance unhealthy")
+        assert len(checks) >= 2 and set(checks) == {"TCP"}  # check_times=2: two failures first
+        sock = _listener(port)
+        await drive(cp, checker, lambda: hosts(cp.registry)[0]["healthy"] is True, "the instance healthy again")
+    finally:
+        sock.close()
+        await checker.stop()
+
+
+async def test_checker_runs_only_services_it_is_responsible_for(cp: Cp) -> None:
+    await cp.persistent.register(SVC, InstanceInfo("127.0.0.1", 1))
+    checks: list[str] = []
+    checker = PersistentHealthChecker(cp.persistent, lambda _name: False, cp.registry.clock.monotonic_ms,
+                                      CheckSettings(interval_ms=100, jitter_ms=0), checks.append)
+    for _ in range(5):
+        await checker.tick()
+        cp.registry.clock.advance(200)
+    await asyncio.sleep(0.05)
+    assert checks == [] and checker.checks == 0
+
+
+async def test_http_check_follows_the_cluster_settings(cp: Cp) -> None:
+    statuses = {"/up": b"200 OK", "/teapot": b"418 I'm a teapot"}
+    seen_headers: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        seen_headers.append(head)
+        path = head.split(b" ")[1].decode()
+        writer.write(b"HTTP/1.1 " + statuses.get(path, b"404 Not Found") + b"\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = int(server.sockets[0].getsockname()[1])
+    try:
+        assert await http_check("127.0.0.1", port, "/up", {"X-Probe": "1"}, 200, 1.0)
+        assert b"X-Probe: 1" in seen_headers[-1]
+        assert not await http_check("127.0.0.1", port, "/teapot", {}, 200, 1.0)
+        assert await http_check("127.0.0.1", port, "/teapot", {}, 418, 1.0)
+        assert await tcp_check("127.0.0.1", port, 1.0)
+        # the cluster's checker (HTTP, a check port instead of the instance's) is used by the checker
+        await cp.persistent.register(SVC, InstanceInfo("127.0.0.1", 1))
+        await cp.persistent.update_cluster(SVC, "DEFAULT", ClusterSettings(
+            {"type": "HTTP", "path": "/teapot", "expectedResponseCode": 418}, port, False))
+        assert cp.persistent.cluster_settings(SVC, "DEFAULT").check_port == port
+        checks: list[str] = []
+        checker = PersistentHealthChecker(cp.persistent, lambda _name: True, cp.registry.clock.monotonic_ms,
+                                          CheckSettings(interval_ms=100, jitter_ms=0, check_times=1), checks.append)
+        await drive(cp, checker, lambda: bool(checks), "an HTTP check")
+        assert checks[0] == "HTTP" and hosts(cp.registry)[0]["healthy"] is True
+        await checker.stop()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def drive(cp: Cp, checker: PersistentHealthChecker, done: Callable[[], bool], what: str) -> None:
+    """Tick the checker and step the manual clock past each interval until ``done`` (5 s deadline)."""
+    async with asyncio.timeout(5):
+        while not done():
+            await checker.tick()
+            cp.registry.clock.advance(100)
+            await asyncio.sleep(0.01)  # let the probes (real sockets) run
+    assert done(), what
+
+
+async def test_persistent_instances_are_exported_and_listed_like_ephemeral_ones(cp: Cp, tmp_path: Path) -> None:
+    log = ChangeLog(cp.registry.bus, cp.registry.clock, cp.registry.clients, capacity=100)
+    await cp.persistent.register(SVC, InstanceInfo("10.0.0.7", 5432))
+    assert cp.registry.naming.list_services("public", "DEFAULT_GROUP", 1, 10).names == ["db"]
+    exporter = NodeExporter("10.0.0.1:8848", cp.registry.clock, cp.registry.clients, cp.registry.services,
+                            cp.registry.index, cp.registry.storage, log, lambda c: "10.0.0.1:8848")
+    tables = read_snapshot((await export_and_rotate(exporter, tmp_path / "export", keep=1)).path)
+    [row] = tables["instances"].to_pylist()
+    assert (row["ip"], row["ephemeral"], row["client_id"]) == ("10.0.0.7", False, persistent_client_id(SVC))
+    [client] = tables["clients"].to_pylist()
+    assert client["kind"] == "persistent"
+    [service] = tables["services"].to_pylist()
+    assert service["ephemeral"] is False and service["instance_count"] == 1
