@@ -32,7 +32,7 @@ from shoal.model.events import EventBus, ServiceChanged
 from shoal.model.instance import HEART_BEAT_INTERVAL_KEY, InstanceInfo, generate_instance_id, metadata_millis
 from shoal.model.ip_port import BeatTable, ip_port_client_id, responsible_tag
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
-from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
+from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage, parse_clusters
 from shoal.service_layer.validation import PERSISTENT_UNSUPPORTED, InstanceValidator, check_port
 from shoal.service_layer.views import ClientDetail, OperatorMetrics, ServiceDetail, ServiceList, load_and_mem
 from shoal.tasks import run_blocking
