@@ -35,6 +35,10 @@ def test_record_pieces_concatenate_to_the_kernels_encoding() -> None:
     assert sum(n for n, _ in pieces) == 2_501
     assert records.batch_bytes([b"".join(p for _, p in pieces)]) == records.encode([records.client_record(client)])
     assert records.batch_bytes([]) == records.encode([])
+    parts = [p for _, p in pieces]
+    page = b"".join(records.page_pieces([("10.0.0.1:8848", [parts, parts[:1] + parts[1:]]), ("10.0.0.2:8848", [])]))
+    assert page == records.encode_page([("10.0.0.1:8848", records.batch_bytes([b"".join(parts)] * 2)),
+                                        ("10.0.0.2:8848", records.encode([]))])
 
 
 async def test_serving_a_large_client_keeps_no_per_instance_objects_alive() -> None:

@@ -61,9 +61,14 @@ def _uvarint(value: int) -> bytes:
     return bytes(out)
 
 
+def batch_head(n_records: int) -> bytes:
+    """What precedes ``n_records`` encoded records in a batch (as :func:`encode` makes)."""
+    return MAGIC + bytes([FORMAT_VERSION]) + _uvarint(n_records)
+
+
 def batch_bytes(encoded_records: list[bytes]) -> bytes:
     """A batch (as :func:`encode` makes) of already encoded records."""
-    return b"".join([MAGIC, bytes([FORMAT_VERSION]), _uvarint(len(encoded_records)), *encoded_records])
+    return b"".join([batch_head(len(encoded_records)), *encoded_records])
 
 
 def _client_head(op: int, client_id: str, revision: int, n_services: int) -> bytes:
@@ -147,6 +152,21 @@ def encode_page(groups: Iterable[tuple[str, bytes]]) -> bytes:
         out += owner_bytes
         out += batch
     return bytes(out)
+
+
+def page_pieces(groups: Iterable[tuple[str, list[list[bytes]]]]) -> list[bytes]:
+    """:func:`encode_page` of groups of (owner, records each given as its encoded pieces), as
+    pieces to join once: a page of a few large records is copied once, not once per level."""
+    out: list[bytes] = []
+    for owner, recs in groups:
+        owner_bytes = owner.encode()
+        head = batch_head(len(recs))
+        out.append(_GROUP_HEAD.pack(len(owner_bytes), len(head) + sum(len(p) for rec in recs for p in rec)))
+        out.append(owner_bytes)
+        out.append(head)
+        for rec in recs:
+            out.extend(rec)
+    return out
 
 
 def decode_page(data: bytes) -> list[tuple[str, bytes]]:

@@ -88,7 +88,7 @@ class SnapshotServer:
             session = self._sessions[session_id] = _Session(list(self.clients.clients), 0)
         session.expires_ms = now + self.session_ttl_ms
         offset = int(request.get("offset") or 0)
-        grouped: dict[str, list[bytes]] = defaultdict(list)
+        grouped: dict[str, list[list[bytes]]] = defaultdict(list)
         size = 0
         position = offset
         budget = [INSTANCES_PER_SLICE]  # instances until the next yield to the loop
@@ -100,18 +100,17 @@ class SnapshotServer:
             owner = self.self_address if client.native else client.owner
             record = await _encoded_record(client, budget)
             grouped[owner].append(record)
-            size += len(record)
-        page = _page_bytes(grouped)
+            size += sum(len(part) for part in record)
         done = position >= len(session.ids)
         if done:
             self._sessions.pop(session_id, None)
         header = json.dumps({"session": session_id, "next": position, "done": done, "total": len(session.ids),
                              "loading": not self.is_loaded()})
-        return header.encode() + b"\n" + page
+        return b"".join([header.encode(), b"\n", *_page_pieces(grouped)])  # the page's only copy
 
 
-async def _encoded_record(client: Client, budget: list[int]) -> bytes:
-    """The client's encoded sync record, made a slice of instances at a time with a yield to
+async def _encoded_record(client: Client, budget: list[int]) -> list[bytes]:
+    """The client's encoded sync record (as pieces), made a slice of instances at a time with a yield to
     the loop whenever ``budget[0]`` instances have been encoded (a client may publish a hundred
     thousand). Only encoded bytes outlive a slice: no per-instance tuple survives to be scanned
     and promoted by the collector while the page is built."""
@@ -125,16 +124,14 @@ async def _encoded_record(client: Client, budget: list[int]) -> bytes:
         if budget[0] <= 0:
             budget[0] = INSTANCES_PER_SLICE
             await asyncio.sleep(0)  # other requests (health checks, pushes) run in between
-    return b"".join(parts)
+    return parts
 
 
-def _page_bytes(grouped: dict[str, list[bytes]]) -> bytes:
+def _page_pieces(grouped: dict[str, list[list[bytes]]]) -> list[bytes]:
     """The page: per owner, batches of at most :data:`CLIENTS_PER_GROUP` encoded records."""
-    encoded: list[tuple[str, bytes]] = []
-    for owner, recs in grouped.items():
-        for start in range(0, len(recs), CLIENTS_PER_GROUP):
-            encoded.append((owner, records.batch_bytes(recs[start:start + CLIENTS_PER_GROUP])))
-    return records.encode_page(encoded)
+    return records.page_pieces((owner, recs[start:start + CLIENTS_PER_GROUP])
+                               for owner, recs in grouped.items()
+                               for start in range(0, len(recs), CLIENTS_PER_GROUP))
 
 
 def split_page(body: bytes) -> tuple[dict[str, object], list[tuple[str, bytes]]]:
