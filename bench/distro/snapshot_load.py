@@ -38,6 +38,7 @@ from typing import Any
 from bench.distro._common import (
     PySpy,
     emit,
+    gc_pauses,
     host_info,
     install_signal_handlers,
     log,
@@ -176,11 +177,11 @@ async def measure(args: argparse.Namespace, servers: ServerSet, ports: list[int]
     b_addr = f"127.0.0.1:{ports[1]}"
     conf = servers.root / "cluster.conf"
     if args.bootstrap == "members":
-        a = servers.start(ports[0], ["--members", members, *extra], **server_options())
+        a = servers.start(ports[0], ["--members", members, *extra], **server_options(args.gc_log))
         log(f"A started on {a.addr} (members {members}); it serves after its own load timeout")
     else:  # grow: A starts as a one-node cluster (so it is loaded) and learns of B from its cluster.conf
         await asyncio.to_thread(conf.write_text, f"127.0.0.1:{ports[0]}\n")
-        a = servers.start(ports[0], ["--cluster-conf", str(conf), *extra], **server_options())
+        a = servers.start(ports[0], ["--cluster-conf", str(conf), *extra], **server_options(args.gc_log))
         log(f"A started on {a.addr} alone; B is added to its cluster.conf after the load")
     ready_a = await asyncio.to_thread(a.wait_ready, args.startup_timeout)
     out["a_ready_after_s"] = round(ready_a - a.started_at, 2)
@@ -289,6 +290,12 @@ async def measure(args: argparse.Namespace, servers: ServerSet, ports: list[int]
                                        and line_time(line) >= b.started_at][:20],
             "b_log_warnings": [line for line in b_log.splitlines() if " WARNING " in line or " ERROR " in line][:20],
         }
+        if args.gc_log:
+            pauses = gc_pauses(a, b.started_at)
+            out["join"]["a_gc_pauses_ms_during_join"] = {
+                "count": len([p for p in pauses if p[0] <= ready_b]),
+                "max_ms": max((ms for t, _g, ms in pauses if t <= ready_b), default=0.0),
+                "pauses": [{"at_s": round(t - b.started_at, 2), "gen": g, "ms": ms} for t, g, ms in pauses][:40]}
         out["extensions_loaded"] = {"a": a.extensions_loaded(), "b": b.extensions_loaded()}
         if profilers:
             out["profile"] = {name: profiler.top(args.profile_top) for name, profiler in profilers.items()}
@@ -321,6 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-logs", metavar="DIR", help="write the servers' data dirs and logs here")
     p.add_argument("--profile", metavar="DIR",
                    help="py-spy A and B from B's start to its readiness (raw stacks in DIR; top frames in the JSON)")
+    p.add_argument("--gc-log", action="store_true",
+                   help="A logs its collections of 5 ms or more (gc.callbacks); those during the join are reported")
     p.add_argument("--profile-top", type=int, default=15, help="frames listed per profile (default 15)")
     return p
 

@@ -107,6 +107,17 @@ def _server_config(args: argparse.Namespace) -> tuple[Config, Report]:
     return Config.load_with_report(args.config, overrides=overrides)
 
 
+#: The collector's thresholds, set once here for the server process. A registry allocates many
+#: small, long-lived objects (connections, clients, instances): with CPython's default first
+#: threshold (700) the collector ran so often that it took ~40% of a 10,000-connection keep-alive
+#: scan, hence 50,000. A generation-1 collection scans everything that survived since the last
+#: one, up to threshold0 x threshold1 objects: with 50 that was up to 2.5 million, and one such
+#: collection while a node holding 1,000,000 instances served a snapshot held the loop 2.4 s
+#: (bench/distro/snapshot_load.py --gc-log). 2 bounds it to ~150,000 objects for the same total
+#: scanning; full collections stay rare (CPython also waits for 25 % heap growth).
+GC_THRESHOLDS = (50_000, 2, 1000)
+
+
 def _cmd_server(args: argparse.Namespace) -> int:
     try:
         config, report = _server_config(args)
@@ -121,10 +132,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
         print(f"shoal: cannot open the log file: {exc}", file=sys.stderr)
         return 2
     report.log()
-    # A registry allocates many small, long-lived objects (connections, clients, instances);
-    # with CPython's default threshold (700) the collector ran so often that it took ~40% of
-    # a 10,000-connection keep-alive scan. Collections stay frequent enough for cycles.
-    gc.set_threshold(50_000, 50, 1000)
+    gc.set_threshold(*GC_THRESHOLDS)
     import uvloop
 
     try:
@@ -171,6 +179,9 @@ async def _serve(config: Config) -> int:
             log.error("cannot start: %s", exc)
             await node.stop()
             return 1
+        # What the start built (a loaded snapshot can be millions of objects) lives as long as
+        # the node: out of the collector's generations, no collection ever scans it again.
+        gc.freeze()
         await stopping
         log.info("stop requested; shutting down")
     try:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from shoal.kernels import syncser
 from shoal.kernels.syncser import ClientRecord, InstanceRecord, ServiceTuple
-from shoal.kernels.syncser_layout import INSTANCE_METADATA, SERVICE_INSTANCES
+from shoal.kernels.syncser_layout import FORMAT_VERSION, INSTANCE_METADATA, MAGIC, SERVICE_INSTANCES
 from shoal.model.client import Client, ClientKind, Publication
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
@@ -15,7 +15,16 @@ from shoal.model.keys import ServiceKey
 OP_CHANGE = 0
 OP_DELETE = 1
 
-__all__ = ["OP_CHANGE", "OP_DELETE", "ClientRecord", "client_record", "decode", "encode"]
+__all__ = ["OP_CHANGE", "OP_DELETE", "ClientRecord", "batch_bytes", "client_record", "client_record_parts", "decode",
+           "encode"]
+
+
+def _instance_records(instances: Iterable[InstanceInfo]) -> list[InstanceRecord]:
+    return [
+        (i.ip, i.port, float(i.weight), i.healthy, i.enabled, i.cluster, i.instance_id,
+         i.metadata if type(i.metadata) is dict else dict(i.metadata), 0)
+        for i in instances
+    ]
 
 
 def client_record(client: Client, op: int = OP_CHANGE) -> ClientRecord:
@@ -24,13 +33,73 @@ def client_record(client: Client, op: int = OP_CHANGE) -> ClientRecord:
         return (OP_DELETE, client.client_id, client.revision, [])
     services: list[ServiceTuple] = []
     for key, publication in client.publications.items():
-        instances: list[InstanceRecord] = [
-            (i.ip, i.port, float(i.weight), i.healthy, i.enabled, i.cluster, i.instance_id,
-             i.metadata if type(i.metadata) is dict else dict(i.metadata), 0)
-            for i in publication.instances
-        ]
-        services.append((key.namespace, key.group, key.name, publication.batch, instances))
+        services.append((key.namespace, key.group, key.name, publication.batch,
+                         _instance_records(publication.instances)))
     return (OP_CHANGE, client.client_id, client.revision, services)
+
+
+# --- one record as encoded pieces -----------------------------------------------------------
+# The batch format (shoal.kernels.syncser_py) is a plain concatenation: a batch is its header and
+# count followed by the clients' encodings, a client its head and count followed by its
+# services', a service its head and count followed by its instances'. So a large client can be
+# encoded a slice of instances at a time, each slice's tuples freed as soon as it is encoded:
+# nothing per instance outlives its slice, so building a snapshot page neither holds the loop
+# for a whole client nor leaves a million young tuples for the collector to scan and promote.
+# The pieces are cut out of the kernel's own encoding of a one-record batch, so the kernel
+# stays the only encoder of every field.
+_BATCH_HEAD = len(MAGIC) + 1  # magic, version
+_EMPTY_CLIENT = 4  # op, "" client id, revision 0, and the service count (1 in the stencils below)
+_EMPTY_SERVICE = 4  # three "" strings and is_batch
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def batch_head(n_records: int) -> bytes:
+    """What precedes ``n_records`` encoded records in a batch (as :func:`encode` makes)."""
+    return MAGIC + bytes([FORMAT_VERSION]) + _uvarint(n_records)
+
+
+def batch_bytes(encoded_records: list[bytes]) -> bytes:
+    """A batch (as :func:`encode` makes) of already encoded records."""
+    return b"".join([batch_head(len(encoded_records)), *encoded_records])
+
+
+def _client_head(op: int, client_id: str, revision: int, n_services: int) -> bytes:
+    stencil = syncser.encode_batch([(op, client_id, revision, [])])
+    return stencil[_BATCH_HEAD + 1:-1] + _uvarint(n_services)  # batch count 1 .. service count 0
+
+
+def _service_head(key: ServiceKey, batch: bool, n_instances: int) -> bytes:
+    stencil = syncser.encode_batch([(OP_CHANGE, "", 0, [(key.namespace, key.group, key.name, batch, [])])])
+    return stencil[_BATCH_HEAD + 1 + _EMPTY_CLIENT:-1] + _uvarint(n_instances)
+
+
+def _instances_bytes(instances: list[InstanceRecord]) -> bytes:
+    stencil = syncser.encode_batch([(OP_CHANGE, "", 0, [("", "", "", False, instances)])])
+    return stencil[_BATCH_HEAD + 1 + _EMPTY_CLIENT + _EMPTY_SERVICE + len(_uvarint(len(instances))):]
+
+
+def client_record_parts(client_id: str, revision: int, publications: list[tuple[ServiceKey, Publication]],
+                        instances_per_part: int) -> Iterator[tuple[int, bytes]]:
+    """A client's change record (as :func:`client_record`) encoded as (instances, bytes) pieces
+    whose concatenation is what :func:`encode` writes for that record inside a batch; no piece
+    covers more than ``instances_per_part`` instances. ``publications`` is the caller's copy of
+    ``client.publications.items()`` taken with ``revision`` (publications are replaced, never
+    mutated, so the copy stays consistent while the pieces are made across loop turns)."""
+    yield 0, _client_head(OP_CHANGE, client_id, revision, len(publications))
+    for key, publication in publications:
+        instances = publication.instances
+        yield 0, _service_head(key, publication.batch, len(instances))
+        for start in range(0, len(instances), instances_per_part):
+            part = instances[start:start + instances_per_part]
+            yield len(part), _instances_bytes(_instance_records(part))
 
 
 def estimated_size(record: ClientRecord) -> int:
@@ -83,6 +152,21 @@ def encode_page(groups: Iterable[tuple[str, bytes]]) -> bytes:
         out += owner_bytes
         out += batch
     return bytes(out)
+
+
+def page_pieces(groups: Iterable[tuple[str, list[list[bytes]]]]) -> list[bytes]:
+    """:func:`encode_page` of groups of (owner, records each given as its encoded pieces), as
+    pieces to join once: a page of a few large records is copied once, not once per level."""
+    out: list[bytes] = []
+    for owner, recs in groups:
+        owner_bytes = owner.encode()
+        head = batch_head(len(recs))
+        out.append(_GROUP_HEAD.pack(len(owner_bytes), len(head) + sum(len(p) for rec in recs for p in rec)))
+        out.append(owner_bytes)
+        out.append(head)
+        for rec in recs:
+            out.extend(rec)
+    return out
 
 
 def decode_page(data: bytes) -> list[tuple[str, bytes]]:

@@ -5,9 +5,12 @@ Nacos answers SNAPSHOT with one gRPC message holding every client, which breaks 
 order, held for a minute, ``snapshot.session-ttl-ms``) and every request returns one page of at
 most ``snapshot.chunk-bytes``: groups of (owner address, syncser batch), so the loader knows
 whose copy each client is. Serving never holds the event loop for long: the session's id list
-is a plain copy (no sort), records are built a few services at a time with a yield to the loop
-every :data:`INSTANCES_PER_SLICE` instances (a connection client may hold a hundred thousand),
-and a page is encoded off the loop in groups of :data:`CLIENTS_PER_GROUP`. The loader walks the
+is a plain copy (no sort), and each client's record is encoded straight to bytes a slice of
+:data:`INSTANCES_PER_SLICE` instances at a time with a yield to the loop in between (a connection
+client may hold a hundred thousand); a page is those bytes in batches of
+:data:`CLIENTS_PER_GROUP` clients. No per-instance tuple outlives its slice, so serving a large
+snapshot gives the collector nothing to scan or promote (building whole records left a page's
+worth of tuples alive across collections, and a large heap's collections stalled the loop). The loader walks the
 pages of the first peer that answers and applies each as synced data; each page request waits
 at most ``snapshot.request-timeout-ms``, so a hung peer costs one such wait before the next peer
 is asked. Peers known DOWN are not asked, UP ones before SUSPICIOUS ones; after a round without
@@ -32,7 +35,6 @@ from shoal.distro import records
 from shoal.distro.members import MemberManager, MemberState
 from shoal.distro.records import ClientRecord
 from shoal.distro.transport import PeerError, PeerTransport, PeerUnavailable
-from shoal.kernels.syncser import ServiceTuple
 from shoal.model.client import Client, ClientKind
 from shoal.model.clients import ClientManager
 from shoal.tasks import run_blocking
@@ -88,7 +90,7 @@ class SnapshotServer:
             session = self._sessions[session_id] = _Session(ids, 0)
         session.expires_ms = now + self.session_ttl_ms
         offset = int(request.get("offset") or 0)
-        grouped: dict[str, list[ClientRecord]] = defaultdict(list)
+        grouped: dict[str, list[list[bytes]]] = defaultdict(list)
         size = 0
         position = offset
         budget = [INSTANCES_PER_SLICE]  # instances until the next yield to the loop
@@ -98,52 +100,40 @@ class SnapshotServer:
             if client is None:
                 continue
             owner = self.self_address if client.native else client.owner
-            record = await _record_in_slices(client, budget)
+            record = await _encoded_record(client, budget)
             grouped[owner].append(record)
-            size += records.estimated_size(record)
-        groups = list(grouped.items())
-        page = await run_blocking(_encode_groups, groups)
+            size += sum(len(part) for part in record)
         done = position >= len(session.ids)
         if done:
             self._sessions.pop(session_id, None)
         header = json.dumps({"session": session_id, "next": position, "done": done, "total": len(session.ids),
                              "loading": not self.is_loaded()})
-        return header.encode() + b"\n" + page
+        return b"".join([header.encode(), b"\n", *_page_pieces(grouped)])  # the page's only copy
 
 
-async def _record_in_slices(client: Client, budget: list[int]) -> ClientRecord:
-    """The client's sync record, built a few services at a time with a yield to the loop whenever
-    ``budget[0]`` instances have been converted (a client may publish a hundred thousand)."""
+async def _encoded_record(client: Client, budget: list[int]) -> list[bytes]:
+    """The client's encoded sync record (as pieces), made a slice of instances at a time with a yield to
+    the loop whenever ``budget[0]`` instances have been encoded (a client may publish a hundred
+    thousand). Only encoded bytes outlive a slice: no per-instance tuple survives to be scanned
+    and promoted by the collector while the page is built."""
     revision = client.revision
     publications = list(client.publications.items())  # replaced, never mutated, by the model writer
-    services: list[ServiceTuple] = []
-    start = 0
-    while start < len(publications):
-        end = start
-        while end < len(publications) and budget[0] > 0:
-            budget[0] -= 1 + len(publications[end][1].instances)
-            end += 1
-        if end > start:
-            part = Client(client.client_id, client.kind, client.native, client.created_ms, revision=revision,
-                          publications=dict(publications[start:end]))
-            services.extend(records.client_record(part)[3])
-            start = end
+    parts: list[bytes] = []
+    for instances, part in records.client_record_parts(client.client_id, revision, publications,
+                                                       INSTANCES_PER_SLICE):
+        parts.append(part)
+        budget[0] -= 1 + instances
         if budget[0] <= 0:
             budget[0] = INSTANCES_PER_SLICE
             await asyncio.sleep(0)  # other requests (health checks, pushes) run in between
-    budget[0] -= 1
-    if budget[0] <= 0:
-        budget[0] = INSTANCES_PER_SLICE
-        await asyncio.sleep(0)
-    return (records.OP_CHANGE, client.client_id, revision, services)
+    return parts
 
 
-def _encode_groups(groups: list[tuple[str, list[ClientRecord]]]) -> bytes:
-    encoded: list[tuple[str, bytes]] = []
-    for owner, recs in groups:
-        for start in range(0, len(recs), CLIENTS_PER_GROUP):
-            encoded.append((owner, records.encode(recs[start:start + CLIENTS_PER_GROUP])))
-    return records.encode_page(encoded)
+def _page_pieces(grouped: dict[str, list[list[bytes]]]) -> list[bytes]:
+    """The page: per owner, batches of at most :data:`CLIENTS_PER_GROUP` encoded records."""
+    return records.page_pieces((owner, recs[start:start + CLIENTS_PER_GROUP])
+                               for owner, recs in grouped.items()
+                               for start in range(0, len(recs), CLIENTS_PER_GROUP))
 
 
 def split_page(body: bytes) -> tuple[dict[str, object], list[tuple[str, bytes]]]:
