@@ -158,8 +158,6 @@ class HttpServer:
         route("GET", "/nacos/v1/ns/operator/metrics", n.v1_metrics, Api.V1)
         route("GET", "/nacos/v1/ns/ops/metrics", n.v1_metrics, Api.V1)
         route("GET", "/nacos/v2/ns/operator/metrics", n.v2_metrics, Api.V2)
-        route("GET", "/nacos/v1/ns/operator/switches", n.v1_switches, Api.V1, ADMIN)
-        route("GET", "/nacos/v2/ns/operator/switches", n.v2_switches, Api.V2, ADMIN)
         route("GET", "/nacos/v2/ns/client/list", n.v2_client_list, Api.V2, ADMIN)
         route("GET", "/nacos/v2/ns/client", n.v2_client_detail, Api.V2, ADMIN)
         route("GET", "/nacos/v2/ns/client/publish/list", n.v2_client_publications, Api.V2, ADMIN)
@@ -202,9 +200,10 @@ class HttpServer:
             await self._runner.cleanup()
             self._runner = None
 
-    def add_route(self, method: str, path: str, handler: RouteHandler, api: Api, auth: str | None = None) -> None:
+    def add_route(self, method: str, path: str, handler: RouteHandler, api: Api, auth: str | None = None,
+                  distro: bool = False) -> None:
         """Add a route from outside (e.g. the node's admin endpoints) through the same wrapper."""
-        self._route(method, path, handler, api, auth)
+        self._route(method, path, handler, api, auth, distro)
 
     # --- the wrapper (Nacos's filter chain) ---------------------------------------------------
     def _route(self, method: str, path: str, handler: RouteHandler, api: Api, auth: str | None = None,
