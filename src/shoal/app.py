@@ -256,7 +256,7 @@ class Node:
 
     async def _wait_cp_ready(self) -> None:
         """Readiness waits for the CP views' first full read (namespaces, persistent instances,
-        service metadata) and the auth data and token key, all within one load-timeout bound: a
+        service metadata, switches) and the auth data and token key, all within one load-timeout bound: a
         node whose store has no quorum yet serves AP traffic meanwhile, and its views fill later."""
         timeout_s = self.config.load_timeout_ms / 1000
         try:
@@ -264,6 +264,7 @@ class Node:
                 await self.namespace_view.wait_ready()
                 await self.instance_view.wait_ready()
                 await self.service_view.wait_ready()
+                await self.meta_view.wait_ready()  # the cluster's switches are in force before serving
                 await self.auth.wait_ready()
         except TimeoutError:
             log.warning("CP store (%s) not readable after %.1f s: serving AP traffic; persistent instances, "
