@@ -163,7 +163,8 @@ class Node:
         self.meta_view = json_view(self.cp.store, Keyspace.META)
         self.switches = Switches(config, self.meta_view)
         self.switches.subscribe(self._apply_switches)
-        OperatorRoutes(self.naming, self.persistent, self.switches).register(self.http.add_route, ADMIN)
+        OperatorRoutes(self.naming, self.persistent, self.switches, self.http.forwarder).register(
+            self.http.add_route, ADMIN)
         # Arrow snapshots: the change-event log is always kept; periodic export when configured.
         self.changelog = ChangeLog(self.bus, self.clock, self.clients, config.event_log_capacity)
         self.exporter = NodeExporter(self.address, self.clock, self.clients, self.services, self.index,

@@ -23,6 +23,10 @@ def beat_interval(node: ServerProcess, ip: str) -> int:
     return int(answer["clientBeatInterval"])
 
 
+def listed(node: ServerProcess, service: str) -> list[dict[str, Any]]:
+    return list(call_json("GET", node.url("/nacos/v1/ns/instance/list"), {"serviceName": service})["hosts"])
+
+
 def switches(node: ServerProcess, path: str = SWITCHES) -> dict[str, Any]:
     return dict(call_json("GET", node.url(path)))
 
@@ -45,6 +49,17 @@ def test_a_switch_set_on_one_node_changes_the_other_and_survives_a_restart(tmp_p
         # debug=true: this node only, nothing written to the cluster
         assert call("PUT", a.url(SWITCHES), {"entry": "checkTimes", "value": "9", "debug": "true"})[0] == 200
         assert switches(a)["checkTimes"] == 9 and switches(b)["checkTimes"] == 3
+        # an ephemeral metadata batch on A reaches the instances B is responsible for too
+        ips = [f"10.9.1.{i}" for i in range(1, 7)]
+        for ip in ips:
+            assert call("POST", a.url("/nacos/v1/ns/instance"), {"serviceName": "many", "ip": ip, "port": "80"})[0] \
+                == 200
+        poll_until(lambda: all(len(listed(n, "many")) == len(ips) for n in (a, b)), 20, 0.1, "both nodes list all")
+        batch = call_json("PUT", a.url("/nacos/v1/ns/instance/metadata/batch"),
+                          data={"serviceName": "many", "metadata": '{"zone":"b"}'})
+        assert sorted(batch["updated"]) == [f"{ip}:80:DEFAULT" for ip in ips]
+        poll_until(lambda: all(h["metadata"] == {"zone": "b"} for n in (a, b) for h in listed(n, "many")), 20, 0.1,
+                   "every instance's metadata changed on both nodes")
         # B restarts: the cluster's switches are still in force there
         b.stop()
         b = cluster.start(1)
