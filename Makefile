@@ -44,11 +44,11 @@ lint: $(DEV_STAMP)
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
 
-## bench: kernel micro-benchmarks (Cython vs pure Python) into bench/results/
+## bench: kernel micro-benchmarks (Cython vs pure Python) and the in-process request path into bench/results/
 bench: $(DEV_STAMP)
 	bash ci/bench.sh
 
-## bench-compare: the kernel benches vs the last saved `make bench` run; fails past a 25% slower median
+## bench-compare: those benches vs the last saved `make bench` run; fails past a 25% slower median
 .PHONY: bench-compare
 bench-compare: $(DEV_STAMP)
 	bash ci/bench.sh --compare

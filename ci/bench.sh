@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Kernel micro-benchmarks (compiled vs pure Python) into bench/results/kernels.json, then a
-# table of speed-ups per group. Extra arguments go to pytest (e.g. -k syncser).
+# Kernel micro-benchmarks (compiled vs pure Python) and the in-process request path per request
+# type (bench/requests) into bench/results/kernels.json, then a table of the kernels' speed-ups per
+# group. Extra arguments go to pytest (e.g. -k syncser, -k requests).
 # Each run is also saved to bench/results/history (pytest-benchmark storage). With --compare
 # the run is compared with the last saved one instead of being saved, and fails when a median
 # is more than BENCH_FAIL (default 25%) slower; see bench/README.md.
@@ -13,5 +14,5 @@ if [[ "${1:-}" == "--compare" ]]; then
     compgen -G "bench/results/history/*/*.json" >/dev/null || { echo "bench: no saved run in bench/results/history; run 'make bench' first" >&2; exit 2; }
     HISTORY=(--benchmark-storage=bench/results/history --benchmark-compare "--benchmark-compare-fail=median:${BENCH_FAIL:-25%}")
 fi
-.venv/bin/python -m pytest bench/kernels --benchmark-only --benchmark-json=bench/results/kernels.json "${HISTORY[@]}" -q "$@"
+.venv/bin/python -m pytest bench/kernels bench/requests --benchmark-only --benchmark-json=bench/results/kernels.json "${HISTORY[@]}" -q "$@"
 .venv/bin/python bench/report_ratios.py bench/results/kernels.json

@@ -4,12 +4,16 @@
 #   iptables     — partitions in tests/faults (rules on 127.0.0.x, always removed)
 #   etcd-server  — the CP store's etcd and managed-etcd tests (a cluster node in managed-etcd mode
 #                  needs it too; a standalone node's embedded store does not)
+#   chromium, chromium-driver — the console's browser tests (tests/integration/test_console_browser.py,
+#                  headless; selenium is given /usr/bin/chromedriver and never downloads a driver)
 # Then the real SDK clients that are not Python packages (grpc-js from npm, grpc-java from Debian).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
 command -v iptables >/dev/null || missing+=(iptables)
 command -v etcd >/dev/null || missing+=(etcd-server)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
     echo "ci/test-deps.sh: installing ${missing[*]}"

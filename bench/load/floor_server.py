@@ -1,4 +1,4 @@
-"""A do-nothing Nacos gRPC endpoint: the cost floor of grpc.aio on uvloop.
+"""A do-nothing Nacos gRPC endpoint: the cost floor of a transport (grpc.aio or native) on uvloop.
 
 It serves the same two methods as Shoal with the same server options, answers ServerCheck,
 sends SetupAck after ConnectionSetupRequest, and answers every other unary request with a
@@ -7,6 +7,12 @@ learn how many ops per CPU-second the transport alone allows on this machine:
 
     python bench/load/floor_server.py --port 19900 &
     python bench/load/run.py --addr 127.0.0.1:19900 --server-pid $! --phases register,query
+
+``--transport native`` serves the same answers on Shoal's native transport (libnghttp2, the
+``h2grpc`` extension) instead of grpc.aio. ``--hosts N`` makes the query/subscribe answer a
+serviceInfo of N hosts shaped like Shoal's (4 metadata keys), so the floor pays for the same
+response size as a real query; the default (0) answers an empty serviceInfo. ``run.py
+--compare-transports`` starts these floors itself.
 
 It keeps no registry, so the query phase's "verify" step reports 0 hosts; only the rates and
 CPU figures mean anything.
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import signal
 import sys
 from typing import Any
@@ -39,6 +46,86 @@ _REPLY_TYPE = {
     "HealthCheckRequest": ("HealthCheckResponse", _OK),
 }
 _ids = itertools.count(1)
+
+
+def _host(i: int) -> dict[str, Any]:
+    md = {"app": "load", "version": "1.0.0", "zone": "z1", "env": "bench"}
+    ip = f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}"
+    return {"instanceId": f"{ip}#8080#DEFAULT#DEFAULT_GROUP@@load-svc-0", "ip": ip, "port": 8080, "weight": 1.0,
+            "healthy": True, "enabled": True, "ephemeral": True, "clusterName": "DEFAULT",
+            "serviceName": "DEFAULT_GROUP@@load-svc-0", "metadata": md, "instanceHeartBeatInterval": 5000,
+            "instanceHeartBeatTimeOut": 15000, "ipDeleteTimeout": 30000}
+
+
+def set_hosts(n: int) -> None:
+    """Answer query and subscribe with a serviceInfo of ``n`` hosts."""
+    info = json.loads(_EMPTY_INFO)
+    info["serviceInfo"]["hosts"] = [_host(i) for i in range(n)]
+    body = json.dumps(info, separators=(",", ":")).encode()
+    _REPLY_TYPE["ServiceQueryRequest"] = ("QueryServiceResponse", body)
+    _REPLY_TYPE["SubscribeServiceRequest"] = ("SubscribeServiceResponse", body)
+
+
+class NativeFloor:
+    """The same answers on Shoal's native transport: Payload bytes in, constant Payload bytes out."""
+
+    _ack = b'{"headers":{},"abilityTable":{},"module":"internal"}'
+
+    def __init__(self) -> None:
+        from shoal.kernels.payload import decode, encode
+
+        self._decode, self._encode = decode, encode
+        self._replies = {name: encode(t, body) for name, (t, body) in _REPLY_TYPE.items()}
+        self._error = encode("ErrorResponse", _OK)
+
+    def unary(self, data: bytes, peer: str) -> bytes:
+        type_name = self._decode(data)[0]
+        if type_name == "ServerCheckRequest":
+            body = b'{"resultCode":200,"errorCode":0,"connectionId":"c%d","supportAbilityNegotiation":true}' % next(
+                _ids)
+            return bytes(self._encode("ServerCheckResponse", body))
+        return bytes(self._replies.get(type_name, self._error))
+
+    def open_stream(self, peer: str, sink: Any) -> Any:
+        return _FloorStream(sink)
+
+    def stream_message(self, conn: Any, data: bytes) -> None:
+        if self._decode(data)[0] == "ConnectionSetupRequest":
+            conn.sink.send(self._encode("SetupAckRequest", self._ack))
+
+    def stream_ended(self, conn: Any, reason: str = "") -> None:
+        pass
+
+    def eject(self, conn: Any, reason: str) -> None:
+        pass
+
+    def transport_closed(self, peer: str) -> None:
+        pass
+
+
+class _FloorStream:
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+        self.closed = False
+
+
+async def serve_native(port: int) -> None:
+    import dataclasses
+
+    from shoal.config import Config
+    from shoal.transport.grpc.native_server import NativeGrpcServer
+
+    config = dataclasses.replace(Config(), host="127.0.0.1")
+    floor = NativeFloor()
+    server = NativeGrpcServer(config, port, "floor", floor, floor, config.max_inbound_message_size)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"native floor server on 127.0.0.1:{port}", file=sys.stderr, flush=True)
+    await stop.wait()
+    await server.stop(1)
 
 
 async def unary(request: Any, context: Any) -> Any:
@@ -103,8 +190,18 @@ def main() -> None:
         "--option", action="append", default=[], metavar="KEY=INT", help="extra grpc server channel option (repeatable)"
     )
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop", help="event loop (default uvloop)")
+    parser.add_argument("--transport", choices=["grpcio", "native"], default="grpcio",
+                        help="grpc.aio (default) or Shoal's native libnghttp2 transport")
+    parser.add_argument("--hosts", type=int, default=0, help="hosts in the query/subscribe answer (default 0)")
     args = parser.parse_args()
     extra = [(k, int(v)) for k, _, v in (o.partition("=") for o in args.option)]
+    if args.hosts:
+        set_hosts(args.hosts)
+    if args.transport == "native":
+        import uvloop
+
+        uvloop.run(serve_native(args.port))
+        return
     if args.loop == "asyncio":
         asyncio.run(serve(args.port, extra))
         return

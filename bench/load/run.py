@@ -16,6 +16,7 @@ import platform
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -35,12 +36,15 @@ HERE = Path(__file__).resolve().parent
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PHASES = ("register", "query", "deregister", "push", "idle")
-TARGETS = {  # from the issue: measured on the 2-core box
-    "register_ops_per_server_cpu_s": 3000.0,
-    "query_ops_per_server_cpu_s": 8000.0,
-    "push_latency_p99_ms": 50.0,
+TARGETS = {  # from issue 10 (the native transport): measured on the 2-core box
+    "register_ops_per_server_cpu_s": 12_000.0,
+    "query_ops_per_server_cpu_s": 15_000.0,
+    "push_latency_p99_ms": 10.0,  # on a quiet box
     "idle_connections": 10_000,
+    "idle_rss_bytes_per_connection": 20 * 1024,
 }
+#: --compare-transports: what is measured side by side, in this order within every round.
+TRANSPORT_TARGETS = ("native", "grpcio", "floor-native", "floor-grpcio")
 
 DESCRIPTION = """\
 Load generator for a Shoal node over the Nacos 2.x gRPC SDK protocol (grpc.aio, real Nacos
@@ -186,6 +190,35 @@ class Server:
         )
         try:
             server._wait_ready(ready_timeout_s)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    @classmethod
+    def start_floor(cls, transport: str, hosts: int, ready_timeout_s: float = 30.0) -> Server:
+        """``floor_server.py`` on a free port: the transport's own cost, answers of ``hosts`` hosts."""
+        port = free_port_block((0,))
+        tmpdir = tempfile.mkdtemp(prefix="shoal-floor-")
+        log_path = os.path.join(tmpdir, "floor.log")
+        argv = [str(HERE / "floor_server.py"), "--transport", transport, "--port", str(port), "--hosts", str(hosts)]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent.parent / "src"), env.get("PYTHONPATH")) if p)
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, *argv], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                preexec_fn=_server_preexec if threading.active_count() == 1 else None, start_new_session=True,
+            )
+        server = cls(f"127.0.0.1:{port}", proc.pid, proc, tmpdir, log_path, argv[1:], None, f"floor {transport}")
+        try:
+            deadline = time.monotonic() + ready_timeout_s
+            while True:
+                server.check_alive()
+                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"floor server not listening after {ready_timeout_s} s:\n{server.log_tail()}")
+                time.sleep(0.1)
         except BaseException:
             server.stop()
             raise
@@ -430,13 +463,21 @@ class Bench:
         self.servers_started: list[dict[str, Any]] = []
 
     # servers and pools
-    def open_server(self, pure: bool = False) -> Server:
+    def open_server(self, pure: bool = False, transport: str = "") -> Server:
+        """The node under test; ``transport`` (--compare-transports) is native, grpcio or floor-*."""
         a = self.args
         if a.addr:
             self.server = Server(a.addr, a.server_pid)
+        elif transport.startswith("floor-"):
+            hosts = round(a.ops / a.services)
+            log(f"starting the {transport} server ({hosts} hosts per query answer)")
+            self.server = Server.start_floor(transport.removeprefix("floor-"), hosts)
+            log(f"floor pid {self.server.pid} on {self.server.target}")
         else:
-            log(f"starting shoal server{' (SHOAL_NO_EXTENSIONS=1)' if pure else ''}")
-            self.server = Server.start(a.server_arg, a.server_log_level, pure=pure)
+            extra = [f"shoal.remote.transport={transport}"] if transport else []
+            log(f"starting shoal server{' (SHOAL_NO_EXTENSIONS=1)' if pure else ''}"
+                f"{f' on the {transport} transport' if transport else ''}")
+            self.server = Server.start([*a.server_arg, *extra], a.server_log_level, pure=pure)
             log(f"server pid {self.server.pid} on {self.server.target}")
         info = {
             "target": self.server.target,
@@ -753,10 +794,48 @@ class Bench:
         return result
 
 
+def compare_transports(bench: Bench, rate_names: list[str]) -> dict[str, Any]:
+    """Every target of TRANSPORT_TARGETS once per round, rounds interleaved (so load drift on a
+    shared box hits them alike); each target's rounds and medians, and a side-by-side table."""
+    a = bench.args
+    repeat, a.repeat = a.repeat, 1
+    chosen = [t.strip() for t in a.transports.split(",") if t.strip()]
+    rounds: dict[str, list[dict[str, Any]]] = {t: [] for t in chosen}
+    try:
+        for rep in range(repeat):
+            log(f"transport round {rep + 1} of {repeat}")
+            for target in chosen:
+                bench.open_server(transport=target)
+                try:
+                    bench.open_pool()
+                    rounds[target].append(bench.rate_phases(rate_names))
+                finally:
+                    bench.close_pool()
+                    bench.close_server()
+    finally:
+        a.repeat = repeat
+    out: dict[str, Any] = {}
+    table: dict[str, dict[str, Any]] = {}
+    for target, runs in rounds.items():
+        merged = {name: summarise_runs([r[name] for r in runs if name in r]) for name in rate_names}
+        out[target] = merged
+        for name in rate_names:
+            got = _median_or_single(merged[name], "ops_per_server_cpu_s")
+            table.setdefault(name, {})[target] = got
+    for row in table.values():
+        native, grpcio = row.get("native"), row.get("grpcio")
+        row["native_over_grpcio"] = round(native / grpcio, 2) if native and grpcio else None
+        floor = row.get("floor-native")
+        row["native_share_of_native_floor"] = round(native / floor, 3) if native and floor else None
+    out["ops_per_server_cpu_s"] = table
+    out["note"] = "floor-* answer constants (no parsing, no registry) of the same size: the transport's own cost"
+    return out
+
+
 def targets(report: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     phases = report.get("phases", {})
-    rates = phases.get("rates", {})
+    rates = phases.get("rates", {}) or phases.get("compare_transports", {}).get("native", {})
     for name in ("register", "query"):
         phase = rates.get(name, {})
         got = _median_or_single(phase, "ops_per_server_cpu_s")
@@ -777,6 +856,13 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
             "measured": idle["survived"],
             "met": idle["survived"] >= TARGETS["idle_connections"],
         }
+        per_conn = idle.get("rss_per_connection_bytes")
+        if per_conn is not None:
+            out["idle_rss_bytes_per_connection"] = {
+                "target_max": TARGETS["idle_rss_bytes_per_connection"],
+                "measured": per_conn,
+                "met": per_conn <= TARGETS["idle_rss_bytes_per_connection"],
+            }
     return out
 
 
@@ -869,6 +955,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the rate phases against a normal and a SHOAL_NO_EXTENSIONS=1 server and compare",
     )
+    g.add_argument(
+        "--compare-transports",
+        action="store_true",
+        help="run the rate phases, --repeat rounds interleaved, against Shoal on the native transport, Shoal "
+        "on grpcio, and the do-nothing floor on each transport (floor_server.py, query answers of "
+        "ops/services hosts); report each one's medians side by side",
+    )
+    g.add_argument(
+        "--transports",
+        default=",".join(TRANSPORT_TARGETS),
+        help=f"with --compare-transports: which of {','.join(TRANSPORT_TARGETS)} to run (default all)",
+    )
     g.add_argument("--out", help="also write the JSON report to this file")
     return p
 
@@ -891,8 +989,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().error("--workers and --connections must be at least 1")
     if args.idle_hold is None:
         args.idle_hold = _keep_alive_s(args.server_arg) + 15.0
-    if args.addr and args.compare_pure:
-        build_parser().error("--compare-pure starts its own servers; drop --addr")
+    if args.addr and (args.compare_pure or args.compare_transports):
+        build_parser().error("--compare-pure and --compare-transports start their own servers; drop --addr")
+    if args.compare_pure and args.compare_transports:
+        build_parser().error("choose one of --compare-pure and --compare-transports")
+    bad = [t for t in args.transports.split(",") if t.strip() and t.strip() not in TRANSPORT_TARGETS]
+    if bad or not args.transports.strip():
+        build_parser().error(f"--transports: choose from {','.join(TRANSPORT_TARGETS)}")
     if math.ceil(args.ops / (args.workers * args.connections)) > args.services:
         build_parser().error(
             f"--ops {args.ops} over {args.workers * args.connections} connections needs more than --services "
@@ -922,7 +1025,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 0
     try:
         rate_names = [p for p in phases if p in ("register", "query", "deregister")]
-        if args.compare_pure:
+        if args.compare_transports:
+            report["phases"]["compare_transports"] = compare_transports(bench, rate_names or ["register", "query"])
+        elif args.compare_pure:
             compare: dict[str, Any] = {}
             for mode in ("extensions", "pure"):
                 bench.open_server(pure=mode == "pure")

@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     from shoal.app import Node
     from shoal.distro.protocol import DistroProtocol
 
-#: Nacos's client "version" of each client kind (NamingSubAndPubMetricsCollector).
-_VERSION = {ClientKind.IP_PORT: "v1", ClientKind.CONNECTION: "v2"}
+#: Nacos's client "version" of each client kind (NamingSubAndPubMetricsCollector): persistent
+#: instances are registered over the v1-era HTTP API or PersistentInstanceRequest and counted as v1.
+VERSION_OF_KIND = {ClientKind.IP_PORT: "v1", ClientKind.PERSISTENT: "v1", ClientKind.CONNECTION: "v2"}
 
 
 def watch_node(metrics: Metrics, node: Node) -> None:
@@ -33,7 +34,7 @@ def naming_figures(node: Node) -> NamingFigures:
     subscribers = {"v1": 0, "v2": 0}
     ip_count = 0
     for client in node.clients:  # the one pass over every client a scrape makes here
-        version = _VERSION[client.kind]
+        version = VERSION_OF_KIND[client.kind]
         publications = client.publications
         if publications:
             publishers[version] += len(publications)

@@ -161,3 +161,12 @@ def test_request_series_are_bounded() -> None:
     assert m.request_count("cluster", "Garbage0Request", 403) == 2
     assert m.request_count("cluster", OVERFLOW_TYPE, 403) == 50
     assert m.request_count("cluster", f"Garbage{MAX_REQUEST_SERIES + 1}Request", 403) == 0
+
+
+def test_every_client_kind_has_a_nacos_version() -> None:
+    """A scrape walks every client: a kind without a version would fail the whole scrape (it did,
+    for persistent clients, until this mapping covered them)."""
+    from shoal.model.client import ClientKind
+    from shoal.node_metrics import VERSION_OF_KIND
+
+    assert set(VERSION_OF_KIND) == set(ClientKind)

@@ -157,14 +157,43 @@ class ServiceView:
     """The deduplicated instances of one service, each with its Instance JSON pre-encoded so a
     query or push only filters and joins strings."""
 
-    __slots__ = ("_flipped", "ephemeral", "instances", "json", "key")
+    __slots__ = ("_flipped", "_infos", "ephemeral", "instances", "json", "key")
 
-    def __init__(self, key: ServiceKey, instances: list[InstanceInfo], ephemeral: bool) -> None:
+    #: Distinct readers (clusters, healthy-only, name form, protection) whose ServiceInfo is kept.
+    MAX_CACHED_INFOS = 32
+
+    def __init__(self, key: ServiceKey, instances: list[InstanceInfo], ephemeral: bool,
+                 previous: ServiceView | None = None) -> None:
         self.key = key
         self.ephemeral = ephemeral
         self.instances = instances
-        self.json = [inst.to_json(key, ephemeral) for inst in instances]
+        if previous is not None and previous.ephemeral == ephemeral and previous.key == key:
+            # After a change most instances are the ones the previous view already encoded
+            # (InstanceInfo is immutable and equal instances encode alike): reuse their JSON.
+            known: dict[InstanceInfo, str] = dict(zip(previous.instances, previous.json, strict=True))
+            self.json: list[str] = [known.get(inst) or inst.to_json(key, ephemeral) for inst in instances]
+        else:
+            self.json = [inst.to_json(key, ephemeral) for inst in instances]
         self._flipped: dict[int, str] = {}
+        self._infos: dict[tuple[str, bool, bool, bool, float, int], tuple[bytes, bytes]] = {}
+
+    def service_info(self, clusters: str, healthy_only: bool, record: ServiceRecord | None, cache_millis: int,
+                     grouped_name: bool = False) -> tuple[bytes, bytes]:
+        """The ServiceInfo of one reader as :func:`service_info_parts` in UTF-8, selected and encoded
+        once per view: the view is dropped on ServiceChanged, and the service record's protection
+        settings are part of the key, so a cached answer is always what :meth:`select` would give now.
+        Bytes, because the gRPC answer is written from them without another copy."""
+        threshold = record.protect_threshold if record is not None and record.has_metadata else None
+        key = (clusters, healthy_only, grouped_name, threshold is not None, threshold or 0.0, cache_millis)
+        parts = self._infos.get(key)
+        if parts is None:
+            selection = self.select(parse_clusters(clusters), healthy_only, record)
+            prefix, suffix = service_info_parts(self.key, clusters, selection, cache_millis, grouped_name)
+            parts = (prefix.encode(), suffix.encode())
+            if len(self._infos) >= self.MAX_CACHED_INFOS:
+                self._infos.clear()
+            self._infos[key] = parts
+        return parts
 
     def select(
         self,
@@ -214,12 +243,14 @@ class ServiceStorage:
         self._clients = clients
         self._services = services
         self._views: dict[ServiceKey, ServiceView] = {}
+        # Views dropped by a change and not rebuilt yet: the next build reuses their encoded instances.
+        self._stale: dict[ServiceKey, ServiceView] = {}
         bus.subscribe(ServiceChanged, self._on_change)
 
     def view(self, service: ServiceKey) -> ServiceView:
         view = self._views.get(service)
         if view is None:
-            view = self._build(service)
+            view = self._build(service, self._stale.pop(service, None))
             self._views[service] = view
         return view
 
@@ -227,12 +258,16 @@ class ServiceStorage:
         return sum(c.instance_count() for c in self._clients.values())
 
     def _on_change(self, event: ServiceChanged) -> None:
-        self._views.pop(event.service, None)
+        dropped = self._views.pop(event.service, None)
+        if dropped is not None and dropped.instances and self._index.publishers_of(event.service):
+            self._stale[event.service] = dropped
+        elif not self._index.publishers_of(event.service):
+            self._stale.pop(event.service, None)  # nobody left to publish: nothing to reuse, nothing kept
         record = self._services.get(event.service)
         if record is not None:
             record.last_change_ms = event.changed_at_ms
 
-    def _build(self, service: ServiceKey) -> ServiceView:
+    def _build(self, service: ServiceKey, previous: ServiceView | None = None) -> ServiceView:
         seen: set[InstanceInfo] = set()
         instances: list[InstanceInfo] = []
         for client_id in sorted(self._index.publishers_of(service)):
@@ -245,7 +280,25 @@ class ServiceStorage:
                     seen.add(inst)
                     instances.append(inst)
         record = self._services.get(service)
-        return ServiceView(service, instances, record.ephemeral if record is not None else True)
+        return ServiceView(service, instances, record.ephemeral if record is not None else True, previous)
+
+
+def service_info_parts(
+    service: ServiceKey,
+    clusters: str,
+    selection: Selection,
+    cache_millis: int,
+    grouped_name: bool = False,
+) -> tuple[str, str]:
+    """ServiceInfo JSON around its ``lastRefTime`` value: ``prefix + str(ms) + suffix`` is
+    :func:`service_info_json`. Everything but the time is fixed for one view and reader."""
+    prefix = (f'{{"name":{_json_str(service.grouped_name if grouped_name else service.name)},'
+              f'"groupName":{_json_str(service.group)},"clusters":{_json_str(clusters)},'
+              f'"cacheMillis":{int(cache_millis)},"lastRefTime":')
+    reach = "true" if selection.reach_protection_threshold else "false"
+    suffix = (f',"checksum":"","allIPs":false,"allIps":false,"reachProtectionThreshold":{reach},"valid":true,'
+              f'"hosts":[{",".join(selection.hosts)}]}}')
+    return prefix, suffix
 
 
 def service_info_json(
@@ -258,23 +311,11 @@ def service_info_json(
 ) -> str:
     """ServiceInfo JSON (docs/protocol.md §3.3). ``name`` is bare for gRPC and ``group@@name`` for HTTP;
     both ``allIPs`` (2.x) and ``allIps`` (3.x) are emitted; lastRefTime is always fresh."""
-    head = json.dumps(
-        {
-            "name": service.grouped_name if grouped_name else service.name,
-            "groupName": service.group,
-            "clusters": clusters,
-            "cacheMillis": cache_millis,
-            "lastRefTime": now_ms,
-            "checksum": "",
-            "allIPs": False,
-            "allIps": False,
-            "reachProtectionThreshold": selection.reach_protection_threshold,
-            "valid": True,
-        },
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    return f'{head[:-1]},"hosts":[{",".join(selection.hosts)}]}}'
+    prefix, suffix = service_info_parts(service, clusters, selection, cache_millis, grouped_name)
+    return f"{prefix}{int(now_ms)}{suffix}"
+
+
+_json_str = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def parse_clusters(clusters: str | None) -> frozenset[str]:

@@ -31,13 +31,7 @@ from shoal.model.events import EventBus, ServiceChanged
 from shoal.model.instance import HEART_BEAT_INTERVAL_KEY, InstanceInfo, generate_instance_id, metadata_millis
 from shoal.model.ip_port import BeatTable, ip_port_client_id, responsible_tag
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
-from shoal.model.services import (
-    ServiceIndex,
-    ServiceManager,
-    ServiceStorage,
-    parse_clusters,
-    service_info_json,
-)
+from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
 from shoal.service_layer.validation import PERSISTENT_UNSUPPORTED, InstanceValidator, check_port
 from shoal.service_layer.views import ClientDetail, OperatorMetrics, ServiceDetail, ServiceList, load_and_mem
 from shoal.tasks import run_blocking
@@ -147,13 +141,24 @@ class NamingService:
         self.check_params(service, clusters=clusters)
         return self._service_info(service, clusters, healthy_only, grouped_name)
 
+    def query_parts(self, service: ServiceKey, clusters: str = "", healthy_only: bool = False,
+                    grouped_name: bool = False) -> tuple[bytes, int, bytes]:
+        """:meth:`query` as UTF-8 ``(prefix, lastRefTime, suffix)``: the ServiceInfo is
+        ``prefix + str(lastRefTime) + suffix``, for a transport that writes it into a larger answer
+        without building it first."""
+        self.check_params(service, clusters=clusters)
+        return self.service_info_parts(service, clusters, healthy_only, grouped_name)
+
+    def service_info_parts(self, service: ServiceKey, clusters: str, healthy_only: bool,
+                           grouped_name: bool = False) -> tuple[bytes, int, bytes]:
+        prefix, suffix = self.storage.view(service).service_info(
+            clusters, healthy_only, self.services.get(service), self.config.push_cache_millis, grouped_name)
+        return prefix, self._ref_time(), suffix
+
     def _service_info(self, service: ServiceKey, clusters: str, healthy_only: bool,
                       grouped_name: bool = False) -> str:
-        record = self.services.get(service)
-        view = self.storage.view(service)
-        selection = view.select(parse_clusters(clusters), healthy_only, record)
-        return service_info_json(service, clusters, selection, self._ref_time(),
-                                 self.config.push_cache_millis, grouped_name)
+        prefix, ref, suffix = self.service_info_parts(service, clusters, healthy_only, grouped_name)
+        return (b"%s%d%s" % (prefix, ref, suffix)).decode()
 
     def _ref_time(self) -> int:
         """lastRefTime, strictly increasing: SDKs drop a ServiceInfo whose lastRefTime is not

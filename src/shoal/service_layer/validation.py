@@ -61,18 +61,25 @@ class InstanceValidator:
     cluster name, heart-beat metadata; single registrations and updates only, as in Nacos).
     """
 
+    #: Service keys remembered as valid (the checks are pure functions of the key); cleared when full.
+    MAX_KNOWN_SERVICES = 65_536
+
     def __init__(self, config: Config) -> None:
         self.config = config
+        self._valid_services: set[ServiceKey] = set()
 
     def check_params(self, service: ServiceKey | None = None, clusters: str | None = None,
                      instances: Sequence[InstanceInfo] = ()) -> None:
         """Nacos's parameter checker (docs/protocol.md §3.7); raises ParamCheckFailed (answered 500/400)."""
         if not self.config.param_check_enabled:
             return
-        if service is not None:
+        if service is not None and service not in self._valid_services:
             _check(service.namespace, MAX_NAMESPACE_LEN, _NAMESPACE_RE, "namespaceId")
             _check(service.name, MAX_SERVICE_LEN, _SERVICE_RE, "serviceName")
             _check(service.group, MAX_GROUP_LEN, _GROUP_RE, "group")
+            if len(self._valid_services) >= self.MAX_KNOWN_SERVICES:
+                self._valid_services.clear()
+            self._valid_services.add(service)
         if clusters:
             for cluster in clusters.split(","):
                 _check(cluster, MAX_CLUSTER_LEN, _CLUSTER_PARAM_RE, "cluster")

@@ -79,7 +79,7 @@ class ClusterServer:
                                      type_name, sender or peer, exc.message)
             reply_type, code = "ErrorResponse", exc.code
             result = Code.SERVER_ERROR if exc.code in (Code.NO_HANDLER, Code.NO_RIGHT) else exc.code
-            body = codec.error(result, exc.code, exc.message).encode()
+            body = codec.error(result, exc.code, exc.message)
         except Exception as exc:  # a handler's failure: answer, never crash (a traceback once per interval)
             # A ValueError is a binary part that does not decode (a sync batch's SyncDecodeError):
             # answered 500 as Nacos's DistroDataRequestHandler answers a failed request, logged
@@ -89,7 +89,7 @@ class ClusterServer:
                              f"failed {type_name[:64]} {type(exc).__name__}", "cluster request %s from %s failed: %s",
                              type_name, sender or peer, exc, exc_info=not bad_input)
             reply_type, code = "ErrorResponse", Code.SERVER_ERROR
-            body = codec.error(code, code, f"handle distro request with exception: {exc}").encode()
+            body = codec.error(code, code, f"handle distro request with exception: {exc}")
         self.metrics.request("cluster", type_name if code != Code.NO_HANDLER else "unknown", code,
                              time.perf_counter() - started)
         return encode(reply_type, body)

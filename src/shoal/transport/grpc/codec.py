@@ -1,24 +1,22 @@
 """Payload ⇄ JSON: ``metadata.type`` is the Java simple class name, the body an ``Any`` whose
-``value`` is UTF-8 JSON and whose ``type_url`` stays empty (docs/protocol.md §1.3)."""
+``value`` is UTF-8 JSON and whose ``type_url`` stays empty (docs/protocol.md §1.3).
+
+Bodies are UTF-8 bytes on both sides (``shoal.kernels.payload`` takes and returns the ``Any.value``
+bytes), parsed and written by :mod:`shoal.jsonfast` (orjson when installed): no detour through
+``str`` on the request path.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from shoal import jsonfast
 from shoal.errors import BadRequestBody
 from shoal.transport.grpc._proto import Metadata, Payload
 
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
-_OK_HEAD = '{"resultCode":200,"errorCode":0,"success":true'
-
-
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-_decoder = json.JSONDecoder(parse_constant=_reject_constant)
+_OK_HEAD = b'{"resultCode":200,"errorCode":0,"success":true'
+_OK_EMPTY = _OK_HEAD + b"}"
 
 
 def encode(type_name: str, body_json: str) -> Any:
@@ -32,44 +30,62 @@ def decode_body(payload: Any) -> dict[str, Any]:
 
 def parse_body(raw: bytes) -> dict[str, Any]:
     """``body.value`` bytes as a dict; anything else is a 502 (BadRequestBody)."""
+    if not raw:
+        return {}
     try:
-        body = _decoder.decode(raw.decode("utf-8")) if raw else {}
-    except (UnicodeDecodeError, ValueError) as exc:
+        body = jsonfast.loads(raw)
+    except ValueError as exc:  # UnicodeDecodeError is one too
         raise BadRequestBody(f"request body is not valid JSON: {exc}") from None
     except RecursionError:  # hostile nesting, not a server fault
         raise BadRequestBody("request body is not valid JSON: nested too deeply") from None
-    if not isinstance(body, dict):
+    if type(body) is not dict:
         raise BadRequestBody("request body must be a JSON object")
     return body
 
 
-def dumps(value: Any) -> str:
-    return _dumps(value)
+def dumps(value: Any) -> bytes:
+    """Compact UTF-8 JSON of ``value``."""
+    return jsonfast.dumps(value)
 
 
-def ok(fields: Mapping[str, Any] | None = None, raw: Mapping[str, str] | None = None) -> str:
+def ok(fields: Mapping[str, Any] | None = None, raw: Mapping[str, str | bytes] | None = None) -> bytes:
     """A successful response body; ``raw`` values are already-encoded JSON (e.g. serviceInfo)."""
+    if not fields and not raw:
+        return _OK_EMPTY
     parts = [_OK_HEAD]
     if fields:
-        parts.append("," + _dumps(fields)[1:-1])
+        parts.append(b"," + jsonfast.dumps(fields)[1:-1])
     if raw:
         for key, value in raw.items():
-            parts.append(f',"{key}":{value}')
-    parts.append("}")
-    return "".join(parts)
+            parts.append(b',"%s":' % key.encode())
+            parts.append(value.encode() if isinstance(value, str) else value)
+    parts.append(b"}")
+    return b"".join(parts)
 
 
-def error(result_code: int, error_code: int, message: str, fields: Mapping[str, Any] | None = None) -> str:
+def ok_service_info(parts: tuple[bytes, int, bytes], fields: Mapping[str, Any] | None = None) -> bytes:
+    """A successful response carrying ``serviceInfo`` given as ``(prefix, lastRefTime, suffix)``
+    (``NamingService.query_parts``), written in one pass."""
+    head = _OK_HEAD + b"," + jsonfast.dumps(fields)[1:-1] if fields else _OK_HEAD
+    prefix, ref, suffix = parts
+    return b"".join((head, b',"serviceInfo":', prefix, b"%d" % ref, suffix, b"}"))
+
+
+def error(result_code: int, error_code: int, message: str, fields: Mapping[str, Any] | None = None) -> bytes:
     body: dict[str, Any] = {"resultCode": result_code, "errorCode": error_code, "message": message, "success": False}
     if fields:
         body.update(fields)
-    return _dumps(body)
+    return jsonfast.dumps(body)
 
 
-def server_request(fields: Mapping[str, Any], request_id: str, raw: Mapping[str, str] | None = None) -> str:
+def server_request(fields: Mapping[str, Any], request_id: str, raw: Mapping[str, str | bytes] | None = None) -> bytes:
     """A server→client request body: always ``headers:{}`` and the request id (docs/protocol.md §2.4)."""
-    head = {"headers": {}, "requestId": request_id, **fields}
-    text = _dumps(head)
+    text = jsonfast.dumps({"headers": {}, "requestId": request_id, **fields})
     if not raw:
         return text
-    return text[:-1] + "".join(f',"{k}":{v}' for k, v in raw.items()) + "}"
+    parts = [text[:-1]]
+    for key, value in raw.items():
+        parts.append(b',"%s":' % key.encode())
+        parts.append(value.encode() if isinstance(value, str) else value)
+    parts.append(b"}")
+    return b"".join(parts)

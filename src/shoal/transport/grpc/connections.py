@@ -59,7 +59,7 @@ class StreamSink(Protocol):
         """End the stream with this gRPC status (idempotent)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Connection:
     """One client transport and, once set up, its metadata (Nacos ConnectionMeta)."""
 
@@ -289,7 +289,7 @@ class ConnectionManager:
         try:
             async with asyncio.timeout(timeout_ms / 1000):
                 self.send(conn, payload_codec.encode(
-                    type_name, codec.server_request(fields, request_id, raw).encode()))
+                    type_name, codec.server_request(fields, request_id, raw)))
                 return await future
         finally:
             conn.pending.pop(request_id, None)

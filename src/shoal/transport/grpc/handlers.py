@@ -22,11 +22,11 @@ class RequestContext:
 
 class Handler(NamedTuple):
     """A unary handler: the response type it answers with (also used for typed filter
-    failures) and a function from the JSON body to the response body JSON. Most handlers are
-    synchronous; one that must wait (a CP store write) returns an awaitable of the body."""
+    failures) and a function from the JSON body to the response body JSON (UTF-8 bytes). Most
+    handlers are synchronous; one that must wait (a CP store write) returns an awaitable of the body."""
 
     response_type: str
-    handle: Callable[[RequestContext, dict[str, Any]], str | Awaitable[str]]
+    handle: Callable[[RequestContext, dict[str, Any]], bytes | Awaitable[bytes]]
 
 
 # Requests that only peers may send (docs/protocol.md §1.6 step 1): refused on the SDK port.

@@ -16,6 +16,11 @@ from shoal.transport.grpc import codec
 from shoal.transport.grpc.connections import Connection
 from shoal.transport.grpc.handlers import Handler, RequestContext
 
+# Answers that never change, encoded once.
+_REGISTERED = codec.ok({"type": "registerInstance"})
+_DEREGISTERED = codec.ok({"type": "deregisterInstance"})
+_BATCH_REGISTERED = codec.ok({"type": "batchRegisterInstance"})
+
 
 def naming_handlers(naming: NamingService, persistent: PersistentNaming | None = None,
                     fuzzy: FuzzyWatchContext | None = None) -> dict[str, Handler]:
@@ -44,19 +49,19 @@ class _NamingHandlers:
         self.persistent = persistent
         self.fuzzy = fuzzy
 
-    def instance(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+    def instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
         kind = text(body, "type")
         inst = instance_of(body.get("instance"), "instance")
         if kind == "registerInstance":
             self.naming.register_instance(ctx.conn.connection_id, service, inst)
-        elif kind == "deregisterInstance":
+            return _REGISTERED
+        if kind == "deregisterInstance":
             self.naming.deregister_instance(ctx.conn.connection_id, service)
-        else:
-            raise InvalidParam(f"Unsupported request type {kind}")
-        return codec.ok({"type": kind})
+            return _DEREGISTERED
+        raise InvalidParam(f"Unsupported request type {kind}")
 
-    def batch_instance(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+    def batch_instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
         kind = text(body, "type")
         if kind != "batchRegisterInstance":
@@ -72,9 +77,9 @@ class _NamingHandlers:
                 raise InvalidParam(f"batch registration does not allow persistent instance: instances[{i}] "
                                    f"{inst.address}")
         self.naming.batch_register_instances(ctx.conn.connection_id, service, instances)
-        return codec.ok({"type": kind})
+        return _BATCH_REGISTERED
 
-    def persistent_instance(self, ctx: RequestContext, body: dict[str, Any]) -> str | Awaitable[str]:
+    def persistent_instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes | Awaitable[bytes]:
         """PersistentInstanceRequestHandler: register/deregister one persistent instance in the CP
         store (not bound to the connection); validation answers at once, the write is awaited."""
         if self.persistent is None:
@@ -90,13 +95,12 @@ class _NamingHandlers:
             return _answered(self.persistent.deregister(service, inst.ip, inst.port, inst.cluster), kind)
         raise InvalidParam(f"Unsupported request type {kind}")
 
-    def query(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+    def query(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
         healthy_only = flag(body, "healthyOnly", False) or flag(body, "healthOnly", False)
-        info = self.naming.query(service, text(body, "cluster"), healthy_only)
-        return codec.ok(raw={"serviceInfo": info})
+        return codec.ok_service_info(self.naming.query_parts(service, text(body, "cluster"), healthy_only))
 
-    def subscribe(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+    def subscribe(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
         clusters = text(body, "clusters")
         conn = ctx.conn
@@ -108,13 +112,13 @@ class _NamingHandlers:
             info = self.naming.unsubscribe(conn.connection_id, service, clusters)
         return codec.ok({"message": "success"}, raw={"serviceInfo": info})
 
-    def list_services(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+    def list_services(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         namespace = normalise_namespace(text(body, "namespace"))
         group = text(body, "groupName") or DEFAULT_GROUP
         page = self.naming.list_services(namespace, group, integer(body, "pageNo", 1), integer(body, "pageSize", 10))
         return codec.ok({"count": page.count, "serviceNames": page.names})
 
-    def fuzzy_watch(self, ctx: RequestContext, body: dict[str, Any]) -> str:
+    def fuzzy_watch(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         """NamingFuzzyWatchRequest (NamingFuzzyWatchRequestHandler): a limit is a typed 500 with its code."""
         assert self.fuzzy is not None
         pattern = text(body, "groupKeyPattern")
@@ -139,7 +143,7 @@ class _NamingHandlers:
         return codec.ok()
 
 
-async def _answered(write: Awaitable[None], kind: str) -> str:
+async def _answered(write: Awaitable[None], kind: str) -> bytes:
     await write
     return codec.ok({"type": kind})
 
@@ -188,6 +192,15 @@ def number(body: dict[str, Any], key: str, default: float) -> float:
 
 
 def service_of(body: dict[str, Any]) -> ServiceKey:
+    name, group, namespace = body.get("serviceName"), body.get("groupName"), body.get("namespace")
+    if type(name) is str and type(group) is str and type(namespace) is str:  # the usual shape, same result
+        name, group, namespace = name.strip(), group.strip(), namespace.strip()
+        if name and group and namespace:
+            return ServiceKey(namespace, group, name)
+    return _checked_service_of(body)
+
+
+def _checked_service_of(body: dict[str, Any]) -> ServiceKey:
     name = text(body, "serviceName").strip()
     if not name:
         raise InvalidParam("Param 'serviceName' is required and must not be blank.")
@@ -196,6 +209,26 @@ def service_of(body: dict[str, Any]) -> ServiceKey:
 
 
 def instance_of(raw: Any, where: str) -> InstanceInfo:
+    if type(raw) is dict:  # the shape every SDK sends: read it directly (same result as the checked path)
+        ip, port, weight = raw.get("ip"), raw.get("port"), raw.get("weight", 1.0)
+        healthy, enabled = raw.get("healthy", True), raw.get("enabled", True)
+        cluster, instance_id, metadata = raw.get("clusterName", ""), raw.get("instanceId", ""), raw.get("metadata")
+        if (type(ip) is str and type(port) is int and type(weight) is float and math.isfinite(weight)
+                and type(healthy) is bool and type(enabled) is bool and type(cluster) is str
+                and type(instance_id) is str and (metadata is None or _plain_metadata(metadata))):
+            ip = ip.strip()
+            if ip:
+                return InstanceInfo(ip, port, weight, healthy, enabled, cluster.strip(), instance_id,
+                                    dict(metadata) if metadata else {})
+    return _checked_instance_of(raw, where)
+
+
+def _plain_metadata(metadata: Any) -> bool:
+    return type(metadata) is dict and all(type(v) is str for v in metadata.values())
+
+
+def _checked_instance_of(raw: Any, where: str) -> InstanceInfo:
+    """Every field type-checked; a wrong one is a 400 that names it."""
     if not isinstance(raw, dict):
         raise InvalidParam(f"'{where}' must be an Instance object")
     ip = text(raw, "ip").strip()

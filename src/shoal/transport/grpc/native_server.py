@@ -83,7 +83,7 @@ def parse_grpc_timeout(value: str) -> float | None:
     return None if unit is None else int(value[:-1]) * unit
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Call:
     """One open stream of a connection."""
 
@@ -93,11 +93,14 @@ class _Call:
     sink: NativeStreamSink | None = None
     answered: bool = False
     deadline: asyncio.TimerHandle | None = None
+    deadline_at: float = 0.0  # loop time; its timer is armed only if the call outlives its event batch
     task: asyncio.Task[None] | None = None
 
 
 class NativeStreamSink:
     """The server→client side of one bi stream on the native transport."""
+
+    __slots__ = ("closed", "owner", "stream_id")
 
     def __init__(self, owner: H2Connection, stream_id: int) -> None:
         self.owner = owner
@@ -118,6 +121,10 @@ class NativeStreamSink:
 class H2Connection(asyncio.Protocol):
     """One TCP connection: an HTTP/2 session carrying gRPC calls (one Nacos connection)."""
 
+    # One per TCP connection, 10,000s of them idle: no per-instance __dict__.
+    __slots__ = ("_abuse_logged", "_drained", "_flush_pending", "_held", "_held_bytes", "_linger", "_preface_timer",
+                 "_stall_timer", "_to_arm", "calls", "loop", "lost", "paused", "peer", "server", "session", "transport")
+
     def __init__(self, server: NativeGrpcServer) -> None:
         self.server = server
         self.loop = asyncio.get_running_loop()
@@ -131,6 +138,7 @@ class H2Connection(asyncio.Protocol):
         self._stall_timer: asyncio.TimerHandle | None = None
         self._preface_timer: asyncio.TimerHandle | None = None
         self._drained = 0  # outbound message bytes framed so far (progress of a slow reader)
+        self._to_arm: list[_Call] = []  # calls with a grpc-timeout, timer not armed yet
         self._abuse_logged = False
         self._linger: asyncio.TimerHandle | None = None  # aborts a close that a bad peer holds up
         self._held: deque[tuple[int, int, Any, Any]] = deque()  # events waiting for output to drain
@@ -236,6 +244,22 @@ class H2Connection(asyncio.Protocol):
 
     # --- events ------------------------------------------------------------------------------
     def _handle(self, events: list[tuple[int, int, Any, Any]]) -> None:
+        self._handle_events(events)
+        if self._to_arm:
+            self._arm_deadlines()
+
+    def _arm_deadlines(self) -> None:
+        """A unary call answered in the batch that opened it (the usual case: HEADERS and DATA in
+        one read) needs no timer; every other call with a grpc-timeout gets one now."""
+        now = self.loop.time()
+        for call in self._to_arm:
+            if self.calls.get(call.stream_id) is not call or (call.unary and call.answered and call.task is None):
+                continue
+            call.deadline = self.loop.call_later(max(0.0, call.deadline_at - now), self._deadline_passed,
+                                                 call.stream_id)
+        self._to_arm.clear()
+
+    def _handle_events(self, events: list[tuple[int, int, Any, Any]]) -> None:
         """Act on the session's events in order. Once the answers not yet written pass
         ``shoal.remote.outbound-queue-bytes``, the rest wait in ``_held`` until output drains
         (reading stops once they pass that bound too): pipelined requests cannot make the node
@@ -302,7 +326,8 @@ class H2Connection(asyncio.Protocol):
         self.calls[stream_id] = call
         timeout = parse_grpc_timeout(headers.get("grpc-timeout", ""))
         if timeout is not None:
-            call.deadline = self.loop.call_later(timeout, self._deadline_passed, stream_id)
+            call.deadline_at = self.loop.time() + timeout
+            self._to_arm.append(call)
         if not call.unary and streams is not None:
             sink = NativeStreamSink(self, stream_id)
             call.sink = sink

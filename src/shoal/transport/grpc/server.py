@@ -117,12 +117,12 @@ class SdkServer:
                              "from %s", type_name, peer, exc_info=True)
             code = NacosError.code
             reply_type, body = "ErrorResponse", codec.error(code, code, "server error")
-        if not isinstance(body, str):
+        if not isinstance(body, bytes):
             return self._answer_later(type_name, label, reply_type, body, peer, started)
         self.metrics.request("grpc", label, code, time.perf_counter() - started)
-        return encode(reply_type, body.encode())
+        return encode(reply_type, body)
 
-    async def _answer_later(self, type_name: str, label: str, reply_type: str, pending: Awaitable[str],
+    async def _answer_later(self, type_name: str, label: str, reply_type: str, pending: Awaitable[bytes],
                             peer: str, started: float) -> bytes:
         code = 200
         try:
@@ -135,10 +135,10 @@ class SdkServer:
             code, reply_type = NacosError.code, "ErrorResponse"
             body = codec.error(code, code, "server error")
         self.metrics.request("grpc", label, code, time.perf_counter() - started)
-        return encode(reply_type, body.encode())
+        return encode(reply_type, body)
 
     def _dispatch(self, peer: str, type_name: str, headers: dict[str, str], raw: bytes,
-                  handler: Handler | None) -> tuple[str, str | Awaitable[str], int]:
+                  handler: Handler | None) -> tuple[str, bytes | Awaitable[bytes], int]:
         try:
             if self.source == "sdk" and type_name in CLUSTER_ONLY_TYPES:
                 raise BadRequestBody(f" invoke {type_name} from sdk is forbidden")
@@ -218,7 +218,7 @@ class SdkServer:
             if self._wants_setup_ack(raw):
                 with contextlib.suppress(ConnectionGone):
                     self.manager.send(conn, encode("SetupAckRequest", codec.dumps(
-                        {"headers": {}, "abilityTable": SERVER_ABILITIES, "module": "internal"}).encode()))
+                        {"headers": {}, "abilityTable": SERVER_ABILITIES, "module": "internal"})))
         elif type_name.endswith("Response"):
             self.manager.on_response(conn, type_name, raw)
         else:
@@ -316,7 +316,7 @@ class SdkServer:
             fields.update(serverIp=ip, serverPort=port)
         with contextlib.suppress(ConnectionGone):
             self.manager.send(conn, encode(
-                "ConnectResetRequest", codec.server_request(fields, self.manager.next_request_id()).encode()))
+                "ConnectResetRequest", codec.server_request(fields, self.manager.next_request_id())))
 
 
 def _scalar(value: Any, field: str) -> str:

@@ -42,6 +42,7 @@ from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http import access_log
 from shoal.transport.http.api import Api, core_ok, dumps, error_response, v2_ok
 from shoal.transport.http.auth_routes import IDENTITY_KEY, AuthRoutes
+from shoal.transport.http.console_api import ConsoleRoutes
 from shoal.transport.http.forward import Forwarder, MemberView, Responsibility, Standalone, StandaloneMembers
 from shoal.transport.http.naming import NamingRoutes, distro_tag, persistent_write
 from shoal.transport.http.params import Params, read_params
@@ -119,6 +120,7 @@ class HttpServer:
         if naming is not None:
             self.naming_routes = NamingRoutes(config, naming, status.is_serving, self.forwarder.owner_of)
             self._naming_routes(self.naming_routes)
+            self._console_routes(ConsoleRoutes(naming))
             if config.prometheus_sd_enabled:
                 sd = PrometheusSdRoutes(naming, auth)
                 route("GET", "/nacos/prometheus", sd.all_targets, Api.V1)
@@ -162,6 +164,22 @@ class HttpServer:
         route("GET", "/nacos/v2/ns/client", n.v2_client_detail, Api.V2, ADMIN)
         route("GET", "/nacos/v2/ns/client/publish/list", n.v2_client_publications, Api.V2, ADMIN)
         route("GET", "/nacos/v2/ns/client/subscribe/list", n.v2_client_subscriptions, Api.V2, ADMIN)
+
+    def _console_routes(self, c: ConsoleRoutes) -> None:
+        route = self._route
+        route("GET", "/nacos/v1/ns/catalog/services", c.v1_catalog_services, Api.V1, READ)
+        route("GET", "/nacos/v1/ns/catalog/instances", c.v1_catalog_instances, Api.V1, READ)
+        route("GET", "/nacos/v1/ns/catalog/service", c.v1_catalog_service, Api.V1, READ)
+        route("GET", "/nacos/v1/ns/service/subscribers", c.v1_service_subscribers, Api.V1, READ)
+        route("GET", "/nacos/v1/ns/service/names", c.v1_service_names, Api.V1, READ)
+        route("GET", "/nacos/v2/ns/catalog/instances", c.v2_catalog_instances, Api.V2, READ)
+        route("GET", "/nacos/v2/ns/client/service/publisher/list", c.v2_service_publishers, Api.V2, READ)
+        route("GET", "/nacos/v2/ns/client/service/subscriber/list", c.v2_service_subscribers, Api.V2, READ)
+        # The console's pages: public files (the login happens in the page, as in Nacos).
+        route("GET", "/nacos", c.redirect, Api.V1)
+        route("GET", "/nacos/", c.index, Api.V1)
+        route("GET", "/nacos/index.html", c.index, Api.V1)
+        route("GET", "/nacos/console/{name}", c.static, Api.V1)
 
     def set_persistent(self, persistent: PersistentNaming) -> None:
         """Serve persistent instances and service metadata from the CP store (issue 12)."""
@@ -298,7 +316,7 @@ class HttpServer:
             "function_mode": "naming",
             "auth_enabled": str(self.config.auth_enabled).lower(),
             "login_page_enabled": str(self.config.auth_enabled).lower(),
-            "console_ui_enabled": "false",
+            "console_ui_enabled": "true",
             "shoal_transport": transport_name(self.config),
             "shoal_kernels": ",".join(f"{k}={v}" for k, v in sorted(kernels.implementation().items())),
         }

@@ -1,0 +1,211 @@
+"""Console APIs (v1 ``catalog/*``, ``service/subscribers``, ``service/names``; v2
+``catalog/instances`` and the per-service publisher and subscriber lists) and the console's
+static files at ``/nacos/``.
+
+Mirrors Nacos's CatalogController, ServiceController (``subscribers``, ``names``),
+CatalogControllerV2 and ClientInfoControllerV2 (docs/protocol.md §5.2, the spec's §7.2/§7.3):
+parameters are parsed here, the reads are :class:`shoal.service_layer.catalog.CatalogService`'s,
+and the answers keep Nacos's shapes. Shoal adds, without changing those shapes: a
+``subscriberCount`` and ``enabledInstanceCount`` on each service-list row, the
+``unhealthyOnly`` filter (services with an instance that is unhealthy or disabled), and
+``clusterName`` / ``owner`` on each publisher-list row.
+
+The console itself (``/nacos/``) is plain HTML, CSS and one vanilla JS module shipped as
+package data under ``shoal/console/static`` and read once (off the loop) on first request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from importlib import resources
+from typing import Any
+
+from aiohttp import web
+
+from shoal.errors import NacosError, NotFound
+from shoal.model.keys import ServiceKey
+from shoal.service_layer import NamingService
+from shoal.service_layer.catalog import (
+    CatalogService,
+    PublisherRow,
+    ServiceInstances,
+    ServiceSummary,
+    SubscriberRow,
+    check_page,
+    page_slice,
+)
+from shoal.tasks import run_blocking
+from shoal.transport.http.api import dumps, json_text, v2_ok
+from shoal.transport.http.params import Params
+
+_SELECTOR_NONE = {"type": "none", "contextType": "NONE"}
+_HEALTH_CHECKER = {"type": "TCP"}
+
+#: The console's files: name → content type. Nothing else under /nacos/console/ is served.
+STATIC_FILES = {
+    "index.html": "text/html",
+    "console.js": "text/javascript",
+    "console.css": "text/css",
+}
+
+
+def summary_json(s: ServiceSummary) -> dict[str, Any]:
+    """A service-list row: Nacos's ServiceView, plus Shoal's subscriber and enabled counts."""
+    return {"name": s.service.name, "groupName": s.service.group, "clusterCount": s.cluster_count,
+            "ipCount": s.ip_count, "healthyInstanceCount": s.healthy_count, "triggerFlag": "false",
+            "enabledInstanceCount": s.enabled_count, "subscriberCount": s.subscriber_count}
+
+
+def instances_json(found: ServiceInstances) -> list[dict[str, Any]]:
+    return [i.to_nacos(found.service, found.ephemeral) for i in found.instances]
+
+
+def subscriber_json(row: SubscriberRow) -> dict[str, Any]:
+    """Nacos's Subscriber: gRPC subscribers carry the client's ip and port 0 (addrStr = ip)."""
+    s = row.subscriber
+    return {"addrStr": s.ip, "agent": s.agent, "app": s.app, "ip": s.ip, "port": 0,
+            "namespaceId": s.service.namespace, "serviceName": s.service.grouped_name, "cluster": s.clusters}
+
+
+def detail_info_json(found: ServiceInstances, metadata: dict[str, str]) -> dict[str, Any]:
+    """Nacos's ServiceDetailInfo (``withInstances=true``): instances grouped by cluster."""
+    cluster_map: dict[str, dict[str, Any]] = {}
+    for inst in found.instances:
+        cluster = cluster_map.setdefault(inst.cluster, {
+            "serviceName": found.service.name, "clusterName": inst.cluster, "healthChecker": _HEALTH_CHECKER,
+            "metadata": {}, "hosts": []})
+        cluster["hosts"].append({"ip": inst.ip, "port": inst.port, "weight": float(inst.weight),
+                                 "valid": inst.healthy, "healthy": inst.healthy, "enabled": inst.enabled,
+                                 "marked": not found.ephemeral, "instanceId": inst.instance_id,
+                                 "metadata": dict(inst.metadata)})
+    return {"serviceName": found.service.name, "groupName": found.service.group, "metadata": metadata,
+            "clusterMap": cluster_map}
+
+
+class ConsoleRoutes:
+    """The console API handlers and the console's static files."""
+
+    def __init__(self, naming: NamingService) -> None:
+        self.catalog = CatalogService(naming)
+        self._files: dict[str, bytes] | None = None
+        self._files_lock = asyncio.Lock()
+
+    # --- v1 catalog ---------------------------------------------------------------------------
+    async def v1_catalog_services(self, request: web.Request, p: Params) -> web.Response:
+        """GET /v1/ns/catalog/services: a page of ServiceView rows, or with ``withInstances``
+        a page of ServiceDetailInfo (a bare list, as Nacos answers it)."""
+        namespace = p.namespace()
+        name_part, group_part = p.text("serviceNameParam"), p.text("groupNameParam")
+        page_no, page_size = p.integer("pageNo", 1), p.integer("pageSize", 10)
+        if p.boolean("withInstances", False):
+            _count, rows = self.catalog.list_service_details(namespace, name_part, group_part, page_no, page_size)
+            return json_text(dumps([detail_info_json(found, dict(record.metadata)) for record, found in rows]))
+        page = self.catalog.list_services(namespace, name_part, group_part, page_no, page_size,
+                                          has_ip_count=p.boolean("hasIpCount", False),
+                                          unhealthy_only=p.boolean("unhealthyOnly", False))
+        return json_text(dumps({"count": page.count, "serviceList": [summary_json(s) for s in page.services]}))
+
+    async def v1_catalog_instances(self, request: web.Request, p: Params) -> web.Response:
+        """GET /v1/ns/catalog/instances: ``{"list":[Instance],"count":N}`` (pageNo, pageSize required)."""
+        service = p.v1_service()
+        page_no, page_size = p.integer("pageNo"), p.integer("pageSize")
+        check_page(page_no, page_size)
+        found = self.catalog.instances(service, p.text("clusterName"))
+        rows = instances_json(found)
+        return json_text(dumps({"list": page_slice(rows, page_no, page_size), "count": len(rows)}))
+
+    async def v1_catalog_service(self, request: web.Request, p: Params) -> web.Response:
+        """GET /v1/ns/catalog/service: the service object and its clusters (404 if missing)."""
+        service = p.v1_service()
+        record, clusters = self.catalog.service(service)
+        out = {
+            "service": {"name": service.name, "groupName": service.group,
+                        "protectThreshold": float(record.protect_threshold), "selector": _SELECTOR_NONE,
+                        "metadata": dict(record.metadata), "ephemeral": record.ephemeral},
+            "clusters": [{"serviceName": service.grouped_name, "name": c, "healthChecker": _HEALTH_CHECKER,
+                          "defaultPort": 80, "defaultCheckPort": 80, "useIPPort4Check": True, "metadata": {}}
+                         for c in clusters],
+        }
+        return json_text(dumps(out))
+
+    # --- v1 service ---------------------------------------------------------------------------
+    async def v1_service_subscribers(self, request: web.Request, p: Params) -> web.Response:
+        """GET /v1/ns/service/subscribers: ``{"subscribers":[...],"count":N}``, paged (1, 1000).
+        ``aggregation`` is accepted; subscriptions live on the node the subscriber is connected
+        to, and this node answers its own."""
+        service = p.v1_service()
+        page_no, page_size = p.integer("pageNo", 1), p.integer("pageSize", 1000)
+        p.boolean("aggregation", True)
+        check_page(page_no, page_size)
+        rows = self.catalog.subscribers(service)
+        return json_text(dumps({"subscribers": [subscriber_json(r) for r in page_slice(rows, page_no, page_size)],
+                                "count": len(rows)}))
+
+    async def v1_service_names(self, request: web.Request, p: Params) -> web.Response:
+        """GET /v1/ns/service/names: ``group@@name`` by namespace under Nacos's (odd but real)
+        key ``META-INF/services``, and the total count."""
+        found = self.catalog.search_names(p.text("namespaceId"), p.text("expr"))
+        return json_text(dumps({"META-INF/services": found, "count": sum(len(v) for v in found.values())}))
+
+    # --- v2 -----------------------------------------------------------------------------------
+    async def v2_catalog_instances(self, request: web.Request, p: Params) -> web.Response:
+        """GET /v2/ns/catalog/instances: every Instance of the service (of ``clusterName`` when given)."""
+        found = self.catalog.instances(p.v2_service(), p.text("clusterName"))
+        return v2_ok(dumps(instances_json(found)))
+
+    async def v2_service_publishers(self, request: web.Request, p: Params) -> web.Response:
+        """GET /v2/ns/client/service/publisher/list: ``[{"clientId","ip","port"}]``, optionally
+        filtered by ``ip`` and ``port``. Shoal adds ``clusterName`` and ``owner``: the node that
+        replicated the client here, or "" when this node holds it (the console's owner column)."""
+        service = self._existing(p.v2_service())
+        ip, port = p.text("ip"), p.integer("port", 0)
+        rows: list[PublisherRow] = [r for r in self.catalog.publishers(service)
+                                    if (not ip or r.instance.ip == ip) and (not port or r.instance.port == port)]
+        return v2_ok(dumps([{"clientId": r.client_id, "ip": r.instance.ip, "port": r.instance.port,
+                             "clusterName": r.instance.cluster, "owner": r.owner} for r in rows]))
+
+    async def v2_service_subscribers(self, request: web.Request, p: Params) -> web.Response:
+        """GET /v2/ns/client/service/subscriber/list: ``[{"clientId","ip","port"}]``."""
+        service = self._existing(p.v2_service())
+        ip = p.text("ip")
+        rows = [r for r in self.catalog.subscribers(service) if not ip or r.subscriber.ip == ip]
+        return v2_ok(dumps([{"clientId": r.client_id, "ip": r.subscriber.ip, "port": 0} for r in rows]))
+
+    def _existing(self, service: ServiceKey) -> ServiceKey:
+        self.catalog.service(service)  # 404 / 20004 when missing
+        return service
+
+    # --- the console's files ---------------------------------------------------------------------
+    async def _load_files(self) -> dict[str, bytes]:
+        async with self._files_lock:
+            if self._files is None:
+                self._files = await run_blocking(_read_static)
+            return self._files
+
+    async def index(self, request: web.Request, p: Params) -> web.StreamResponse:
+        return await self._serve("index.html")
+
+    async def redirect(self, request: web.Request, p: Params) -> web.StreamResponse:
+        raise web.HTTPFound("/nacos/")
+
+    async def static(self, request: web.Request, p: Params) -> web.StreamResponse:
+        return await self._serve(request.match_info.get("name", ""))
+
+    async def _serve(self, name: str) -> web.StreamResponse:
+        if name not in STATIC_FILES:
+            raise NotFound(f"no console file {name}")
+        files = await self._load_files()
+        return web.Response(body=files[name], content_type=STATIC_FILES[name], charset="utf-8",
+                            headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
+
+
+def _read_static() -> dict[str, bytes]:
+    """The console's files from the package data (blocking: reads files)."""
+    root = resources.files("shoal.console").joinpath("static")
+    out: dict[str, bytes] = {}
+    for name in STATIC_FILES:
+        try:
+            out[name] = root.joinpath(name).read_bytes()
+        except OSError as exc:
+            raise NacosError(f"console file {name} is missing from the package: {exc}") from None
+    return out

@@ -1,0 +1,249 @@
+"""The console at /nacos/ in headless Debian Chromium (Selenium, the system chromedriver), against
+real `shoal server` nodes and real nacos-sdk-python clients: log in with auth on, find a service
+the SDK registered, change an instance's weight and see the SDK subscriber pushed the new weight,
+disable it and see it leave the healthy list; the cluster page. Every test saves screenshots
+under its tmp dir and prints their paths."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shoal.testing import ServerProcess, http_get, kill, poll_until, wait_until
+
+from . import test_auth_e2e
+from .test_auth_e2e import PASSWORD, grpc_client
+from .test_sdk_naming import Pushes
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.webdriver.chrome.options import Options  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+pytestmark = [
+    pytest.mark.skipif(not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
+                       reason="chromium / chromium-driver not installed (ci/test-deps.sh installs them)"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
+WAIT_S = 20
+auth_server = test_auth_e2e.auth_server  # the `shoal server --auth` fixture, with an admin `nacos`
+
+
+class Browser:
+    """A headless Chromium page; blocking calls, run through ``asyncio.to_thread`` by async tests
+    so the SDK clients' pushes keep arriving meanwhile."""
+
+    def __init__(self, driver: WebDriver, shots: Path) -> None:
+        self.driver = driver
+        self.shots = shots
+
+    def open(self, url: str) -> None:
+        self.driver.get(url)
+
+    def find(self, css: str) -> Any:
+        """The first element matching ``css``, polled for up to WAIT_S seconds."""
+        try:
+            return WebDriverWait(self.driver, WAIT_S, poll_frequency=0.1).until(
+                lambda d: (d.find_elements(By.CSS_SELECTOR, css) or [None])[0])
+        except TimeoutException:
+            self.screenshot("failure")
+            flash = self.driver.find_elements(By.CSS_SELECTOR, "#flash")
+            raise AssertionError(f"no element {css}; page says {flash[0].text if flash else ''!r}") from None
+
+    def text_of(self, css: str) -> str:
+        return str(self.find(css).text)
+
+    def wait_text(self, css: str, wanted: str) -> None:
+        WebDriverWait(self.driver, WAIT_S, poll_frequency=0.1).until(
+            lambda d: any(wanted in e.text for e in d.find_elements(By.CSS_SELECTOR, css)),
+            message=f"{css} never showed {wanted!r}")
+
+    def type_into(self, css: str, text: str) -> None:
+        el = self.find(css)
+        el.clear()
+        el.send_keys(text)
+
+    def click(self, css: str) -> None:
+        self.find(css).click()
+
+    def screenshot(self, name: str) -> Path:
+        path = self.shots / f"{name}.png"
+        self.driver.save_screenshot(str(path))
+        print(f"screenshot: {path}")
+        return path
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Browser]:
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1400,900", f"--user-data-dir={tmp_path / 'chromium'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    try:
+        yield Browser(driver, tmp_path)
+    finally:
+        driver.quit()
+
+
+async def in_browser(fn: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.to_thread(fn, *args)
+
+
+async def test_login_find_service_change_weight_and_disable(auth_server: Callable[..., ServerProcess],
+                                                            browser: Browser, tmp_path: Path) -> None:
+    from v2.nacos import ListInstanceParam, RegisterInstanceParam, SubscribeServiceParam
+
+    server = auth_server()
+    # One instance per SDK client (a client's registration of a service replaces its previous one).
+    publishers = [await grpc_client(server, tmp_path, username="nacos", password=PASSWORD) for _ in range(2)]
+    watcher = await grpc_client(server, tmp_path, username="nacos", password=PASSWORD)
+    try:
+        for publisher, ip in zip(publishers, ("10.3.0.1", "10.3.0.2"), strict=True):
+            assert await publisher.register_instance(RegisterInstanceParam(
+                service_name="checkout", group_name="SHOP", ip=ip, port=8080, metadata={"zone": "a"}))
+        pushes = Pushes()
+        await watcher.subscribe(SubscribeServiceParam(service_name="checkout", group_name="SHOP",
+                                                      subscribe_callback=pushes))
+
+        def weight_of(ip: str) -> float | None:
+            for inst in pushes.calls[-1] if pushes.calls else []:
+                if inst.ip == ip:
+                    return float(inst.weight)
+            return None
+
+        # Auth is on: the console opens on its login page, then the service list.
+        await in_browser(browser.open, server.url("/nacos/"))
+        await in_browser(browser.find, "#login-form")
+        await in_browser(browser.screenshot, "01-login")
+        await in_browser(browser.type_into, "#login-username", "nacos")
+        await in_browser(browser.type_into, "#login-password", PASSWORD)
+        await in_browser(browser.click, "#login-submit")
+        await in_browser(browser.find, 'tr[data-service="SHOP@@checkout"]')
+        token = await in_browser(browser.driver.execute_script,
+                                 "return JSON.parse(localStorage.getItem('token')).accessToken")
+        assert token  # kept as the Nacos console keeps it
+
+        # Search, then open the service.
+        await in_browser(browser.type_into, "#search-name", "check")
+        await in_browser(browser.click, "#search")
+        await in_browser(browser.wait_text, "#page-info", "1 services")
+        await in_browser(browser.screenshot, "02-services")
+        await in_browser(browser.click, 'tr[data-service="SHOP@@checkout"] a')
+        row = 'tr[data-instance="10.3.0.1:8080"]'
+        await in_browser(browser.wait_text, f"{row} .owner", "this node")
+
+        # Weight 1 → 7: the SDK subscriber is pushed the new weight.
+        await in_browser(browser.type_into, f"{row} .weight-input", "7")
+        await in_browser(browser.click, f"{row} .save-weight")
+        await wait_until(lambda: weight_of("10.3.0.1") == 7.0, timeout=WAIT_S, what="push with weight 7")
+        await in_browser(browser.wait_text, "#flash", "weight 7")
+        await in_browser(browser.screenshot, "03-weight-7")
+
+        # Disable: it leaves the healthy list (and the subscriber's push).
+        await in_browser(browser.click, f"{row} .toggle-enabled")
+        await wait_until(lambda: pushes.latest_ips() == {("10.3.0.2", 8080)}, timeout=WAIT_S,
+                         what="push without the disabled instance")
+        healthy = await watcher.list_instances(ListInstanceParam(service_name="checkout", group_name="SHOP",
+                                                                 subscribe=False, healthy_only=True))
+        assert {i.ip for i in healthy} == {"10.3.0.2"}
+        await in_browser(browser.wait_text, row, "disabled")
+        await in_browser(browser.screenshot, "04-disabled")
+
+        # Service metadata and protect threshold, through the service API.
+        await in_browser(browser.type_into, "#protect-threshold", "0.3")
+        await in_browser(browser.type_into, "#service-metadata", "owner=team-a")
+        await in_browser(browser.click, "#save-service")
+        await in_browser(browser.wait_text, "#flash", "Service saved")
+        await in_browser(browser.wait_text, "#service-metadata", "owner=team-a")
+        status, body = await asyncio.to_thread(http_get, server.url(
+            f"/nacos/v1/ns/catalog/service?serviceName=checkout&groupName=SHOP&accessToken={token}"))
+        assert status == 200, body
+        detail = json.loads(body)["service"]
+        assert (detail["protectThreshold"], detail["metadata"]) == (0.3, {"owner": "team-a"})
+        await in_browser(browser.screenshot, "04b-service-metadata")
+
+        # The cluster page shows this node, UP.
+        await in_browser(browser.open, server.url("/nacos/#/cluster"))
+        await in_browser(browser.wait_text, "#members", "UP")
+        await in_browser(browser.screenshot, "05-cluster")
+    finally:
+        for client in (*publishers, watcher):
+            await client.shutdown()
+
+
+async def test_unhealthy_filter_and_paging_without_auth(server: ServerProcess, sdk: Any, browser: Browser) -> None:
+    from v2.nacos import RegisterInstanceParam
+
+    client = await sdk(server.addr)
+    for n in range(25):  # one SDK client, 25 services; svc-13's instance is registered unhealthy
+        assert await client.register_instance(RegisterInstanceParam(
+            service_name=f"svc-{n:02d}", ip="10.4.0.1", port=8000 + n, healthy=n != 13))
+    await in_browser(browser.open, server.url("/nacos/"))
+    await in_browser(browser.wait_text, "#page-info", "Page 1 of 2 · 25 services")
+    await in_browser(browser.click, "#next")
+    await in_browser(browser.wait_text, "#page-info", "Page 2 of 2")
+    await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@svc-24"]')
+    await in_browser(browser.click, "#unhealthy-only")
+    await in_browser(browser.wait_text, "#page-info", "1 services")
+    await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@svc-13"]')
+    await in_browser(browser.screenshot, "06-unhealthy-filter")
+
+
+def test_cluster_page_shows_three_members(tmp_path: Path, browser: Browser) -> None:
+    from .test_cluster import Cluster
+
+    cluster = Cluster(tmp_path, 3)
+    try:
+        cluster.start_all()
+        node = cluster.nodes[0]
+        poll_until(lambda: sum(m.get("state") == "UP" for m in node.members()) == 3, timeout=WAIT_S,
+                   what="three members UP")
+        browser.open(node.url("/nacos/#/cluster"))
+        browser.wait_text("h1", "3 members · 3 up")
+        for i in range(3):
+            browser.wait_text(f'tr[data-member="{cluster.addr(i)}"]', "UP")
+        browser.wait_text("#node-state", "cluster")
+        browser.wait_text("#node-figures", "responsibleClientCount")
+        browser.screenshot("07-cluster-3-nodes")
+    finally:
+        for server in cluster.nodes.values():
+            kill(server)
+
+
+async def test_namespace_switcher_shows_a_namespaces_services(server: ServerProcess, sdk: Any,
+                                                              browser: Browser) -> None:
+    import urllib.parse
+    import urllib.request
+
+    from selenium.webdriver.support.ui import Select
+    from v2.nacos import RegisterInstanceParam
+
+    def create_namespace() -> int:
+        body = urllib.parse.urlencode({"customNamespaceId": "dev", "namespaceName": "Development"}).encode()
+        request = urllib.request.Request(server.url("/nacos/v1/console/namespaces"), body, method="POST")
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return int(resp.status)
+
+    assert await asyncio.to_thread(create_namespace) == 200
+    client = await sdk(server.addr, namespace="dev")
+    assert await client.register_instance(RegisterInstanceParam(service_name="inventory", ip="10.5.0.1", port=7000))
+    await in_browser(browser.open, server.url("/nacos/"))
+    await in_browser(browser.wait_text, "#namespace", "Development")
+    await in_browser(browser.wait_text, "#page-info", "0 services")
+    await in_browser(lambda: Select(browser.find("#namespace")).select_by_value("dev"))
+    await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@inventory"]')
+    await in_browser(browser.wait_text, "#page-info", "1 services")
+    await in_browser(browser.screenshot, "08-namespace-dev")
