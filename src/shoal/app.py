@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import socket
@@ -38,6 +39,7 @@ from shoal.push.service import PushService
 from shoal.service_layer.fuzzy import FuzzyWatchContext
 from shoal.service_layer.namespaces import NamespaceService
 from shoal.service_layer.persistent import PersistentNaming
+from shoal.service_layer.switches import Switches
 from shoal.stack import ModelStack
 from shoal.tasks import Periodic, run_blocking
 from shoal.tls import NodeTls
@@ -54,6 +56,7 @@ from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import MemberList
 from shoal.transport.http.loader import HttpLoaderPeers, LoaderRoutes
 from shoal.transport.http.namespaces import NamespaceRoutes
+from shoal.transport.http.operator import OperatorRoutes
 from shoal.transport.http.server import ADMIN, IDENTITY, HttpServer
 from shoal.transport.http.v3 import V3Routes
 
@@ -140,9 +143,6 @@ class Node:
         self.namespace_view = json_view(self.cp.store, Keyspace.NAMESPACES)
         self.namespaces = NamespaceService(self.namespace_view, self.clock.now_ms)
         NamespaceRoutes(self.namespaces).register(self.http.add_route, ADMIN, IDENTITY)
-        if self.http.naming_routes is not None:  # the Nacos 3.x surface over the same handlers
-            V3Routes(self.http.naming_routes, self.namespaces, AuthRoutes(self.auth) if self.auth is not None else None,
-                     self.http.server_state, self.http.cluster_nodes_v2).register(self.http.add_route, ADMIN, IDENTITY)
         self.instance_view = json_view(self.cp.store, Keyspace.INSTANCES)
         self.service_view = json_view(self.cp.store, Keyspace.SERVICES)
         self.persistent = PersistentNaming(self.naming, self.instance_view, self.service_view)
@@ -160,6 +160,17 @@ class Node:
         self.heartbeats = HeartbeatChecker(config, self.clock, self.clients, self.services, self.naming.beats,
                                            self.responsibility)
         self.periodics.append(Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick))
+        # Naming switches (issue 14): one CP document every node watches; a change rebinds the
+        # live settings its consumers read each tick.
+        self.meta_view = json_view(self.cp.store, Keyspace.META)
+        self.switches = Switches(config, self.meta_view)
+        self.switches.subscribe(self._apply_switches)
+        operator = OperatorRoutes(self.naming, self.persistent, self.switches, self.http.forwarder)
+        operator.register(self.http.add_route, ADMIN)
+        if self.http.naming_routes is not None:  # the Nacos 3.x surface over the same handlers
+            V3Routes(self.http.naming_routes, self.namespaces, AuthRoutes(self.auth) if self.auth is not None else None,
+                     self.http.server_state, self.http.cluster_nodes_v2, operator.v2_switches).register(
+                self.http.add_route, ADMIN, IDENTITY)
         # Arrow snapshots: the change-event log is always kept; periodic export when configured.
         self.changelog = ChangeLog(self.bus, self.clock, self.clients, config.event_log_capacity)
         self.exporter = NodeExporter(self.address, self.clock, self.clients, self.services, self.index,
@@ -203,6 +214,7 @@ class Node:
         self.namespace_view.start()
         self.instance_view.start()
         self.service_view.start()
+        self.meta_view.start()
         await self.auth.start(self.cp.store, wait_s=0)  # users and the cluster's token key, from the CP store
         cp_ready = asyncio.get_running_loop().create_task(self._wait_cp_ready(), name="cp-ready")
         await self.http.start()
@@ -243,6 +255,7 @@ class Node:
         await self.namespace_view.stop()
         await self.instance_view.stop()
         await self.service_view.stop()
+        await self.meta_view.stop()
         await self.auth.stop()
         if self._cp_started:
             await self.cp.stop()
@@ -250,7 +263,7 @@ class Node:
 
     async def _wait_cp_ready(self) -> None:
         """Readiness waits for the CP views' first full read (namespaces, persistent instances,
-        service metadata) and the auth data and token key, all within one load-timeout bound: a
+        service metadata, switches) and the auth data and token key, all within one load-timeout bound: a
         node whose store has no quorum yet serves AP traffic meanwhile, and its views fill later."""
         timeout_s = self.config.load_timeout_ms / 1000
         try:
@@ -258,12 +271,21 @@ class Node:
                 await self.namespace_view.wait_ready()
                 await self.instance_view.wait_ready()
                 await self.service_view.wait_ready()
+                await self.meta_view.wait_ready()  # the cluster's switches are in force before serving
                 await self.auth.wait_ready()
         except TimeoutError:
             log.warning("CP store (%s) not readable after %.1f s: serving AP traffic; persistent instances, "
                         "service metadata, namespaces, users and tokens follow once it is", self.cp.mode, timeout_s)
 
     # --- glue ---------------------------------------------------------------------------
+    def _apply_switches(self, effective: Config) -> None:
+        """Hand the switches' effective settings to the consumers that read them each tick."""
+        self.naming.config = effective  # clientBeatInterval answered to beats, cacheMillis
+        self.push.config = effective  # pushEnabled
+        self.heartbeats.config = effective  # healthCheckEnabled
+        self.health_checker.settings = dataclasses.replace(self.health_checker.settings,
+                                                           check_times=effective.health_check_times)
+
     @functools.cached_property
     def address(self) -> str:
         """This node's ip:port as peers and snapshots name it (resolved once, at construction)."""

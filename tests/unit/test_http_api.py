@@ -224,8 +224,6 @@ async def test_operator_cluster_and_client_endpoints(http: Http) -> None:
     assert (full["instanceCount"], full["clientCount"], full["ephemeralIpPortClientCount"],
             full["connectionBasedClientCount"], full["responsibleClientCount"]) == (1, 2, 1, 1, 2)
     assert (await http.call("GET", "/nacos/v2/ns/operator/metrics"))["data"] == {"status": "UP"}
-    switches = await http.call("GET", "/nacos/v1/ns/operator/switches")
-    assert switches["clientBeatInterval"] == 5000 and switches["healthCheckEnabled"] is True
     nodes = await http.call("GET", "/nacos/v1/core/cluster/nodes")
     assert nodes["code"] == 200 and nodes["data"][0]["state"] == "UP" and ":" in nodes["data"][0]["address"]
     assert (await http.call("GET", "/nacos/v2/core/cluster/node/list"))["data"][0]["state"] == "UP"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from shoal.clock import Clock
@@ -270,7 +270,8 @@ class NamingService:
 
     def update_instance(self, service: ServiceKey, ip: str, port: int, cluster: str, *,
                         weight: float | None = None, enabled: bool | None = None,
-                        metadata: Mapping[str, str] | None = None, ephemeral: bool = True) -> int:
+                        metadata: Mapping[str, str] | None = None, ephemeral: bool = True,
+                        remove_keys: Collection[str] = ()) -> int:
         """PUT/PATCH ``/instance``: change weight, enabled and metadata (merged) of the matching
         instance of every client. Nacos keeps these as a CP overlay; we apply them to the
         stored instance (a client that registers again replaces them). Returns how many."""
@@ -285,6 +286,8 @@ class NamingService:
             raise NotFound("no matched ip found!")
         for client, publication, inst in matches:
             new_md = {**inst.metadata, **metadata} if metadata else inst.metadata
+            if remove_keys:  # DELETE /instance/metadata/batch
+                new_md = {k: v for k, v in new_md.items() if k not in remove_keys}
             updated = InstanceInfo(inst.ip, inst.port, inst.weight if weight is None else weight, inst.healthy,
                                    inst.enabled if enabled is None else enabled, inst.cluster, inst.instance_id,
                                    new_md)

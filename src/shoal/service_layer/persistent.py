@@ -24,7 +24,7 @@ persistent unless v2 says ``ephemeral=true``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,7 +187,8 @@ class PersistentNaming:
             await self.instances.delete(name)
 
     async def update(self, service: ServiceKey, ip: str, port: int, cluster: str, *, weight: float | None,
-                     enabled: bool | None, metadata: Mapping[str, str] | None, healthy: bool | None = None) -> None:
+                     enabled: bool | None, metadata: Mapping[str, str] | None, healthy: bool | None = None,
+                     remove_keys: Collection[str] = ()) -> None:
         """PUT/PATCH a persistent instance: weight, enabled, metadata (merged), health."""
         self.naming.check_params(service, clusters=cluster)
         name = instance_name(service, cluster, ip, port)
@@ -201,7 +202,8 @@ class PersistentNaming:
         updated = InstanceInfo(inst.ip, inst.port, inst.weight if weight is None else weight,
                                inst.healthy if healthy is None else healthy,
                                inst.enabled if enabled is None else enabled, inst.cluster, inst.instance_id,
-                               {**inst.metadata, **metadata} if metadata else inst.metadata)
+                               {k: v for k, v in ({**inst.metadata, **metadata} if metadata else inst.metadata).items()
+                                if k not in remove_keys})
         self.naming.check_values(updated)
         self.naming.check_params(instances=(updated,))
         if updated != inst:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import aiohttp
@@ -152,6 +152,30 @@ class Forwarder:
             log.debug("forwarding %s %s to %s failed (%r): handled here", request.method, request.path, owner, exc)
             fallback.failed(owner, attempt)
             self._locally(fallback, tag)
+            return None
+
+    async def forward_form(self, request: web.Request, owner: str, form: Mapping[str, str]) -> tuple[int, bytes] | None:
+        """Send ``request``'s method and path to ``owner`` with ``form`` as its body (a batch
+        split by responsible node): the owner's status and body, or None when this node is to
+        apply it itself (the request came from a peer, or the owner is not answering)."""
+        if "Nacos-Server" in request.headers.get("User-Agent", ""):
+            return None
+        if self._session is None:
+            connector = aiohttp.TCPConnector(ssl=self.ssl_context) if self.ssl_context is not None else None
+            self._session = aiohttp.ClientSession(timeout=self.timeout, auto_decompress=False, connector=connector)
+        headers = {"User-Agent": SERVER_USER_AGENT}
+        for name in _PASSED_HEADERS[1:]:  # the body is a new form: not the request's Content-Type
+            value = request.headers.get(name)
+            if value is not None:
+                headers[name] = value
+        url = f"{'https' if self.ssl_context is not None else 'http'}://{owner}{request.path}"
+        try:
+            async with self._session.request(request.method, url, data=dict(form), headers=headers,
+                                             allow_redirects=False) as resp:
+                return resp.status, await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("forwarding part of %s %s to %s failed (%r): applied here", request.method, request.path,
+                        owner, exc)
             return None
 
     def _locally(self, fallback: ForwardFallback, tag: str) -> None:

@@ -1,7 +1,8 @@
 """Naming Open API handlers, v1 (``/nacos/v1/ns``) and v2 (``/nacos/v2/ns``).
 
 Mirrors Nacos's InstanceController / InstanceControllerV2, ServiceController /
-ServiceControllerV2, OperatorController and ClientInfoControllerV2 (docs/protocol.md §5.2) on top of
+ServiceControllerV2, OperatorController (metrics; switches are in operator.py) and ClientInfoControllerV2
+(docs/protocol.md §5.2) on top of
 the transport-neutral service layer, so an HTTP registration is an ip:port client of the same
 model as the gRPC clients (each sees the other's instances, and both are pushed).
 """
@@ -311,33 +312,6 @@ class NamingRoutes:
             "cpu": round(m.cpu, 4),
             "load": round(m.load, 4),
             "mem": round(m.mem, 4),
-        }
-
-    async def v1_switches(self, request: web.Request, p: Params) -> web.Response:
-        return json_text(dumps(self.switches()))
-
-    async def v2_switches(self, request: web.Request, p: Params) -> web.Response:
-        return v2_ok(dumps(self.switches()))
-
-    def switches(self) -> dict[str, Any]:
-        """SwitchDomain as Nacos serialises it, with this node's values (read-only here)."""
-        c = self.config
-        return {
-            "name": "00-00---000-NACOS_SWITCH_DOMAIN-000---00-00", "masters": None, "adWeightMap": {},
-            "defaultPushCacheMillis": c.push_cache_millis, "clientBeatInterval": c.client_beat_interval_ms,
-            "defaultCacheMillis": 3000, "distroThreshold": 0.7, "healthCheckEnabled": c.health_check_enabled,
-            "autoChangeHealthCheckEnabled": True, "distroEnabled": True, "enableStandalone": True,
-            "pushEnabled": c.push_enabled, "checkTimes": 3,
-            "httpHealthParams": {"max": 5000, "min": 500, "factor": 0.85},
-            "tcpHealthParams": {"max": 5000, "min": 1000, "factor": 0.75},
-            "mysqlHealthParams": {"max": 3000, "min": 2000, "factor": 0.65},
-            "incrementalList": [], "serverStatusSynchronizationPeriodMillis": 2000,
-            "serviceStatusSynchronizationPeriodMillis": 5000, "disableAddIP": False, "sendBeatOnly": False,
-            "lightBeatEnabled": True, "limitedUrlMap": {}, "distroServerExpiredMillis": 10000,
-            "pushGoVersion": "0.1.0", "pushJavaVersion": "0.1.0", "pushPythonVersion": "0.4.3",
-            "pushCVersion": "1.0.12", "pushCSharpVersion": "0.9.0", "enableAuthentication": c.auth_enabled,
-            "overriddenServerStatus": None, "defaultInstanceEphemeral": True, "healthCheckWhiteList": [],
-            "checksum": None,
         }
 
     # --- clients (v2) -------------------------------------------------------------------------

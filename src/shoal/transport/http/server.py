@@ -160,8 +160,6 @@ class HttpServer:
         route("GET", "/nacos/v1/ns/operator/metrics", n.v1_metrics, Api.V1)
         route("GET", "/nacos/v1/ns/ops/metrics", n.v1_metrics, Api.V1)
         route("GET", "/nacos/v2/ns/operator/metrics", n.v2_metrics, Api.V2)
-        route("GET", "/nacos/v1/ns/operator/switches", n.v1_switches, Api.V1, ADMIN)
-        route("GET", "/nacos/v2/ns/operator/switches", n.v2_switches, Api.V2, ADMIN)
         route("GET", "/nacos/v2/ns/client/list", n.v2_client_list, Api.V2, ADMIN)
         route("GET", "/nacos/v2/ns/client", n.v2_client_detail, Api.V2, ADMIN)
         route("GET", "/nacos/v2/ns/client/publish/list", n.v2_client_publications, Api.V2, ADMIN)

@@ -108,8 +108,9 @@ class V3Routes:
     handlers; ``auth`` is None when the node has no auth service."""
 
     def __init__(self, naming: NamingRoutes, namespaces: NamespaceService, auth: AuthRoutes | None,
-                 state: Handler, nodes: Handler) -> None:
+                 state: Handler, nodes: Handler, switches: Handler) -> None:
         self.naming = naming
+        self.switches = switches  # the operator routes' v2 switches answer
         self.namespaces = NamespaceRoutes(namespaces)
         self.auth = auth
         self.state_handler = state
@@ -155,7 +156,7 @@ class V3Routes:
         add_route("GET", ADMIN_CLIENT + "/publish/list", n.v2_client_publications, v2, admin)
         add_route("GET", ADMIN_CLIENT + "/subscribe/list", n.v2_client_subscriptions, v2, admin)
         add_route("GET", ADMIN_OPS + "/metrics", n.v2_metrics, v2, admin)
-        add_route("GET", ADMIN_OPS + "/switches", n.v2_switches, v2, admin)
+        add_route("GET", ADMIN_OPS + "/switches", self.switches, v2, admin)
         add_route("PUT", ADMIN_HEALTH, _ok(n.v1_health_update), v2, admin)
         add_route("PUT", ADMIN_CLUSTER, _ok(n.v1_cluster_update), v2, admin)
         add_route("GET", ADMIN_NODES, self.nodes, v2, admin)

@@ -1,0 +1,224 @@
+"""The operator write API (issue 14 item 6), as Nacos 2.x maps it.
+
+- switches (OperatorController / OperatorControllerV2): ``GET|PUT /nacos/v1/ns/operator/switches``,
+  its alias ``/nacos/v1/ns/ops/switches``, and ``/nacos/v2/ns/operator/switches``; ``PUT`` takes
+  ``entry``, ``value`` and ``debug`` (true: this node only) and answers ``ok``;
+- log levels: ``PUT /nacos/v1/ns/operator/log`` (and ``/ops/log``, ``/v2/ns/operator/log``) with
+  ``logName`` and ``logLevel``: this node's logger level (not persisted, as Nacos);
+- manual health of a persistent instance, v2: ``PUT /nacos/v2/ns/health/instance`` (HealthControllerV2);
+- metadata batch: ``PUT|DELETE /nacos/v1|v2/ns/instance/metadata/batch`` with ``consistencyType``
+  (``ephemeral`` default, or ``persistent``), ``instances`` (JSON list of ``{ip, port,
+  clusterName}``; absent or ``[]``: every instance of that kind) and ``metadata``; answers
+  ``{"updated": ["ip:port:cluster", ...]}``;
+- ``PATCH /nacos/v2/ns/instance``: only the given fields change (InstanceControllerV2.patch).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from shoal import jsonfast
+from shoal.auth.service import WRITE
+from shoal.errors import ForwardFailed, InvalidParam, NacosError
+from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
+from shoal.service_layer import NamingService
+from shoal.service_layer.persistent import PersistentNaming, instance_name
+from shoal.service_layer.switches import Switches
+from shoal.transport.http.api import Api, dumps, json_text, ok_text, v2_ok
+from shoal.transport.http.forward import Forwarder
+from shoal.transport.http.params import Params
+
+AddRoute = Callable[..., None]
+
+#: Nacos's naming log names → this node's loggers.
+LOG_NAMES = {
+    "naming-server": "shoal", "naming-push": "shoal.push", "naming-distro": "shoal.distro",
+    "naming-event": "shoal.model", "naming-raft": "shoal.cp", "naming-rt": "shoal.transport",
+    "naming-performance": "shoal.metrics",
+}
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "OFF")
+
+
+class OperatorRoutes:
+    """Operator write endpoints; :meth:`register` installs them through the HTTP server's wrapper."""
+
+    def __init__(self, naming: NamingService, persistent: PersistentNaming, switches: Switches,
+                 forwarder: Forwarder | None = None) -> None:
+        self.naming = naming
+        self.persistent = persistent
+        self.switches = switches
+        self.forwarder = forwarder  # splits an ephemeral batch by responsible node (DistroFilter)
+
+    def register(self, add_route: AddRoute, admin: str) -> None:
+        for base in ("/nacos/v1/ns/operator", "/nacos/v1/ns/ops"):
+            add_route("GET", f"{base}/switches", self.v1_switches, Api.V1, admin)
+            add_route("PUT", f"{base}/switches", self.v1_update_switch, Api.V1, admin)
+            add_route("PUT", f"{base}/log", self.v1_log, Api.V1, admin)
+        add_route("GET", "/nacos/v2/ns/operator/switches", self.v2_switches, Api.V2, admin)
+        add_route("PUT", "/nacos/v2/ns/operator/switches", self.v2_update_switch, Api.V2, admin)
+        add_route("PUT", "/nacos/v2/ns/operator/log", self.v2_log, Api.V2, admin)
+        add_route("PUT", "/nacos/v2/ns/health/instance", self.v2_health, Api.V2, WRITE)
+        for api, base in ((Api.V1, "/nacos/v1/ns"), (Api.V2, "/nacos/v2/ns")):
+            add_route("PUT", f"{base}/instance/metadata/batch", self._batch(api, remove=False), api, WRITE)
+            add_route("DELETE", f"{base}/instance/metadata/batch", self._batch(api, remove=True), api, WRITE)
+        add_route("PATCH", "/nacos/v2/ns/instance", self.v2_patch, Api.V2, WRITE, distro=True)
+
+    # --- switches ------------------------------------------------------------------------------
+    async def v1_switches(self, request: web.Request, p: Params) -> web.Response:
+        return json_text(dumps(self.switches.domain()))
+
+    async def v2_switches(self, request: web.Request, p: Params) -> web.Response:
+        return v2_ok(dumps(self.switches.domain()))
+
+    async def v1_update_switch(self, request: web.Request, p: Params) -> web.Response:
+        await self.switches.update(p.required("entry"), p.required("value"), p.boolean("debug", False))
+        return ok_text()
+
+    async def v2_update_switch(self, request: web.Request, p: Params) -> web.Response:
+        await self.switches.update(p.required("entry"), p.required("value"), p.boolean("debug", False))
+        return v2_ok('"ok"')
+
+    # --- log levels ----------------------------------------------------------------------------
+    def _set_log(self, p: Params) -> None:
+        name, level = p.required("logName"), p.required("logLevel").upper()
+        logger = LOG_NAMES.get(name)
+        if logger is None:
+            raise InvalidParam(f"Param 'logName' must be one of {', '.join(sorted(LOG_NAMES))}.")
+        if level not in LOG_LEVELS:
+            raise InvalidParam(f"Param 'logLevel' must be one of {', '.join(LOG_LEVELS)}.")
+        mapped = {"TRACE": "DEBUG", "WARN": "WARNING", "OFF": "CRITICAL"}.get(level, level)
+        logging.getLogger(logger).setLevel(mapped)
+
+    async def v1_log(self, request: web.Request, p: Params) -> web.Response:
+        self._set_log(p)
+        return ok_text()
+
+    async def v2_log(self, request: web.Request, p: Params) -> web.Response:
+        self._set_log(p)
+        return v2_ok('"ok"')
+
+    # --- health, v2 -----------------------------------------------------------------------------
+    async def v2_health(self, request: web.Request, p: Params) -> web.Response:
+        """HealthControllerV2.update: ``healthy`` is required; persistent instances only."""
+        service = p.v2_service()
+        if not p.text("healthy"):
+            raise InvalidParam("Param 'healthy' is required.")
+        await self.persistent.update(service, p.required("ip"), p.port(), p.cluster(), weight=None, enabled=None,
+                                     metadata=None, healthy=p.boolean("healthy", True))
+        return v2_ok('"ok"')
+
+    # --- PATCH v2 --------------------------------------------------------------------------------
+    async def v2_patch(self, request: web.Request, p: Params) -> web.Response:
+        service = p.v2_service()
+        ip, port, cluster = p.required("ip"), p.port(), p.cluster()
+        if self.persistent.instances.get(instance_name(service, cluster, ip, port)) is not None:
+            await self.persistent.update(service, ip, port, cluster, weight=p.weight(None), enabled=p.enabled(None),
+                                         metadata=p.metadata())
+        else:
+            self.naming.update_instance(service, ip, port, cluster, weight=p.weight(None), enabled=p.enabled(None),
+                                        metadata=p.metadata())
+        return v2_ok('"ok"')
+
+    # --- metadata batch --------------------------------------------------------------------------
+    def _batch(self, api: Api, remove: bool) -> Callable[[web.Request, Params], Any]:
+        async def handle(request: web.Request, p: Params) -> web.Response:
+            service = p.v1_service() if api is Api.V1 else p.v2_service()
+            updated = await self._batch_metadata(request, service, p, remove)
+            body = dumps({"updated": updated})
+            return json_text(body) if api is Api.V1 else v2_ok(body)
+        return handle
+
+    async def _batch_metadata(self, request: web.Request, service: ServiceKey, p: Params, remove: bool) -> list[str]:
+        kind = (p.text("consistencyType") or "ephemeral").lower()
+        if kind not in ("ephemeral", "persistent"):
+            raise InvalidParam("Param 'consistencyType' must be 'ephemeral' or 'persistent'.")
+        metadata = p.metadata()
+        if not metadata:
+            raise InvalidParam("Param 'metadata' is required.")
+        targets = self._targets(service, kind == "persistent", _instances_param(p.text("instances")))
+        updated: list[str] = []
+        if kind == "ephemeral" and self.forwarder is not None:
+            targets = await self._forward_foreign(request, p, targets, updated)
+        for ip, port, cluster in targets:
+            try:
+                if kind == "persistent":
+                    await self.persistent.update(service, ip, port, cluster, weight=None, enabled=None,
+                                                 metadata=None if remove else metadata,
+                                                 remove_keys=tuple(metadata) if remove else ())
+                else:
+                    self.naming.update_instance(service, ip, port, cluster, metadata=None if remove else metadata,
+                                                remove_keys=tuple(metadata) if remove else ())
+            except NacosError:
+                continue  # an instance named but not there is skipped, as Nacos does
+            updated.append(f"{ip}:{port}:{cluster}")
+        return updated
+
+    async def _forward_foreign(self, request: web.Request, p: Params, targets: list[tuple[str, int, str]],
+                               updated: list[str]) -> list[tuple[str, int, str]]:
+        """Send each other node the part of an ephemeral batch it is responsible for (its
+        answer's ``updated`` joins ``updated``); the targets this node applies itself."""
+        assert self.forwarder is not None
+        by_owner: dict[str, list[tuple[str, int, str]]] = {}
+        local: list[tuple[str, int, str]] = []
+        for target in targets:
+            owner = self.forwarder.owner_of(f"{target[0]}:{target[1]}")
+            (by_owner.setdefault(owner, []) if owner is not None else local).append(target)
+        if not by_owner:
+            return local
+        form = {k: v for k, v in (p.form or {}).items() if isinstance(v, str)} | dict(p.query)
+        for owner, part in by_owner.items():
+            form["instances"] = dumps([{"ip": ip, "port": port, "clusterName": cluster} for ip, port, cluster in part])
+            answer = await self.forwarder.forward_form(request, owner, form)
+            if answer is None:  # from a peer, or the owner is not answering: applied here
+                local.extend(part)
+                continue
+            status, body = answer
+            try:
+                parsed = jsonfast.loads(body.decode()) if status == 200 else None
+            except (ValueError, UnicodeDecodeError):
+                parsed = None
+            data = parsed.get("data", parsed) if isinstance(parsed, dict) else None
+            names = data.get("updated") if isinstance(data, dict) else None
+            if not isinstance(names, list):
+                raise ForwardFailed(f"the responsible node {owner} answered {status}: {body[:200]!r}")
+            updated.extend(str(n) for n in names)
+        return local
+
+    def _targets(self, service: ServiceKey, persistent: bool,
+                 named: list[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
+        stored = {(i.ip, i.port, i.cluster) for i in self.persistent.persistent_instances(service).values()}
+        if named:
+            return [t for t in named if (t in stored) == persistent]
+        if persistent:
+            return sorted(stored)
+        return sorted({(i.ip, i.port, i.cluster) for key, i in self.naming.all_instances(service.namespace,
+                                                                                       service.name)
+                       if key == service} - stored)
+
+
+def _instances_param(raw: str) -> list[tuple[str, int, str]]:
+    """``instances``: a JSON list of ``{"ip", "port", "clusterName"}`` (empty: all)."""
+    if not raw.strip():
+        return []
+    try:
+        items = jsonfast.loads(raw)
+    except ValueError:
+        raise InvalidParam("Param 'instances' must be a JSON list.") from None
+    if not isinstance(items, list):
+        raise InvalidParam("Param 'instances' must be a JSON list.")
+    out: list[tuple[str, int, str]] = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise InvalidParam("Param 'instances' must be a JSON list of objects.")
+        ip, port, cluster = item.get("ip"), item.get("port"), item.get("clusterName") or DEFAULT_CLUSTER
+        if isinstance(port, str) and port.isdigit():
+            port = int(port)
+        if not isinstance(ip, str) or not ip or isinstance(port, bool) or not isinstance(port, int) \
+                or not isinstance(cluster, str):
+            raise InvalidParam("Param 'instances' entries need 'ip' (string) and 'port' (integer).")
+        out.append((ip, port, cluster))
+    return out
