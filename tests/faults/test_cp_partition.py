@@ -146,6 +146,8 @@ def test_the_minority_refuses_cp_writes_serves_reads_and_ap_and_agrees_after_hea
     assert listed_ips(c, "ap-minority") == {"10.9.4.1"}
 
     # The majority keeps writing (its first write may wait for a new etcd leader).
+    # A write whose ip:port C is responsible for is forwarded to C until A holds C for down.
+    until(lambda: all(_states(n).get(c.addr) != "UP" for n in (a, b)), 30, "A and B to mark C down")
     answers: list[tuple[int, str]] = []
 
     def majority_write() -> bool:
@@ -171,8 +173,13 @@ def test_the_minority_refuses_cp_writes_serves_reads_and_ap_and_agrees_after_hea
     partition.heal()
     healed_at = time.monotonic()
     expected = {"10.9.1.1", "10.9.2.1"}
-    until(lambda: all(listed_ips(n, "cp") == expected for n in cluster.nodes), 60,
-          "every node to agree after healing", interval=0.2)
+    # A watch stream whose packets were dropped is only reopened after the store's watch idle
+    # timeout (60 s), so a view may lag that long after healing: allowed for, measured, reported.
+    try:
+        until(lambda: all(listed_ips(n, "cp") == expected for n in cluster.nodes), 150,
+              "every node to agree after healing", interval=0.2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {[sorted(listed_ips(n, 'cp')) for n in cluster.nodes]}") from None
     agreed = time.monotonic() - healed_at
     poll_until(lambda: register_persistent(c, "cp", "10.9.3.1")[0] == 200, 30, 0.2, "C taking CP writes again")
     writable = time.monotonic() - healed_at
