@@ -231,7 +231,14 @@ class EtcdStore(CpStore):
                 causes.append(str(exc))
             except TimeoutError:
                 causes.append(f"{endpoint}: no answer within {self.request_timeout_s:g} s")
+                self._current = (self._current + 1) % len(self.endpoints)  # the next call asks another
                 break
+            except CpUnavailable:
+                # It hung or failed mid-request (a blackholed or minority member): this call cannot be
+                # retried, but the next one must not go back to the same member, or a node whose
+                # current endpoint is cut off would refuse every write while a quorum is reachable.
+                self._current = (self._current + 1) % len(self.endpoints)
+                raise
             except _EtcdAnswer as exc:
                 if exc.code == _UNAUTHENTICATED and self._user and not reauthenticated:
                     self._token, reauthenticated = None, True
@@ -239,6 +246,7 @@ class EtcdStore(CpStore):
                 if "no leader" in exc.message:
                     causes.append(f"{endpoint}: {exc.message}")  # refused before it was applied
                 elif exc.code in (_UNAVAILABLE, _DEADLINE_EXCEEDED):
+                    self._current = (self._current + 1) % len(self.endpoints)
                     raise CpUnavailable(f"CP store unavailable: etcd at {endpoint}: {exc.message}") from None
                 else:
                     raise EtcdError(f"etcd refused {path}: {exc.message}") from None
