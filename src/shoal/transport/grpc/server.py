@@ -257,11 +257,12 @@ class SdkServer:
         conn.app = conn.labels.get("AppName") or "-"
         conn.source = conn.labels.get("source") or "sdk"
         conn.client_ip = client_ip or conn.remote_ip
+        merged = _merge_headers(body.get("headers"), headers)  # a header that is no scalar: BadRequestBody
         if conn.source == "sdk" and not self.is_serving():
             return "server is starting"
         if self.auth is not None:
             try:
-                self.auth.check_setup(_merge_headers(body.get("headers"), headers))
+                self.auth.check_setup(merged)
             except Forbidden as exc:
                 return f"refused: {exc.message}"
         limit = self.manager.check_limit(conn.client_ip, conn.app)
