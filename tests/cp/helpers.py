@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from shoal.cp.supervisor import EtcdMember, EtcdSupervisor, plan_members
+from shoal.testing import free_port_blocks
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
@@ -22,31 +22,9 @@ def require_etcd() -> str:
     return ETCD
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_main_ports(count: int, offsets: tuple[int, ...] = (0, -1000, -999)) -> list[int]:
     """``count`` main ports whose port+offsets are all free now and do not overlap each other."""
-    taken: set[int] = set()
-    found: list[int] = []
-    for _ in range(500):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        ports = {base + off for off in offsets}
-        if min(ports) < 1024 or max(ports) > 65535 or ports & taken or not all(map(_free, ports)):
-            continue
-        taken |= ports
-        found.append(base)
-        if len(found) == count:
-            return found
-    raise RuntimeError("no free port blocks found")
+    return free_port_blocks(count, offsets)
 
 
 def managed_cluster(data_root: Path, size: int, **kw: Any) -> list[EtcdSupervisor]:

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import urllib.error
 import urllib.parse
@@ -17,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from shoal.testing import ServerProcess, kill, poll_until, start_server
+from shoal.testing import ServerProcess, free_port_blocks, kill, poll_until, start_server
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
@@ -30,31 +29,9 @@ FAST = ["-D", "shoal.member.report-interval-ms=300",
 OFFSETS = (0, 1000, 1001, -1000, -999)
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_blocks(count: int, offsets: Sequence[int] = OFFSETS) -> list[int]:
     """``count`` main ports whose port+offset are all free now and do not overlap."""
-    taken: set[int] = set()
-    found: list[int] = []
-    for _ in range(500):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        ports = {base + off for off in offsets}
-        if min(ports) < 1024 or max(ports) > 65535 or ports & taken or not all(map(_free, ports)):
-            continue
-        taken |= ports
-        found.append(base)
-        if len(found) == count:
-            return found
-    raise RuntimeError("no free port blocks found")
+    return free_port_blocks(count, offsets)
 
 
 class CpCluster:

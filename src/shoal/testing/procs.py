@@ -49,20 +49,32 @@ os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
-def free_port_block(offsets: tuple[int, ...] = (0, 1000, 1001), avoid: Sequence[int] = (),
+def free_port_block(offsets: Sequence[int] = (0, 1000, 1001), avoid: Sequence[int] = (),
                     host: str = HOST) -> int:
-    """A main port P with P+offset free for every offset (HTTP, SDK gRPC, cluster) on ``host``
-    and on 127.0.0.1, not overlapping the blocks of the main ports in ``avoid``."""
+    """A main port P with P+offset free for every offset (HTTP, SDK gRPC, cluster; negative ones
+    for a managed etcd member) on ``host`` and on 127.0.0.1, not overlapping the blocks of the main
+    ports in ``avoid``."""
+    return free_port_blocks(1, offsets, host, avoid)[0]
+
+
+def free_port_blocks(count: int, offsets: Sequence[int] = (0, 1000, 1001), host: str = HOST,
+                     avoid: Sequence[int] = ()) -> list[int]:
+    """``count`` such main ports whose blocks do not overlap each other (nor those in ``avoid``)."""
     taken = {p + o for p in avoid for o in offsets}
     hosts = dict.fromkeys((host, HOST))  # a node on 127.0.0.x must not collide with 127.0.0.1's
-    for _ in range(200):
+    found: list[int] = []
+    for _ in range(500):
         with socket.socket() as s:
             s.bind((host, 0))
             base = int(s.getsockname()[1])
-        if base + max(offsets) >= 65535 or any(base + o in taken for o in offsets):
+        ports = {base + off for off in offsets}
+        if min(ports) < 1024 or max(ports) > 65535 or ports & taken:
             continue
-        if all(_bindable(h, base + off) for off in offsets for h in hosts):
-            return base
+        if all(_bindable(h, port) for port in ports for h in hosts):
+            taken |= ports
+            found.append(base)
+            if len(found) == count:
+                return found
     raise RuntimeError(f"no free block of ports on {host}")
 
 
