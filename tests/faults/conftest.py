@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import FaultCluster, Partition, PartitionUnavailable
+from .harness import FaultCluster, Partition, PartitionUnavailable, partitions_unavailable
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def partition() -> Iterator[Partition]:
         part.open()
     except PartitionUnavailable as exc:
         part.close()
-        pytest.skip(f"partitions unavailable here: {exc}")
+        partitions_unavailable(str(exc))
     try:
         yield part
     finally:

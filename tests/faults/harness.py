@@ -35,13 +35,33 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+import pytest
 
 from shoal.testing import ServerProcess, free_port_block, http_get, kill, poll_until
 
-__all__ = ["FAST_MEMBERS", "FaultCluster", "HostedServer", "Partition", "PartitionUnavailable", "RssSampler",
-           "error_lines", "free_port_on", "freeze", "http_post", "http_put", "kill9", "owner_index", "rss_kb",
-           "start_hosted", "thaw", "tracebacks", "until"]
+__all__ = [
+    "FAST_MEMBERS",
+    "FaultCluster",
+    "HostedServer",
+    "Partition",
+    "PartitionUnavailable",
+    "RssSampler",
+    "error_lines",
+    "free_port_on",
+    "freeze",
+    "http_post",
+    "http_put",
+    "kill9",
+    "owner_index",
+    "partitions_unavailable",
+    "rss_kb",
+    "start_hosted",
+    "thaw",
+    "tracebacks",
+    "until",
+]
 
 TRACEBACK = "Traceback (most recent call last)"
 _ERROR_LINE = re.compile(r"^\S+ \S+ (ERROR|CRITICAL)\s", re.MULTILINE)
@@ -54,6 +74,15 @@ FAST_MEMBERS = ["-D", "shoal.member.report-interval-ms=300", "-D", "nacos.core.m
 def free_port_on(host: str, offsets: tuple[int, ...] = (0, 1000, 1001)) -> int:
     """A main port whose port+offsets are free on ``host`` (and on 127.0.0.1) right now."""
     return free_port_block(offsets, host=host)
+
+
+def partitions_unavailable(reason: str) -> NoReturn:
+    """Skip on a developer's machine, fail in CI (``CI=true``): there ci/test-deps.sh installs
+    iptables as root, so a partition that cannot be made is a broken setup, never a pass."""
+    message = f"partitions unavailable here: {reason}"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{message} (in CI every fault test must run)", pytrace=False)
+    pytest.skip(message)
 
 
 class HostedServer(ServerProcess):

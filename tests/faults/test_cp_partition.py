@@ -29,7 +29,16 @@ import pytest
 
 from shoal.testing import poll_until
 
-from .harness import FAST_MEMBERS, HostedServer, Partition, PartitionUnavailable, free_port_on, kill9, until
+from .harness import (
+    FAST_MEMBERS,
+    HostedServer,
+    Partition,
+    PartitionUnavailable,
+    free_port_on,
+    kill9,
+    partitions_unavailable,
+    until,
+)
 
 pytestmark = pytest.mark.faults
 
@@ -98,13 +107,13 @@ class CgroupCluster:
 def cp_partition(tmp_path: Path) -> Iterator[tuple[CgroupCluster, CgroupPartition]]:
     """The cluster and a chain of this test's own; rules, processes and cgroups always removed."""
     if not CGROUP2.exists():
-        pytest.skip("no cgroup v2 hierarchy to tell the nodes' traffic apart")
+        partitions_unavailable("no cgroup v2 hierarchy to tell the nodes' traffic apart")
     part = CgroupPartition()
     try:
         part.open()
     except PartitionUnavailable as exc:
         part.close()
-        pytest.skip(f"partitions unavailable here: {exc}")
+        partitions_unavailable(str(exc))
     cluster = CgroupCluster(tmp_path)
     try:
         yield cluster, part
