@@ -58,31 +58,36 @@ cdef int _fail(str why) except -1:
 
 # -- decoding: primitives -----------------------------------------------------------------------
 
+cdef cursor _read_varint5(cursor p, cursor end, uint64_t* out, str what) except NULL:
+    """A varint of at most 5 bytes (a tag or a length prefix); ``what`` names it in errors."""
+    cdef uint64_t value = 0
+    cdef unsigned char byte
+    cdef int shift = 0
+    while True:
+        if p >= end:
+            _fail(f"truncated {what}")
+        byte = p[0]
+        p += 1
+        value |= <uint64_t>(byte & 0x7F) << shift
+        if byte < 0x80:
+            break
+        shift += 7
+        if shift == 35:
+            _fail(f"{what} longer than 5 bytes")
+    out[0] = value
+    return p
+
+
 cdef cursor _read_tag(cursor p, cursor end, uint32_t* tag) except NULL:
     """A tag: a varint of at most 5 bytes whose value fits in 32 bits, field number > 0."""
     cdef uint64_t value
-    cdef unsigned char byte
-    cdef int shift
     if p >= end:
         _fail("truncated tag")
-    byte = p[0]
-    if byte < 0x80:  # one-byte tags: every field number below 16
-        value = byte
+    if p[0] < 0x80:  # one-byte tags: every field number below 16
+        value = p[0]
         p += 1
     else:
-        value = 0
-        shift = 0
-        while True:
-            if p >= end:
-                _fail("truncated tag")
-            byte = p[0]
-            p += 1
-            value |= <uint64_t>(byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
-            if shift == 35:
-                _fail("tag longer than 5 bytes")
+        p = _read_varint5(p, end, &value, "tag")
         if value > 0xFFFFFFFF:
             _fail("tag does not fit in 32 bits")
     if value >> 3 == 0:
@@ -106,20 +111,8 @@ cdef cursor _skip_varint(cursor p, cursor end) except NULL:
 
 cdef cursor _read_len(cursor p, cursor end, Py_ssize_t* size) except NULL:
     """A length prefix: a varint of at most 5 bytes, no larger than the bytes left."""
-    cdef uint64_t value = 0
-    cdef unsigned char byte
-    cdef int shift = 0
-    while True:
-        if p >= end:
-            _fail("truncated length")
-        byte = p[0]
-        p += 1
-        value |= <uint64_t>(byte & 0x7F) << shift
-        if byte < 0x80:
-            break
-        shift += 7
-        if shift == 35:
-            _fail("length longer than 5 bytes")
+    cdef uint64_t value
+    p = _read_varint5(p, end, &value, "length")
     if value > <uint64_t>(end - p):
         _fail("length past the end of the message")
     size[0] = <Py_ssize_t>value
