@@ -198,38 +198,41 @@ import array as _array_mod
 cdef unsigned long long* _sorted_u64(object values, str name, Py_ssize_t* count) except NULL:
     # A C copy of ``values`` after the twin's checks, in the twin's order: each value an int in
     # [0, 2**64) (TypeError / ValueError), then non-decreasing (ValueError).
+    return _copy_u64(values, name, count, True)
+
+
+cdef unsigned long long* _unsorted_u64(object values, str name, Py_ssize_t* count) except NULL:
+    return _copy_u64(values, name, count, False)
+
+
+cdef unsigned long long* _copy_u64(object values, str name, Py_ssize_t* count, bint sorted_) except NULL:
+    # One copy path for both: an array('Q') through a typed view, anything else item by item.
     cdef Py_ssize_t i, n
     cdef unsigned long long v, prev = 0
     cdef unsigned long long* out
     cdef unsigned long long[::1] view
-    if isinstance(values, c_array) and (<c_array>values).ob_descr.typecode == b'Q':
+    cdef bint is_q = isinstance(values, c_array) and (<c_array>values).ob_descr.typecode == b'Q'
+    seq = None
+    if is_q:
         view = values
         n = view.shape[0]
-        out = <unsigned long long*>PyMem_Malloc((n if n > 0 else 1) * sizeof(unsigned long long))
-        if out == NULL:
-            raise MemoryError()
-        for i in range(n):
-            v = view[i]
-            if v < prev:
-                PyMem_Free(out)
-                raise ValueError(f"{name} is not sorted at position {i}")
-            out[i] = v
-            prev = v
-        count[0] = n
-        return out
-    seq = values if isinstance(values, (list, tuple)) else list(values)
-    n = len(seq)
+    else:
+        seq = values if isinstance(values, (list, tuple)) else list(values)
+        n = len(seq)
     out = <unsigned long long*>PyMem_Malloc((n if n > 0 else 1) * sizeof(unsigned long long))
     if out == NULL:
         raise MemoryError()
     try:
         for i in range(n):
-            item = PyNumber_Index(seq[i])
-            try:
-                v = PyLong_AsUnsignedLongLong(item)
-            except OverflowError:
-                raise ValueError(f"{name}[{i}] out of range [0, 2**64 - 1]: {item}") from None
-            if v < prev:
+            if is_q:
+                v = view[i]
+            else:
+                item = PyNumber_Index(seq[i])
+                try:
+                    v = PyLong_AsUnsignedLongLong(item)
+                except OverflowError:
+                    raise ValueError(f"{name}[{i}] out of range [0, 2**64 - 1]: {item}") from None
+            if sorted_ and v < prev:
                 raise ValueError(f"{name} is not sorted at position {i}")
             out[i] = v
             prev = v
@@ -312,34 +315,3 @@ def sub_keys(fnvs, terms, n_buckets, k, salt):
     return out
 
 
-cdef unsigned long long* _unsorted_u64(object values, str name, Py_ssize_t* count) except NULL:
-    cdef Py_ssize_t i, n
-    cdef unsigned long long* out
-    cdef unsigned long long[::1] view
-    if isinstance(values, c_array) and (<c_array>values).ob_descr.typecode == b'Q':
-        view = values
-        n = view.shape[0]
-        out = <unsigned long long*>PyMem_Malloc((n if n > 0 else 1) * sizeof(unsigned long long))
-        if out == NULL:
-            raise MemoryError()
-        for i in range(n):
-            out[i] = view[i]
-        count[0] = n
-        return out
-    seq = values if isinstance(values, (list, tuple)) else list(values)
-    n = len(seq)
-    out = <unsigned long long*>PyMem_Malloc((n if n > 0 else 1) * sizeof(unsigned long long))
-    if out == NULL:
-        raise MemoryError()
-    try:
-        for i in range(n):
-            item = PyNumber_Index(seq[i])
-            try:
-                out[i] = PyLong_AsUnsignedLongLong(item)
-            except OverflowError:
-                raise ValueError(f"{name}[{i}] out of range [0, 2**64 - 1]: {item}") from None
-    except BaseException:
-        PyMem_Free(out)
-        raise
-    count[0] = n
-    return out
