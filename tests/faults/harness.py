@@ -37,9 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-import pytest
-
-from shoal.testing import ServerProcess, free_port_block, http_get, kill, poll_until
+from shoal.testing import NODE_OFFSETS, ServerProcess, free_port_block, http_get, kill, poll_until
+from shoal.testing.ci import unavailable
 
 __all__ = [
     "FAST_MEMBERS",
@@ -71,7 +70,7 @@ _ERROR_LINE = re.compile(r"^\S+ \S+ (ERROR|CRITICAL)\s", re.MULTILINE)
 FAST_MEMBERS = ["-D", "shoal.member.report-interval-ms=300", "-D", "nacos.core.member.fail-access-cnt=2"]
 
 
-def free_port_on(host: str, offsets: tuple[int, ...] = (0, 1000, 1001)) -> int:
+def free_port_on(host: str, offsets: tuple[int, ...] = NODE_OFFSETS) -> int:
     """A main port whose port+offsets are free on ``host`` (and on 127.0.0.1) right now."""
     return free_port_block(offsets, host=host)
 
@@ -79,10 +78,7 @@ def free_port_on(host: str, offsets: tuple[int, ...] = (0, 1000, 1001)) -> int:
 def partitions_unavailable(reason: str) -> NoReturn:
     """Skip on a developer's machine, fail in CI (``CI=true``): there ci/test-deps.sh installs
     iptables as root, so a partition that cannot be made is a broken setup, never a pass."""
-    message = f"partitions unavailable here: {reason}"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"{message} (in CI every fault test must run)", pytrace=False)
-    pytest.skip(message)
+    unavailable(f"partitions unavailable here: {reason}")
 
 
 class HostedServer(ServerProcess):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import ServerProcess, kill, start_server
+from shoal.testing import ServerProcess, free_port_block, kill, start_server
 
 HERE = Path(__file__).parent
 
@@ -38,6 +38,27 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     yield factory
     for server in started:
         kill(server)
+
+
+@pytest.fixture
+def three_nodes(tmp_path: Path) -> Iterator[Callable[..., list[ServerProcess]]]:
+    """Factory of three nodes on one member list (member reports every 300 ms), ``extra`` arguments
+    going to each; it returns them once all are ready (``ready_timeout``), all are killed at teardown."""
+    started: list[ServerProcess] = []
+
+    def factory(*extra: str, ready_timeout: float = 20) -> list[ServerProcess]:
+        ports = [free_port_block() for _ in range(3)]
+        members = ",".join(f"127.0.0.1:{p}" for p in ports)
+        batch = [start_server(tmp_path, ["--members", members, "-D", "shoal.member.report-interval-ms=300", *extra],
+                              port=p, wait=False) for p in ports]
+        started.extend(batch)
+        for node in batch:
+            node.wait_ready(timeout=ready_timeout)
+        return batch
+
+    yield factory
+    for node in started:
+        kill(node)
 
 
 @pytest.fixture

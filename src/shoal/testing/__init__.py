@@ -14,6 +14,7 @@ from __future__ import annotations
 from shoal.testing.cluster import SVC, SimCluster, SimNode
 from shoal.testing.model import Registry, config_with, make_registry
 from shoal.testing.procs import (
+    NODE_OFFSETS,
     ServerProcess,
     ServerSet,
     free_port_block,
@@ -27,6 +28,7 @@ from shoal.testing.procs import (
 from shoal.testing.wait import poll_until, wait_until
 
 __all__ = [
+    "NODE_OFFSETS",
     "SVC",
     "Registry",
     "ServerProcess",

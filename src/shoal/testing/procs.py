@@ -1,16 +1,18 @@
 """Real ``shoal server`` processes on free loopback ports, always cleaned up.
 
 Used by the integration tests and the benchmarks alike: :func:`free_port_block` finds a main
-port whose SDK (+1000) and cluster (+1001) ports are free too, :class:`ServerProcess` starts
+port whose etcd (-1000, -999), SDK (+1000) and cluster (+1001) ports are free too, :class:`ServerProcess` starts
 one node in its own session with its log in its data dir, and :class:`ServerSet` stops every
 server it started when its ``with`` block ends, however it ends.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -24,54 +26,65 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from shoal.childproc import dying_with_parent
 from shoal.testing.wait import poll_until
 
 HOST = "127.0.0.1"
 READINESS = "/nacos/v1/console/health/readiness"
 PROMETHEUS = "/nacos/actuator/prometheus"
 
-#: Runs first in the new process, then execs the real command in place (same pid): raise the fd
-#: limit and ask for SIGKILL when the starting *thread* dies (PR_SET_PDEATHSIG survives exec).
-#: Doing this here rather than in a preexec_fn keeps Python code out of the window between fork
-#: and exec, which is unsafe once gRPC threads run in the parent.
-DIE_WITH_PARENT = """
-import ctypes, os, resource, signal, sys
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-if hard != resource.RLIM_INFINITY and soft < hard:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-except Exception:
-    pass
-if os.getppid() != int(sys.argv[1]):
-    sys.exit(70)
-os.execv(sys.argv[2], sys.argv[2:])
-"""
+#: Every port a node may listen on, relative to its main port: the managed etcd member's client
+#: and peer ports (-1000, -999), HTTP, SDK gRPC (+1000) and cluster gRPC (+1001).
+NODE_OFFSETS: tuple[int, ...] = (-1000, -999, 0, 1000, 1001)
+
+# Blocks handed out by this process lately. A block is free when it is picked but its node binds it
+# only later, so without this two calls in a row could return overlapping blocks.
+_RECENT: collections.deque[frozenset[int]] = collections.deque(maxlen=64)
 
 
-def free_port_block(offsets: Sequence[int] = (0, 1000, 1001), avoid: Sequence[int] = (),
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (Linux default 32768-60999)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port_block(offsets: Sequence[int] = NODE_OFFSETS, avoid: Sequence[int] = (),
                     host: str = HOST) -> int:
-    """A main port P with P+offset free for every offset (HTTP, SDK gRPC, cluster; negative ones
-    for a managed etcd member) on ``host`` and on 127.0.0.1, not overlapping the blocks of the main
-    ports in ``avoid``."""
+    """A main port P with P+offset free for every offset (by default all of a node's ports,
+    :data:`NODE_OFFSETS`) on ``host`` and on 127.0.0.1, not overlapping the blocks of the main
+    ports in ``avoid`` nor a block this process handed out lately."""
     return free_port_blocks(1, offsets, host, avoid)[0]
 
 
-def free_port_blocks(count: int, offsets: Sequence[int] = (0, 1000, 1001), host: str = HOST,
+def free_port_blocks(count: int, offsets: Sequence[int] = NODE_OFFSETS, host: str = HOST,
                      avoid: Sequence[int] = ()) -> list[int]:
-    """``count`` such main ports whose blocks do not overlap each other (nor those in ``avoid``)."""
+    """``count`` such main ports whose blocks do not overlap each other (nor those in ``avoid``).
+
+    Blocks lie below the kernel's ephemeral range: a port in that range can be taken by any
+    process's outgoing connection between the moment it is found free and the moment the node
+    binds it (seen in CI as "address already in use" on a node's cluster port)."""
     taken = {p + o for p in avoid for o in offsets}
+    for block in _RECENT:
+        taken |= block
     hosts = dict.fromkeys((host, HOST))  # a node on 127.0.0.x must not collide with 127.0.0.1's
+    low_ephemeral, high_ephemeral = _ephemeral_range()
+    lowest = 1024 - min(0, *offsets)
+    highest = min(low_ephemeral, 65536) - 1 - max(0, *offsets)
+    if highest - lowest < 1000:  # an unusual range: fall back to the ports above it
+        lowest, highest = high_ephemeral + 1 - min(0, *offsets), 65535 - max(0, *offsets)
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
     found: list[int] = []
-    for _ in range(500):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            base = int(s.getsockname()[1])
+    for _ in range(2000):
+        base = rng.randint(lowest, highest)
         ports = {base + off for off in offsets}
-        if min(ports) < 1024 or max(ports) > 65535 or ports & taken:
+        if ports & taken:
             continue
         if all(_bindable(h, port) for port in ports for h in hosts):
             taken |= ports
+            _RECENT.append(frozenset(ports))
             found.append(base)
             if len(found) == count:
                 return found
@@ -119,7 +132,7 @@ class ServerProcess:
     Created stopped; :meth:`start` spawns it in its own session with stdout and stderr appended
     to ``<data_dir>/server.log`` (a restarted node keeps one log). ``entry`` replaces
     ``-m shoal`` (e.g. ``["-c", code]``); ``die_with_parent`` wraps the command in
-    :data:`DIE_WITH_PARENT` (only from a thread that outlives the server: the kernel signals
+    :func:`shoal.childproc.dying_with_parent` (only from a thread that outlives the server: the kernel signals
     when the starting thread exits). ``https`` is the client context for a node whose HTTP
     port serves TLS (``server.ssl.*``): its URLs are then ``https://`` and every probe goes
     through that context.
@@ -169,7 +182,7 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = ([sys.executable, "-c", DIE_WITH_PARENT, str(os.getpid()), *self.args]
+        cmd = (dying_with_parent(self.args)
                if self.die_with_parent else self.args)
         with open(self.log_path, "ab") as log_file:
             self.started_at = time.time()

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
+from shoal.testing.ci import require as testing_require
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[2]
@@ -47,18 +47,9 @@ JAVA_LIB_DIR = Path("/usr/share/java")
 RUN_TIMEOUT_S = 120.0
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
-
-
 def require(ok: bool, what: str, fix: str = "run `bash ci/setup_clients.sh`") -> None:
     """Skip (developer machine) or fail (CI) when a client's tool is missing."""
-    if ok:
-        return
-    message = f"{what}: {fix}"
-    if in_ci():
-        pytest.fail(f"{message} (in CI every real client must run)", pytrace=False)
-    pytest.skip(message)
+    testing_require(ok, f"{what}: {fix}")
 
 
 def run_json(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> dict[str, Any]:
