@@ -33,8 +33,13 @@ cdef extern from "nghttp2/nghttp2.h":
         int32_t last_stream_id
         uint32_t error_code
 
+    ctypedef struct nghttp2_data:
+        nghttp2_frame_hd hd
+        size_t padlen
+
     ctypedef union nghttp2_frame:
         nghttp2_frame_hd hd
+        nghttp2_data data
         nghttp2_headers headers
         nghttp2_goaway goaway
 
@@ -56,6 +61,10 @@ cdef extern from "nghttp2/nghttp2.h":
     ctypedef ssize_t (*nghttp2_data_source_read_callback)(
         nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
         uint32_t *data_flags, nghttp2_data_source *source, void *user_data)
+
+    ctypedef int (*nghttp2_send_data_callback)(
+        nghttp2_session *session, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
+        nghttp2_data_source *source, void *user_data)
 
     ctypedef struct nghttp2_data_provider:
         nghttp2_data_source source
@@ -93,6 +102,7 @@ cdef extern from "nghttp2/nghttp2.h":
         NGHTTP2_DATA_FLAG_NONE = 0
         NGHTTP2_DATA_FLAG_EOF = 1
         NGHTTP2_DATA_FLAG_NO_END_STREAM = 2
+        NGHTTP2_DATA_FLAG_NO_COPY = 4
         NGHTTP2_ERR_DEFERRED = -508
         NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE = -521
         NGHTTP2_ERR_CALLBACK_FAILURE = -902
@@ -120,6 +130,8 @@ cdef extern from "nghttp2/nghttp2.h":
         nghttp2_session_callbacks *cbs, nghttp2_on_stream_close_callback cb)
     void nghttp2_session_callbacks_set_on_frame_send_callback(
         nghttp2_session_callbacks *cbs, nghttp2_on_frame_send_callback cb)
+    void nghttp2_session_callbacks_set_send_data_callback(
+        nghttp2_session_callbacks *cbs, nghttp2_send_data_callback cb)
 
     int nghttp2_option_new(nghttp2_option **option_ptr)
     void nghttp2_option_del(nghttp2_option *option)

@@ -51,6 +51,8 @@ bytes to write to the socket.
 """
 
 from _nghttp2 cimport *
+from cpython.bytearray cimport (PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_GET_SIZE,
+                                 PyByteArray_Resize)
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t, uint8_t, uint32_t
@@ -63,6 +65,7 @@ EV_FAILED = 5
 
 cdef enum:
     _PREFACE_LEN = 24  # "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", skipped by H2Session._scan
+    _SMALL = 1024      # output pieces shorter than this are copied together; longer ones are not copied
 
 # gRPC status codes used here
 DEADLINE_EXCEEDED = 4
@@ -88,6 +91,13 @@ cdef bytes _percent_encode(str message):
     return bytes(out)
 
 
+_STATUS_OK = b"0"
+
+
+cdef inline bytes _status_bytes(int status):
+    return _STATUS_OK if status == 0 else str(status).encode()
+
+
 cdef class _Stream:
     """Per-stream state: inbound reassembly and the outbound message queue."""
     cdef int32_t sid
@@ -99,8 +109,9 @@ cdef class _Stream:
     cdef bint discard         # answered with an error: drop further DATA
     cdef Py_ssize_t reserved  # bytes of the read buffer reserved for the message being reassembled
     # outbound
-    cdef list out             # queued bytes objects
-    cdef Py_ssize_t out_off   # offset into out[0]
+    cdef list out             # queued bytes objects (None once sent, before out_head)
+    cdef Py_ssize_t out_head  # index of the first unsent object in out
+    cdef Py_ssize_t out_off   # offset into out[out_head]
     cdef Py_ssize_t out_bytes # unsent bytes in out
     cdef bint headers_sent
     cdef bint deferred
@@ -113,9 +124,10 @@ cdef class _Stream:
         self.sid = sid
         self.headers = {}
         self.header_bytes = 0
-        self.buf = bytearray()
+        self.buf = None  # created when a message arrives split (most arrive whole)
         self.need = -1
-        self.out = []
+        self.out = None  # created by the first message sent
+        self.out_head = 0
         self.out_off = 0
         self.out_bytes = 0
 
@@ -159,7 +171,7 @@ cdef int _on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, vo
             st = self.streams.get(sid)
             if st is not None:
                 path = st.headers.pop(":path", "")
-                self.events.append((EV_HEADERS, sid, path, st.headers))
+                self._event((EV_HEADERS, sid, path, st.headers))
                 st.headers = None
         elif frame.hd.type == NGHTTP2_GOAWAY:
             self.peer_goaway = True
@@ -169,7 +181,7 @@ cdef int _on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, vo
                 frame.hd.flags & NGHTTP2_FLAG_END_STREAM:
             st = self.streams.get(sid)
             if st is not None and not st.discard:
-                self.events.append((EV_HALF_CLOSE, sid, None, None))
+                self._event((EV_HALF_CLOSE, sid, None, None))
     except BaseException:
         return NGHTTP2_ERR_CALLBACK_FAILURE
     return 0
@@ -197,7 +209,7 @@ cdef int _on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t 
         if st is not None:
             self.backlog -= (<_Stream>st).out_bytes
             self._release(<_Stream>st)
-            self.events.append((EV_CLOSED, stream_id, error_code, None))
+            self._event((EV_CLOSED, stream_id, error_code, None))
     except BaseException:
         return NGHTTP2_ERR_CALLBACK_FAILURE
     return 0
@@ -205,39 +217,71 @@ cdef int _on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t 
 
 cdef ssize_t _read_data(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
                         uint32_t *data_flags, nghttp2_data_source *source, void *user_data) noexcept:
+    # Zero copy: this only sizes the next DATA frame; _send_data writes its bytes (straight from
+    # the queued messages) when nghttp2 sends it, within the same nghttp2_session_mem_send call.
     cdef H2Session self = <H2Session>user_data
     cdef _Stream st
-    cdef bytes chunk
-    cdef Py_ssize_t n, take, written = 0
+    cdef Py_ssize_t take
     try:
         st = self.streams.get(stream_id)
         if st is None:
             data_flags[0] = NGHTTP2_DATA_FLAG_EOF
             return 0
-        while st.out and <size_t>written < length:
-            chunk = <bytes>st.out[0]
-            n = PyBytes_GET_SIZE(chunk) - st.out_off
-            take = n if <size_t>n <= length - written else <Py_ssize_t>(length - written)
-            memcpy(buf + written, PyBytes_AS_STRING(chunk) + st.out_off, take)
-            written += take
-            if take == n:
-                st.out.pop(0)
-                st.out_off = 0
-            else:
-                st.out_off += take
-        st.out_bytes -= written
-        self.backlog -= written
-        if not st.out:
+        take = st.out_bytes if <size_t>st.out_bytes <= length else <Py_ssize_t>length
+        if take == st.out_bytes:  # everything queued goes in this frame
             if st.trailer_due:
                 st.trailer_due = False
                 data_flags[0] = NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM
                 self._submit_trailer(st)
-            elif written == 0:
+            elif take == 0:
                 st.deferred = True
                 return NGHTTP2_ERR_DEFERRED
-        return written
+        if take:
+            data_flags[0] |= NGHTTP2_DATA_FLAG_NO_COPY
+        return take
     except BaseException:
         return NGHTTP2_ERR_CALLBACK_FAILURE
+
+
+cdef int _send_data(nghttp2_session *session, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
+                    nghttp2_data_source *source, void *user_data) noexcept:
+    # One DATA frame sized by _read_data: its 9-byte header, then ``length`` bytes taken off the
+    # stream's queue. Large pieces go out as the queued objects themselves (or memoryview slices
+    # of them), small ones are copied into the output's small-bytes buffer.
+    cdef H2Session self = <H2Session>user_data
+    cdef _Stream st
+    cdef bytes chunk
+    cdef Py_ssize_t n, take, left = <Py_ssize_t>length
+    try:
+        st = self.streams.get(frame.hd.stream_id)
+        if st is None or frame.data.padlen != 0 or st.out_bytes < left:
+            return NGHTTP2_ERR_CALLBACK_FAILURE
+        self._emit(<const char*>framehd, 9)
+        while left:
+            chunk = <bytes>st.out[st.out_head]
+            n = PyBytes_GET_SIZE(chunk) - st.out_off
+            take = n if n <= left else left
+            if take < _SMALL:
+                self._emit(PyBytes_AS_STRING(chunk) + st.out_off, take)
+            elif take == PyBytes_GET_SIZE(chunk):
+                self._emit_object(chunk)
+            else:
+                self._emit_object(memoryview(chunk)[st.out_off:st.out_off + take])
+            left -= take
+            if take == n:
+                st.out[st.out_head] = None
+                st.out_head += 1
+                st.out_off = 0
+            else:
+                st.out_off += take
+        if st.out_head == len(st.out):
+            st.out = None  # an idle stream keeps no queue
+            st.out_head = 0
+        st.out_bytes -= <Py_ssize_t>length
+        self.backlog -= <Py_ssize_t>length
+    except BaseException:
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
 
 
 cdef int _on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) noexcept:
@@ -285,6 +329,9 @@ cdef class H2Session:
     cdef Py_ssize_t _scan_skip
     cdef Py_ssize_t _scan_cont
     cdef unsigned char _scan_hd[9]
+    # output being assembled by output_parts(): finished parts, and small pieces still being joined
+    cdef list _parts
+    cdef bytearray _small
 
     def __cinit__(self, Py_ssize_t max_message=4 * 1024 * 1024, int max_concurrent_streams=1000,
                   int max_header_list=16384, int window=1024 * 1024, *, uint64_t reset_burst=1000,
@@ -296,7 +343,7 @@ cdef class H2Session:
         cdef int rv
         self.session = NULL
         self.streams = {}
-        self.events = []
+        self.events = None  # created by the first event: an idle connection holds no list
         self.max_message = max_message
         self.max_header_list = max_header_list
         self.backlog = 0
@@ -313,12 +360,18 @@ cdef class H2Session:
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, _on_data_chunk)
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, _on_stream_close)
         nghttp2_session_callbacks_set_on_frame_send_callback(cbs, _on_frame_send)
+        nghttp2_session_callbacks_set_send_data_callback(cbs, _send_data)
         if nghttp2_option_new(&opt) != 0:
             nghttp2_session_callbacks_del(cbs)
             raise MemoryError()
         nghttp2_option_set_max_reserved_remote_streams(opt, 0)
         nghttp2_option_set_max_send_header_block_length(opt, 64 * 1024)
-        nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096)
+        # Memory per idle connection (issue 10: 10,000 of them at <= 20 KB each): our response headers
+        # are few and short, so no HPACK dynamic table for them (about 200 bytes a connection, for
+        # about 25 more header bytes an answer); and no closed streams kept for RFC 7540
+        # priorities, which we never use (about 250 bytes a connection).
+        nghttp2_option_set_max_deflate_dynamic_table_size(opt, 0)
+        nghttp2_option_set_no_closed_streams(opt, 1)
         nghttp2_option_set_max_outbound_ack(opt, max_outbound_ack)
         nghttp2_option_set_max_settings(opt, max_settings)
         nghttp2_option_set_stream_reset_rate_limit(opt, reset_burst, reset_rate)
@@ -359,7 +412,7 @@ cdef class H2Session:
             self.abuse = f"more than {self.max_continuations} CONTINUATION frames in one header block"
             nghttp2_session_terminate_session(self.session, NGHTTP2_ENHANCE_YOUR_CALM)
         events = self.events
-        self.events = []
+        self.events = None
         if rv < 0:
             # Broken or flooding peer: queue a GOAWAY saying so (written if the owner flushes).
             if rv == NGHTTP2_ERR_FLOODED:
@@ -368,7 +421,7 @@ cdef class H2Session:
             else:
                 nghttp2_session_terminate_session(self.session, NGHTTP2_PROTOCOL_ERROR)
             raise H2Error(self.abuse or nghttp2_strerror(<int>rv).decode())
-        return events
+        return events if events is not None else []
 
     cdef Py_ssize_t _scan(self, const unsigned char *data, Py_ssize_t length):
         """Follow the frame headers in ``data``, counting the CONTINUATIONs of each header block.
@@ -418,7 +471,7 @@ cdef class H2Session:
         cdef bytearray buf = st.buf
         while length > 0:
             if st.need < 0:  # reading the prefix
-                have = len(buf)
+                have = len(buf) if buf is not None else 0
                 if have == 0 and length >= 5:
                     p = <const unsigned char*>data
                     flag = p[0]
@@ -426,6 +479,8 @@ cdef class H2Session:
                     data += 5
                     length -= 5
                 else:
+                    if buf is None:
+                        st.buf = buf = bytearray()
                     take = min(5 - have, length)
                     buf += data[:take]
                     data += take
@@ -443,7 +498,7 @@ cdef class H2Session:
                                f"message of {size} bytes is over the limit of {self.max_message} bytes")
                     return 0
                 if size <= length:  # whole message in this chunk: one copy
-                    self.events.append((EV_MESSAGE, st.sid, PyBytes_FromStringAndSize(data, size), None))
+                    self._event((EV_MESSAGE, st.sid, PyBytes_FromStringAndSize(data, size), None))
                     data += size
                     length -= size
                     continue
@@ -456,13 +511,15 @@ cdef class H2Session:
                 self.read_buffered += size
                 st.need = size
             take = min(st.need, length)
+            if buf is None:
+                st.buf = buf = bytearray()
             buf += data[:take]
             data += take
             length -= take
             st.need -= take
             if st.need == 0:
-                self.events.append((EV_MESSAGE, st.sid, bytes(buf), None))
-                del buf[:]
+                self._event((EV_MESSAGE, st.sid, bytes(buf), None))
+                st.buf = buf = None  # an idle stream keeps no buffer
                 st.need = -1
                 self._release(st)
         return 0
@@ -473,12 +530,19 @@ cdef class H2Session:
 
     cdef void _fail(self, _Stream st, int status, str message):
         st.discard = True
-        del st.buf[:]
+        st.buf = None
         st.need = -1
         self._release(st)
-        self.send_trailers(st.sid, status, message)
+        self._send_trailers(st.sid, status, message)
         # tell the owner the call is over; nghttp2 reports the close itself later
-        self.events.append((EV_FAILED, st.sid, status, message))
+        self._event((EV_FAILED, st.sid, status, message))
+
+    cdef int _event(self, tuple event) except -1:
+        if self.events is None:
+            self.events = [event]
+        else:
+            self.events.append(event)
+        return 0
 
     # --- output --------------------------------------------------------------------------
     cdef int _submit_headers(self, _Stream st) except -1:
@@ -496,8 +560,8 @@ cdef class H2Session:
 
     cdef int _submit_trailer(self, _Stream st) except -1:
         cdef nghttp2_nv nva[2]
-        cdef bytes status = str(st.status).encode()
-        cdef bytes message = _percent_encode(st.message or "")
+        cdef bytes status = _status_bytes(st.status)
+        cdef bytes message = _percent_encode(st.message) if st.message else b""
         _nv(&nva[0], b"grpc-status", status)
         if message:
             _nv(&nva[1], b"grpc-message", message)
@@ -505,15 +569,23 @@ cdef class H2Session:
         st.ended = True
         return 0
 
-    def send_message(self, int32_t stream_id, bytes message):
-        """Queue one gRPC message on the stream; False if the stream is gone or ended."""
+    cdef bint _send_message(self, int32_t stream_id, bytes message) except -1:
         cdef _Stream st = self.streams.get(stream_id)
         if st is None or st.ended or st.trailer_due:
             return False
         cdef Py_ssize_t size = PyBytes_GET_SIZE(message)
-        cdef bytes prefix = bytes((0, (size >> 24) & 0xFF, (size >> 16) & 0xFF, (size >> 8) & 0xFF, size & 0xFF))
-        st.out.append(prefix)
-        st.out.append(message)
+        cdef bytes prefix = PyBytes_FromStringAndSize(NULL, 5)
+        cdef unsigned char *p = <unsigned char*>PyBytes_AS_STRING(prefix)
+        p[0] = 0
+        p[1] = (size >> 24) & 0xFF
+        p[2] = (size >> 16) & 0xFF
+        p[3] = (size >> 8) & 0xFF
+        p[4] = size & 0xFF
+        if st.out is None:
+            st.out = [prefix, message]
+        else:
+            st.out.append(prefix)
+            st.out.append(message)
         st.out_bytes += size + 5
         self.backlog += size + 5
         if not st.headers_sent:
@@ -523,8 +595,7 @@ cdef class H2Session:
             nghttp2_session_resume_data(self.session, stream_id)
         return True
 
-    def send_trailers(self, int32_t stream_id, int status, str message=""):
-        """End the stream with a gRPC status (trailers-only when nothing was sent yet)."""
+    cdef bint _send_trailers(self, int32_t stream_id, int status, str message) except -1:
         cdef _Stream st = self.streams.get(stream_id)
         cdef nghttp2_nv nva[4]
         cdef bytes status_b, message_b
@@ -538,8 +609,8 @@ cdef class H2Session:
                 st.deferred = False
                 nghttp2_session_resume_data(self.session, stream_id)
             return True
-        status_b = str(status).encode()
-        message_b = _percent_encode(message)
+        status_b = _status_bytes(status)
+        message_b = _percent_encode(message) if message else b""
         _nv(&nva[0], b":status", b"200")
         _nv(&nva[1], b"content-type", b"application/grpc")
         _nv(&nva[2], b"grpc-status", status_b)
@@ -550,10 +621,18 @@ cdef class H2Session:
         nghttp2_submit_response(self.session, stream_id, nva, 4 if message_b else 3, NULL)
         return True
 
+    def send_message(self, int32_t stream_id, bytes message):
+        """Queue one gRPC message on the stream; False if the stream is gone or ended."""
+        return self._send_message(stream_id, message)
+
+    def send_trailers(self, int32_t stream_id, int status, str message=""):
+        """End the stream with a gRPC status (trailers-only when nothing was sent yet)."""
+        return self._send_trailers(stream_id, status, message)
+
     def reply(self, int32_t stream_id, bytes message):
         """A unary answer: headers, the message and an OK status."""
-        if self.send_message(stream_id, message):
-            self.send_trailers(stream_id, 0, "")
+        if self._send_message(stream_id, message):
+            self._send_trailers(stream_id, 0, "")
 
     def reset(self, int32_t stream_id, uint32_t error_code=NGHTTP2_CANCEL):
         """RST_STREAM (e.g. CANCEL after a deadline when the client has not half-closed)."""
@@ -567,30 +646,58 @@ cdef class H2Session:
             nghttp2_submit_goaway(self.session, NGHTTP2_FLAG_NONE,
                                   nghttp2_session_get_last_proc_stream_id(self.session), error_code, NULL, 0)
 
-    def pending_output(self):
-        """Everything nghttp2 wants to write now, as one bytes object (b"" when nothing)."""
+    cdef int _emit(self, const char *data, Py_ssize_t n) except -1:
+        cdef bytearray small = self._small
+        cdef Py_ssize_t have
+        if small is None:
+            self._small = small = PyByteArray_FromStringAndSize(data, n)
+            return 0
+        have = PyByteArray_GET_SIZE(small)
+        PyByteArray_Resize(small, have + n)
+        memcpy(PyByteArray_AS_STRING(small) + have, data, n)
+        return 0
+
+    cdef int _emit_object(self, object part) except -1:
+        if self._small is not None:
+            self._parts.append(self._small)
+            self._small = None
+        self._parts.append(part)
+        return 0
+
+    def output_parts(self):
+        """Everything nghttp2 wants to write now, as a list of buffers to write in order (empty
+        when nothing): frame headers and small frames joined in bytearrays, message bytes of
+        large messages as the queued bytes objects or memoryview slices of them (not copied)."""
         cdef const uint8_t *data
         cdef ssize_t n
         cdef list parts = []
-        while True:
-            n = nghttp2_session_mem_send(self.session, &data)
-            if n < 0:
-                raise H2Error(nghttp2_strerror(<int>n).decode())
-            if n == 0:
-                break
-            parts.append(PyBytes_FromStringAndSize(<const char*>data, n))
-        if not parts:
-            return b""
-        if len(parts) == 1:
-            return parts[0]
-        return b"".join(parts)
+        self._parts = parts
+        self._small = None
+        try:
+            while True:
+                n = nghttp2_session_mem_send(self.session, &data)
+                if n < 0:
+                    raise H2Error(nghttp2_strerror(<int>n).decode())
+                if n == 0:
+                    break
+                self._emit(<const char*>data, n)
+            if self._small is not None:
+                parts.append(self._small)
+        finally:
+            self._parts = None
+            self._small = None
+        return parts
+
+    def pending_output(self):
+        """Everything nghttp2 wants to write now, as one bytes object (b"" when nothing)."""
+        return b"".join(self.output_parts())
 
     def take_events(self):
         """Events produced outside ``feed`` (streams closed while writing), or None."""
         if not self.events:
             return None
         events = self.events
-        self.events = []
+        self.events = None
         return events
 
     def is_done(self):

@@ -45,6 +45,8 @@ TARGETS = {  # from issue 10 (the native transport): measured on the 2-core box
 }
 #: --compare-transports: what is measured side by side, in this order within every round.
 TRANSPORT_TARGETS = ("native", "grpcio", "floor-native", "floor-grpcio")
+#: --compare-transports target: Shoal on the native transport from --baseline-src (before/after A/B)
+BASELINE = "baseline"
 
 DESCRIPTION = """\
 Load generator for a Shoal node over the Nacos 2.x gRPC SDK protocol (grpc.aio, real Nacos
@@ -144,7 +146,8 @@ class Server:
 
     @classmethod
     def start(
-        cls, server_args: Sequence[str], log_level: str, pure: bool = False, ready_timeout_s: float = 30.0
+        cls, server_args: Sequence[str], log_level: str, pure: bool = False, ready_timeout_s: float = 30.0,
+        src: str | None = None,
     ) -> Server:
         port = free_port_block((0, 1000))
         tmpdir = tempfile.mkdtemp(prefix="shoal-load-")
@@ -165,6 +168,8 @@ class Server:
         env.pop("SHOAL_NO_EXTENSIONS", None)
         if pure:
             env["SHOAL_NO_EXTENSIONS"] = "1"
+        if src:  # another tree's code (and built kernels): the baseline of a before/after comparison
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
         log_path = os.path.join(tmpdir, "server.log")
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
@@ -186,7 +191,7 @@ class Server:
             log_path,
             [a if a != os.path.join(tmpdir, "data") else "<tmp>/data" for a in argv],
             port,
-            "SHOAL_NO_EXTENSIONS=1" if pure else "",
+            "SHOAL_NO_EXTENSIONS=1" if pure else f"baseline src {src}" if src else "",
         )
         try:
             server._wait_ready(ready_timeout_s)
@@ -474,10 +479,12 @@ class Bench:
             self.server = Server.start_floor(transport.removeprefix("floor-"), hosts)
             log(f"floor pid {self.server.pid} on {self.server.target}")
         else:
+            src = a.baseline_src if transport == BASELINE else None
+            transport = "native" if transport == BASELINE else transport
             extra = [f"shoal.remote.transport={transport}"] if transport else []
             log(f"starting shoal server{' (SHOAL_NO_EXTENSIONS=1)' if pure else ''}"
-                f"{f' on the {transport} transport' if transport else ''}")
-            self.server = Server.start([*a.server_arg, *extra], a.server_log_level, pure=pure)
+                f"{f' on the {transport} transport' if transport else ''}{f' from {src}' if src else ''}")
+            self.server = Server.start([*a.server_arg, *extra], a.server_log_level, pure=pure, src=src)
             log(f"server pid {self.server.pid} on {self.server.target}")
         info = {
             "target": self.server.target,
@@ -827,6 +834,9 @@ def compare_transports(bench: Bench, rate_names: list[str]) -> dict[str, Any]:
         row["native_over_grpcio"] = round(native / grpcio, 2) if native and grpcio else None
         floor = row.get("floor-native")
         row["native_share_of_native_floor"] = round(native / floor, 3) if native and floor else None
+        baseline = row.get(BASELINE)
+        if baseline is not None:
+            row["native_over_baseline"] = round(native / baseline, 3) if native and baseline else None
     out["ops_per_server_cpu_s"] = table
     out["note"] = "floor-* answer constants (no parsing, no registry) of the same size: the transport's own cost"
     return out
@@ -965,7 +975,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--transports",
         default=",".join(TRANSPORT_TARGETS),
-        help=f"with --compare-transports: which of {','.join(TRANSPORT_TARGETS)} to run (default all)",
+        help=f"with --compare-transports: which of {','.join(TRANSPORT_TARGETS)} to run (default all; "
+        f"{BASELINE} with --baseline-src)",
+    )
+    g.add_argument(
+        "--baseline-src",
+        help=f"with --compare-transports: the src/ directory of another Shoal tree (its kernels built), run "
+        f"on the native transport as the '{BASELINE}' target (added to --transports): this tree's native "
+        f"against it, rounds interleaved, e.g. before/after a change",
     )
     g.add_argument("--out", help="also write the JSON report to this file")
     return p
@@ -993,9 +1010,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().error("--compare-pure and --compare-transports start their own servers; drop --addr")
     if args.compare_pure and args.compare_transports:
         build_parser().error("choose one of --compare-pure and --compare-transports")
-    bad = [t for t in args.transports.split(",") if t.strip() and t.strip() not in TRANSPORT_TARGETS]
+    allowed = (*TRANSPORT_TARGETS, BASELINE) if args.baseline_src else TRANSPORT_TARGETS
+    bad = [t for t in args.transports.split(",") if t.strip() and t.strip() not in allowed]
     if bad or not args.transports.strip():
-        build_parser().error(f"--transports: choose from {','.join(TRANSPORT_TARGETS)}")
+        build_parser().error(f"--transports: choose from {','.join(allowed)}")
+    if args.baseline_src:
+        if not os.path.isdir(os.path.join(args.baseline_src, "shoal")):
+            build_parser().error(f"--baseline-src: {args.baseline_src} holds no shoal package")
+        if BASELINE not in [t.strip() for t in args.transports.split(",")]:
+            args.transports = f"{BASELINE},{args.transports}"
     if math.ceil(args.ops / (args.workers * args.connections)) > args.services:
         build_parser().error(
             f"--ops {args.ops} over {args.workers * args.connections} connections needs more than --services "

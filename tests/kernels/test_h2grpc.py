@@ -297,3 +297,19 @@ def test_unfinished_messages_share_one_bounded_read_buffer() -> None:
     assert not [e for e in events if e[0] == h2grpc.EV_FAILED]  # room again once the first completed
     session.feed(raw(RST_STREAM, 0, 7, struct.pack(">I", 8)))
     assert session.read_buffered == 0  # a reset stream gives its reservation back
+
+
+def test_a_large_answer_is_written_from_the_message_itself_not_a_copy() -> None:
+    # issue 10: the query answer (~37 KB) must reach the socket without being copied into frames
+    pair = Pair()
+    sid = pair.open()
+    pair.client.send_data(sid, frame(b"q"), end_stream=True)
+    pair.exchange()
+    message = bytes(range(256)) * 40  # 10 KB: fits one DATA frame and the initial window
+    pair.server.reply(sid, message)
+    parts = pair.server.output_parts()
+    assert any(part is message or (isinstance(part, memoryview) and part.obj is message) for part in parts)
+    pair.client_events += pair.client.receive_data(b"".join(parts))
+    _, data, trailers = pair.response(sid)
+    assert data == frame(message) and trailers["grpc-status"] == "0"
+    assert pair.server.output_parts() == []

@@ -138,10 +138,11 @@ class H2Connection(asyncio.Protocol):
         self._stall_timer: asyncio.TimerHandle | None = None
         self._preface_timer: asyncio.TimerHandle | None = None
         self._drained = 0  # outbound message bytes framed so far (progress of a slow reader)
-        self._to_arm: list[_Call] = []  # calls with a grpc-timeout, timer not armed yet
+        # Created on first use: 10,000s of idle connections hold neither.
+        self._to_arm: list[_Call] | None = None  # calls with a grpc-timeout, timer not armed yet
         self._abuse_logged = False
         self._linger: asyncio.TimerHandle | None = None  # aborts a close that a bad peer holds up
-        self._held: deque[tuple[int, int, Any, Any]] = deque()  # events waiting for output to drain
+        self._held: deque[tuple[int, int, Any, Any]] | None = None  # events waiting for output to drain
         self._held_bytes = 0  # request bytes in _held
 
     # --- asyncio.Protocol ------------------------------------------------------------------
@@ -219,7 +220,7 @@ class H2Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
-        self._held.clear()
+        self._held = None
         self._held_bytes = 0
         self.server.connections.discard(self)
         # Drop the timer handles too: each holds a bound method of this connection, a cycle that
@@ -245,19 +246,19 @@ class H2Connection(asyncio.Protocol):
     # --- events ------------------------------------------------------------------------------
     def _handle(self, events: list[tuple[int, int, Any, Any]]) -> None:
         self._handle_events(events)
-        if self._to_arm:
+        if self._to_arm is not None:
             self._arm_deadlines()
 
     def _arm_deadlines(self) -> None:
         """A unary call answered in the batch that opened it (the usual case: HEADERS and DATA in
         one read) needs no timer; every other call with a grpc-timeout gets one now."""
         now = self.loop.time()
-        for call in self._to_arm:
+        to_arm, self._to_arm = self._to_arm or [], None
+        for call in to_arm:
             if self.calls.get(call.stream_id) is not call or (call.unary and call.answered and call.task is None):
                 continue
             call.deadline = self.loop.call_later(max(0.0, call.deadline_at - now), self._deadline_passed,
                                                  call.stream_id)
-        self._to_arm.clear()
 
     def _handle_events(self, events: list[tuple[int, int, Any, Any]]) -> None:
         """Act on the session's events in order. Once the answers not yet written pass
@@ -306,6 +307,8 @@ class H2Connection(asyncio.Protocol):
                     self._finish_call(call, f"stream failed: {b}")
 
     def _hold(self, events: list[tuple[int, int, Any, Any]]) -> None:
+        if self._held is None:
+            self._held = deque()
         self._held.extend(events)
         self._held_bytes += sum(len(a) if kind == h2grpc.EV_MESSAGE else 64 for kind, _, a, _ in events)
         self._update_reading()
@@ -327,6 +330,8 @@ class H2Connection(asyncio.Protocol):
         timeout = parse_grpc_timeout(headers.get("grpc-timeout", ""))
         if timeout is not None:
             call.deadline_at = self.loop.time() + timeout
+            if self._to_arm is None:
+                self._to_arm = []
             self._to_arm.append(call)
         if not call.unary and streams is not None:
             sink = NativeStreamSink(self, stream_id)
@@ -420,16 +425,19 @@ class H2Connection(asyncio.Protocol):
             return
         if not self.paused:
             before = self.session.backlog
-            out = self.session.pending_output()
-            if out:
-                self.transport.write(out)
+            out = self.session.output_parts()
+            if out:  # a large answer's bytes are handed over uncopied (memoryview slices)
+                if len(out) == 1:
+                    self.transport.write(out[0])
+                else:
+                    self.transport.writelines(out)
             self._drained += max(0, before - self.session.backlog)
             events = self.session.take_events()
             if events:
                 self._handle(events)
             if self._held and not self._output_full():  # output drained: the held requests go on
                 held = list(self._held)
-                self._held.clear()
+                self._held = None
                 self._held_bytes = 0
                 self._handle(held)
                 self._update_reading()
