@@ -9,6 +9,7 @@ exception so the ``finally`` blocks run.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -16,18 +17,24 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from shoal.childproc import dying_with_parent
 from shoal.testing import ServerProcess
-from shoal.testing.procs import DIE_WITH_PARENT
 
 REPO = Path(__file__).resolve().parent.parent.parent
+RESULTS_DIR = REPO / "bench" / "results"
+#: The gRPC transports a node can serve (``shoal.remote.transport``).
+TRANSPORTS = ("native", "grpcio")
 
 
 # --- signals: turn SIGTERM/SIGINT into an exception so cleanup always runs --------------------
@@ -55,10 +62,14 @@ def install_signal_handlers() -> None:
 
 # --- the server process -------------------------------------------------------------------------
 #: Runs `shoal` as ``python -m shoal`` would, but first hooks gc.callbacks to write one line per
-#: collection of 5 ms or more to stderr (the server log): ``GCPAUSE <epoch s> gen=<g> ms=<ms>``.
-#: A diagnostic only (the node's own code is unchanged).
+#: collection of 5 ms or more to stderr (the server log): ``GCPAUSE <epoch s> gen=<g> ms=<ms>``,
+#: and runs a task on the node's loop that wakes every 5 ms and writes one line per wake-up late by
+#: 20 ms or more: ``LOOPSTALL <epoch s> wall_ms=<late> cpu_ms=<loop thread CPU meanwhile>``. A
+#: late wake-up with little CPU is the process waiting for a core (a loaded machine), one with
+#: as much CPU as wall time is the loop itself busy. A diagnostic only (the node's own code is
+#: unchanged).
 GC_LOGGER = """
-import gc, runpy, sys, time
+import asyncio, gc, runpy, sys, time
 _t = [0.0]
 def _cb(phase, info):
     if phase == "start":
@@ -68,11 +79,31 @@ def _cb(phase, info):
     if ms >= 5:
         sys.stderr.write(f"GCPAUSE {time.time():.3f} gen={info['generation']} ms={ms:.1f}\\n")
 gc.callbacks.append(_cb)
+async def _watch_loop():
+    while True:
+        w0, c0 = time.perf_counter(), time.thread_time()
+        await asyncio.sleep(0.005)
+        late = (time.perf_counter() - w0) * 1000 - 5
+        if late >= 20:
+            cpu = (time.thread_time() - c0) * 1000
+            sys.stderr.write(f"LOOPSTALL {time.time():.3f} wall_ms={late:.1f} cpu_ms={cpu:.1f}\\n")
+import uvloop
+_run = uvloop.run
+def _run_watched(main, **kwargs):
+    async def watched():
+        watcher = asyncio.get_running_loop().create_task(_watch_loop())
+        try:
+            return await main
+        finally:
+            watcher.cancel()
+    return _run(watched(), **kwargs)
+uvloop.run = _run_watched
 sys.argv[0] = "shoal"
 runpy.run_module("shoal", run_name="__main__", alter_sys=True)
 """
 
 GC_PAUSE_RE = re.compile(r"^GCPAUSE (\S+) gen=(\d) ms=(\S+)$", re.MULTILINE)
+LOOP_STALL_RE = re.compile(r"^LOOPSTALL (\S+) wall_ms=(\S+) cpu_ms=(\S+)$", re.MULTILINE)
 
 
 def gc_pauses(server: ServerProcess, since: float = 0.0) -> list[tuple[float, int, float]]:
@@ -80,15 +111,55 @@ def gc_pauses(server: ServerProcess, since: float = 0.0) -> list[tuple[float, in
     return [(float(t), int(g), float(ms)) for t, g, ms in GC_PAUSE_RE.findall(server.log()) if float(t) >= since]
 
 
+def loop_stalls(server: ServerProcess, since: float = 0.0) -> list[tuple[float, float, float]]:
+    """(epoch s, wall ms late, loop-thread CPU ms meanwhile) of a GC-logging server's late loop wake-ups."""
+    return [(float(t), float(w), float(c)) for t, w, c in LOOP_STALL_RE.findall(server.log()) if float(t) >= since]
+
+
 def launched(cmd: list[str]) -> list[str]:
     """``cmd`` wrapped so it dies with this process (cmd[0] must be an absolute executable path)."""
-    return [sys.executable, "-c", DIE_WITH_PARENT, str(os.getpid()), *cmd]
+    return dying_with_parent(cmd)
 
 
 def server_options(gc_log: bool = False) -> dict[str, Any]:
     """Options for :class:`shoal.testing.ServerProcess` / ``ServerSet.start``: the server dies
     with the benchmark, and with ``gc_log`` its collections of 5 ms or more are logged."""
     return {"die_with_parent": True, "entry": ["-c", GC_LOGGER] if gc_log else ["-m", "shoal"]}
+
+
+# --- command line, work directory, helper processes ---------------------------------------------
+def add_output_args(parser: argparse.ArgumentParser, name: str | None = None) -> None:
+    """``--keep-logs`` and, for a bench that saves its report as ``name``, ``--out``."""
+    if name:
+        parser.add_argument("--out", help=f"write the JSON here (default bench/results/{name}-<time>.json)")
+    parser.add_argument("--keep-logs", metavar="DIR", help="keep the servers' data dirs and logs here")
+
+
+def parse_transports(text: str) -> list[str]:
+    """The ``--transports`` comma list, each one of :data:`TRANSPORTS` (else a usage error)."""
+    transports = [t for t in text.split(",") if t]
+    if not transports or any(t not in TRANSPORTS for t in transports):
+        raise SystemExit(f"--transports takes a comma list of {', '.join(TRANSPORTS)}")
+    return transports
+
+
+def settings(args: Any) -> dict[str, Any]:
+    """The run's options for the report, without where its files go."""
+    return {k: v for k, v in vars(args).items() if k not in ("keep_logs", "out")}
+
+
+def work_root(stack: contextlib.ExitStack, keep_logs: str | None) -> Path:
+    """``--keep-logs`` if given, else a temporary directory removed when ``stack`` closes."""
+    return Path(keep_logs) if keep_logs else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+
+
+def stop_processes(procs: Sequence[BaseProcess], timeout_s: float = 5.0) -> None:
+    """Join each helper process, killing one that has not ended within ``timeout_s``."""
+    for proc in procs:
+        proc.join(timeout=timeout_s)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
 
 
 # --- statistics and output ----------------------------------------------------------------------
@@ -117,6 +188,17 @@ def summary_ms(values_s: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def median(values: Sequence[Any]) -> float | None:
+    """The median of the values that are not None, to 2 places (None if there are none)."""
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 2) if present else None
+
+
+def loadavg() -> list[float]:
+    """The 1, 5 and 15 minute load averages, to 2 places."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def host_info() -> dict[str, Any]:
     try:
         load = os.getloadavg()
@@ -130,6 +212,15 @@ def emit(doc: dict[str, Any]) -> None:
     json.dump(doc, sys.stdout, indent=2, sort_keys=False, default=str)
     sys.stdout.write("\n")
     sys.stdout.flush()
+
+
+def save_report(report: dict[str, Any], out: str | None, name: str) -> None:
+    """Write the report to ``out`` (default ``bench/results/<name>-<time>.json``), then print it."""
+    path = Path(out) if out else RESULTS_DIR / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    log(f"saved {path}")
+    emit(report)
 
 
 def log(message: str) -> None:

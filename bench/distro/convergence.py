@@ -28,12 +28,11 @@ import argparse
 import asyncio
 import contextlib
 import json
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from bench.distro._common import (
+    add_output_args,
     emit,
     gc_pauses,
     host_info,
@@ -42,6 +41,7 @@ from bench.distro._common import (
     run_main,
     server_options,
     summary_ms,
+    work_root,
 )
 from bench.load import nacos_client
 from shoal.testing import ServerSet, free_port_block, poll_until
@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slowest", type=int, default=10, help="list this many slowest samples (default 10)")
     p.add_argument("--max-seconds", type=float, default=300.0, help="time budget of the registration loop")
     p.add_argument("--startup-timeout", type=float, default=90.0, help="seconds for the cluster to form")
-    p.add_argument("--keep-logs", metavar="DIR", help="keep the servers' data dirs and logs here")
+    add_output_args(p)
     return p
 
 
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"benchmark": "distro-convergence", "host": host_info(),
                               "settings": {k: v for k, v in vars(args).items() if k != "keep_logs"}}
     with contextlib.ExitStack() as stack:
-        root = Path(args.keep_logs) if args.keep_logs else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        root = work_root(stack, args.keep_logs)
         servers = stack.enter_context(ServerSet(root))
         ports: list[int] = []
         for _ in range(3):

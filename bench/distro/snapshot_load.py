@@ -30,7 +30,6 @@ import datetime as dt
 import json
 import os
 import re
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,9 +41,11 @@ from bench.distro._common import (
     host_info,
     install_signal_handlers,
     log,
+    loop_stalls,
     run_main,
     server_options,
     summary_ms,
+    work_root,
 )
 from bench.load import nacos_client
 from shoal.testing import ServerProcess, ServerSet, free_port_block, http_get, metric_values, poll_until
@@ -52,6 +53,8 @@ from shoal.testing import ServerProcess, ServerSet, free_port_block, http_get, m
 TARGET_LOAD_S = 10.0
 LOADED_RE = re.compile(r"^(\S+ \S+) \S+\s+shoal\.distro\.protocol: loaded a snapshot of (\d+) clients from (\S+)",
                        re.MULTILINE)
+#: The gc policy's log line for each freeze (shoal/gcpolicy.py).
+FREEZE_MARK = "shoal.gcpolicy: froze"
 SERVING_RE = re.compile(r"^(\S+ \S+) \S+\s+shoal\.app: node serving", re.MULTILINE)
 
 
@@ -220,7 +223,7 @@ async def measure(args: argparse.Namespace, servers: ServerSet, ports: list[int]
         await ping_conn.connect(10)
         conns.append(ping_conn)
         b = ServerProcess(ports[1], servers.root / f"node-{ports[1]}", ["--members", members, *extra],
-                          **server_options())
+                          **server_options(args.gc_log))
         sampler = Sampler(a, b, ping_conn, args.ping_ms)
         tasks = [asyncio.create_task(sampler.rss_loop(stop)), asyncio.create_task(sampler.ping_loop(stop))]
         await asyncio.sleep(1.0)  # a baseline of pings before B starts
@@ -296,6 +299,23 @@ async def measure(args: argparse.Namespace, servers: ServerSet, ports: list[int]
                 "count": len([p for p in pauses if p[0] <= ready_b]),
                 "max_ms": max((ms for t, _g, ms in pauses if t <= ready_b), default=0.0),
                 "pauses": [{"at_s": round(t - b.started_at, 2), "gen": g, "ms": ms} for t, g, ms in pauses][:40]}
+            # A's late loop wake-ups during the join: CPU ~ wall is A's loop busy, CPU << wall a
+            # machine too loaded to give A a core
+            stalls = [(t, w, c) for t, w, c in loop_stalls(a, b.started_at) if t <= ready_b]
+            out["join"]["a_loop_stalls_during_join"] = {
+                "count_20ms_or_more": len(stalls),
+                "max_wall_ms": max((w for _t, w, _c in stalls), default=0.0),
+                "max_cpu_ms": max((c for _t, _w, c in stalls), default=0.0),
+                "worst": [{"at_s": round(t - b.started_at, 2), "wall_ms": w, "cpu_ms": c}
+                          for t, w, c in sorted(stalls, key=lambda s: -s[1])[:8]]}
+            # B's collections from its start to its readiness: the collector's share of the load
+            b_pauses = [ms for t, _g, ms in gc_pauses(b, b.started_at) if t <= ready_b]
+            out["join"]["b_gc_pauses_ms_until_ready"] = {"count": len(b_pauses), "sum_ms": round(sum(b_pauses), 1),
+                                                         "max_ms": max(b_pauses, default=0.0)}
+            # A's freezes (shoal/gcpolicy.py), in seconds after B's start (negative: before it)
+            out["join"]["a_gc_freezes"] = [
+                f"{line_time(line) - b.started_at:+.2f} s: {line.split(FREEZE_MARK, 1)[1].strip()}"
+                for line in a_log.splitlines() if FREEZE_MARK in line]
         out["extensions_loaded"] = {"a": a.extensions_loaded(), "b": b.extensions_loaded()}
         if profilers:
             out["profile"] = {name: profiler.top(args.profile_top) for name, profiler in profilers.items()}
@@ -329,7 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", metavar="DIR",
                    help="py-spy A and B from B's start to its readiness (raw stacks in DIR; top frames in the JSON)")
     p.add_argument("--gc-log", action="store_true",
-                   help="A logs its collections of 5 ms or more (gc.callbacks); those during the join are reported")
+                   help="A and B log their collections of 5 ms or more (gc.callbacks); A's during the join, "
+                        "B's until it is ready, and A's freezes are reported")
     p.add_argument("--profile-top", type=int, default=15, help="frames listed per profile (default 15)")
     return p
 
@@ -350,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                               "settings": {k: v for k, v in vars(args).items() if k != "keep_logs"},
                               "server_args": extra}
     with contextlib.ExitStack() as stack:
-        root = Path(args.keep_logs) if args.keep_logs else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        root = work_root(stack, args.keep_logs)
         servers = stack.enter_context(ServerSet(root))
         ports = [free_port_block()]
         ports.append(free_port_block(avoid=ports))

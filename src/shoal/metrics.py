@@ -92,6 +92,17 @@ class PeerSyncFigures:
     sent_batches: int
     failed_batches: int
     needs_full_verify: bool
+    sent_records: int = 0
+
+
+@dataclass
+class ReceivedSyncFigures:
+    """What one peer's sync batches brought to this node (``distro.sync.SyncReceiver.received``)."""
+
+    peer: str
+    batches: int
+    records: int
+    applied: int
 
 
 @dataclass
@@ -107,6 +118,7 @@ class ClusterFigures:
     verify_bytes: int
     verify_repairs: int
     verify_mismatched: dict[str, int]  # peer → differences found in the last round
+    received: list[ReceivedSyncFigures] = field(default_factory=list)
 
 
 # --- request timers ------------------------------------------------------------------------------
@@ -321,14 +333,34 @@ class _ClusterCollector:
                                       labels=["peer", "result"])
         full = GaugeMetricFamily("shoal_distro_sync_needs_full_verify",
                                  "1 while a peer's queue was dropped and waits for a full verify", labels=["peer"])
+        sent_records = CounterMetricFamily("shoal_distro_sync_records",
+                                           "Client records in the sync batches a peer acknowledged, by peer",
+                                           labels=["peer"])
         for peer in f.peers:
             depth.add_metric([peer.peer], peer.pending)
             batches.add_metric([peer.peer, "success"], peer.sent_batches)
             batches.add_metric([peer.peer, "failed"], peer.failed_batches)
             full.add_metric([peer.peer], 1.0 if peer.needs_full_verify else 0.0)
+            sent_records.add_metric([peer.peer], peer.sent_records)
         yield depth
         yield batches
         yield full
+        yield sent_records
+        received = CounterMetricFamily("shoal_distro_sync_received_batches",
+                                       "Sync batches received from a peer, by sender", labels=["peer"])
+        received_records = CounterMetricFamily("shoal_distro_sync_received_records",
+                                               "Client records in the sync batches received, by sender",
+                                               labels=["peer"])
+        applied = CounterMetricFamily("shoal_distro_sync_applied_records",
+                                      "Received client records that changed a client here, by sender",
+                                      labels=["peer"])
+        for source in f.received:
+            received.add_metric([source.peer], source.batches)
+            received_records.add_metric([source.peer], source.records)
+            applied.add_metric([source.peer], source.applied)
+        yield received
+        yield received_records
+        yield applied
         for name, doc, value in (
             ("shoal_distro_verify_rounds", "Verify rounds this node ran as owner", f.verify_rounds),
             ("shoal_distro_verify_requests", "Verify requests sent to peers", f.verify_requests),

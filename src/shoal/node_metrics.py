@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shoal.metrics import ClusterFigures, Metrics, NamingFigures, PeerSyncFigures
+from shoal.metrics import ClusterFigures, Metrics, NamingFigures, PeerSyncFigures, ReceivedSyncFigures
 from shoal.model.client import ClientKind
 
 if TYPE_CHECKING:
@@ -64,8 +64,11 @@ def cluster_figures(distro: DistroProtocol | None) -> ClusterFigures | None:
     if distro is None:
         return None
     members = distro.members
-    peers = [PeerSyncFigures(q.target, len(q.pending), q.sent_batches, q.failed_batches, q.needs_full_verify)
+    peers = [PeerSyncFigures(q.target, len(q.pending), q.sent_batches, q.failed_batches, q.needs_full_verify,
+                             q.sent_records)
              for q in sorted(distro.engine.queues.values(), key=lambda q: q.target)]
+    received = [ReceivedSyncFigures(peer, r.batches, r.records, r.applied)
+                for peer, r in sorted(distro.sync_receiver.received.items())]
     stats = distro.verify_stats
     return ClusterFigures(
         self_address=members.self_address,
@@ -77,4 +80,5 @@ def cluster_figures(distro: DistroProtocol | None) -> ClusterFigures | None:
         verify_bytes=stats.bytes_sent,
         verify_repairs=stats.resynced,
         verify_mismatched={peer: r.get("mismatched", 0) for peer, r in stats.last_round.items()},
+        received=received,
     )

@@ -47,6 +47,23 @@ async def test_many_clients_travel_in_one_request() -> None:
     assert len(cluster[1].ports()) == 50
 
 
+async def test_sync_counts_records_sent_received_and_applied() -> None:
+    cluster = SimCluster(2)
+    a, b = cluster.addresses
+    for i in range(7):
+        cluster[0].register(f"c{i}", 1000 + i)
+    await cluster.flush()
+    queue = cluster[0].distro.engine.queues[b]
+    assert (queue.sent_batches, queue.sent_records) == (1, 7)
+    got = cluster[1].distro.sync_receiver.received[a]
+    assert (got.batches, got.records, got.applied) == (1, 7, 7)
+    # the same state sent again (a verify-style re-send) arrives but changes nothing
+    cluster[0].distro.engine.enqueue("c0", OP_CHANGE, delay_ms=0)
+    await cluster.flush()
+    assert (got.batches, got.records, got.applied) == (2, 8, 7)
+    assert queue.sent_records == 8
+
+
 async def test_delete_on_disconnect_and_no_echo_back() -> None:
     cluster = SimCluster(3)
     cluster[0].register("c1", 1)
@@ -651,3 +668,62 @@ def test_every_cluster_route_has_a_body_check() -> None:
 
     cluster = SimCluster(2)
     assert set(cluster[0].distro._routes) == set(BODY_CHECKS)
+
+
+async def test_member_figures_show_queues_verify_outcomes_and_last_failures() -> None:
+    cluster = SimCluster(3)
+    a, b, c = cluster.addresses
+    cluster[0].register("c1", 1)
+    cluster[1].register("c2", 2)
+    await cluster.flush()
+    await cluster[0].distro.verify_round()
+    rows = {f.address: f for f in cluster[0].distro.member_figures()}
+    assert [f.address for f in cluster[0].distro.member_figures()] == sorted([a, b, c])
+    assert rows[a].is_self and rows[a].clients_owned == 1 and rows[a].sync_queue is None
+    assert rows[b].clients_owned == 1 and rows[c].clients_owned == 0  # c2 is b's, replicated here
+    for peer in (b, c):
+        row = rows[peer]
+        assert (row.sync_queue, row.last_sync_failure, row.last_failure) == (0, None, None)
+        assert row.sent_batches == 1 and row.last_sync_ms is not None and row.last_sync_ms <= cluster.clock.now_ms()
+        assert row.last_verify is not None and row.last_verify.result == "ok"
+
+    # c stops answering: the queue towards it fills, and the failed batch says when and why
+    cluster.network.cut.add((a, c))
+    cluster[0].register("c3", 3)
+    await cluster.flush(rounds=1)
+    row = {f.address: f for f in cluster[0].distro.member_figures()}[c]
+    assert row.sync_queue == 1 and row.failed_batches == 1
+    assert row.last_sync_failure is not None and "unreachable" in row.last_sync_failure[1]
+    assert row.last_failure is not None and row.last_failure[0] == cluster.clock.now_ms()
+    await cluster[0].distro.verify_round()
+    row = {f.address: f for f in cluster[0].distro.member_figures()}[c]
+    assert row.last_verify is not None and row.last_verify.result == "failed" and row.last_verify.detail
+
+    # b lost a sync batch: the next verify finds the difference and repairs it
+    cluster[1].distro.sync_receiver.drop_count = 1
+    cluster[0].register("c4", 4)
+    await cluster.flush()
+    await cluster[0].distro.verify_round()
+    row = {f.address: f for f in cluster[0].distro.member_figures()}[b]
+    assert row.last_verify is not None and (row.last_verify.result, row.last_verify.resynced) == ("repaired", 1)
+
+
+async def test_a_delete_that_overtakes_a_snapshot_page_is_not_undone_by_it() -> None:
+    # Two nodes restart together: the first one's DELETEs of its previous run's clients reach the
+    # second before the snapshot page (from a node that has not had them yet) that still holds them.
+    cluster = SimCluster(2)
+    a, b = cluster.addresses
+    cluster[1].register("previous-run", 7008)
+    await cluster.flush()
+    newcomer = "10.9.0.9:8848"
+    for node in cluster.nodes.values():
+        node.members.set_members([(x.split(":")[0], 8848) for x in [a, b, newcomer]])
+    loading = cluster.add_node(newcomer, [a, b, newcomer], loaded=False)
+    cluster.network.partition(a, b)  # a keeps its copy a while longer
+    cluster[1].clients.remove("previous-run", "connection of a previous run")
+    await cluster.flush()
+    assert loading.clients.get("previous-run") is None
+    cluster.network.down.add(b)  # the page comes from a, which still holds the copy
+    await loading.distro.load_snapshot()
+    assert loading.distro.loaded
+    assert loading.clients.get("previous-run") is None and loading.ports() == []

@@ -337,6 +337,13 @@ async def test_cluster_series_on_three_nodes(three_nodes: list[ServerProcess], s
     await wait_until(lambda: scrape(a).value("shoal_distro_verify_rounds_total") >= 1, timeout=20, what="verify")
     await wait_until(lambda: scrape(a).total("shoal_distro_sync_queue_depth") == 0, what="empty queues")
     page = scrape(a)
+    for peer in (b, c):  # what a sent, its peers received and applied (a's three clients: one connection)
+        assert page.value("shoal_distro_sync_records_total", peer=peer.addr) >= 1
+        received = scrape(peer)
+        assert received.value("shoal_distro_sync_received_batches_total", peer=a.addr) >= 1
+        assert received.value("shoal_distro_sync_applied_records_total", peer=a.addr) >= 1
+        assert (received.value("shoal_distro_sync_received_records_total", peer=a.addr)
+                >= received.value("shoal_distro_sync_applied_records_total", peer=a.addr))
     assert page.value("shoal_distro_verify_requests_total") >= 1
     assert page.values("shoal_distro_verify_repairs_total") == [page.value("shoal_distro_verify_repairs_total")]
     assert scrape(b).total("grpc_server_requests_seconds_count", module="cluster", success="true") >= 1

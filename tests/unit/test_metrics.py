@@ -13,6 +13,7 @@ from shoal.metrics import (
     Metrics,
     NamingFigures,
     PeerSyncFigures,
+    ReceivedSyncFigures,
 )
 
 
@@ -129,15 +130,20 @@ def test_cluster_figures_and_standalone() -> None:
     m = Metrics()
     m.add_cluster(lambda: ClusterFigures(
         self_address="a:1", members=[("a:1", "UP"), ("b:1", "DOWN")],
-        peers=[PeerSyncFigures("b:1", pending=5, sent_batches=2, failed_batches=3, needs_full_verify=True)],
+        peers=[PeerSyncFigures("b:1", pending=5, sent_batches=2, failed_batches=3, needs_full_verify=True,
+                               sent_records=40)],
         loaded=True, verify_rounds=4, verify_requests=6, verify_bytes=100, verify_repairs=1,
-        verify_mismatched={"b:1": 2}))
+        verify_mismatched={"b:1": 2}, received=[ReceivedSyncFigures("b:1", batches=3, records=90, applied=80)]))
     assert value(m, "shoal_cluster_member_state", member="b:1", state="DOWN") == 1
     assert value(m, "shoal_cluster_member_state", member="b:1", state="UP") == 0
     assert value(m, "shoal_cluster_members", state="UP") == 1
     assert value(m, "shoal_distro_sync_queue_depth", peer="b:1") == 5
     assert value(m, "shoal_distro_sync_batches_total", peer="b:1", result="failed") == 3
     assert value(m, "shoal_distro_sync_needs_full_verify", peer="b:1") == 1
+    assert value(m, "shoal_distro_sync_records_total", peer="b:1") == 40
+    assert value(m, "shoal_distro_sync_received_batches_total", peer="b:1") == 3
+    assert value(m, "shoal_distro_sync_received_records_total", peer="b:1") == 90
+    assert value(m, "shoal_distro_sync_applied_records_total", peer="b:1") == 80
     assert value(m, "shoal_distro_verify_rounds_total") == 4
     assert value(m, "shoal_distro_verify_repairs_total") == 1
     assert value(m, "shoal_distro_verify_mismatched", peer="b:1") == 2

@@ -64,6 +64,9 @@ class Member:
     #: Successful outgoing exchanges so far: a call's failure counts only if none succeeded since it began.
     successes: int = 0
     extend: dict[str, str] = field(default_factory=dict)
+    #: The last counted failure of an outgoing call to this peer: wall time (0 = none) and why.
+    last_failure_ms: int = 0
+    last_failure: str = ""
 
     @property
     def address(self) -> str:
@@ -81,6 +84,13 @@ class Member:
             "abilities": {"remoteAbility": {"supportRemoteConnection": True, "grpcReportEnabled": True}},
             "grpcReportEnabled": True,
         }
+
+
+def failure_text(what: str, exc: BaseException | None = None) -> str:
+    """``what`` (the kind of call) and why it failed, for a member's last failure."""
+    if exc is None:
+        return f"{what}: no answer"
+    return f"{what}: {str(exc) or type(exc).__name__}"
 
 
 def parse_member(text: str) -> tuple[str, int]:
@@ -229,10 +239,12 @@ class MemberManager:
         member.last_seen_ms = self.now_ms()
         return member.state is not MemberState.UP
 
-    def report_failed(self, address: str, refused: bool = False, attempt: int | None = None) -> None:
+    def report_failed(self, address: str, refused: bool = False, attempt: int | None = None,
+                      reason: str = "") -> None:
         """An outgoing exchange with ``address`` failed: UP → SUSPICIOUS, DOWN past
         fail-access-cnt or at once when the connection was refused. ``attempt`` (from
-        :meth:`attempt` when the call began) makes a failure stale once a later call succeeded."""
+        :meth:`attempt` when the call began) makes a failure stale once a later call succeeded.
+        ``reason`` (:func:`failure_text`) is kept with the time as the peer's last failure."""
         member = self.peers.get(address)
         if member is None:
             return
@@ -240,6 +252,8 @@ class MemberManager:
             log.debug("ignoring a failed call to %s that began before its last success", address)
             return
         member.fail_count += 1
+        member.last_failure_ms = self.now_ms()
+        member.last_failure = reason or "call failed"
         new_state = member.state
         if refused or member.fail_count > self.fail_access_cnt:
             new_state = MemberState.DOWN
@@ -295,15 +309,16 @@ class MemberReporter:
         try:
             kind, _ = await self.transport.call(address, REPORT_REQUEST, body, self.timeout_ms)
         except PeerUnavailable as exc:
-            self.members.report_failed(address, refused=exc.refused, attempt=attempt)
+            self.members.report_failed(address, refused=exc.refused, attempt=attempt,
+                                       reason=failure_text("member report", exc))
             return
-        except TimeoutError:
-            self.members.report_failed(address, attempt=attempt)
+        except TimeoutError as exc:
+            self.members.report_failed(address, attempt=attempt, reason=failure_text("member report", exc))
             return
         if kind == REPORT_RESPONSE:
             self.members.report_succeeded(address)
         else:
-            self.members.report_failed(address, attempt=attempt)
+            self.members.report_failed(address, attempt=attempt, reason=f"member report: answered {kind}")
 
     async def handle(self, sender: str, body: bytes) -> tuple[str, bytes]:
         """Answer a MemberReportRequest with this node's Member JSON. The sender is alive, but

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from shoal.distro.verify import (
     DIGEST_REQUEST,
     SUB_REQUEST,
     DigestIndex,
+    VerifyOutcome,
     VerifyReceiver,
     VerifySender,
     VerifyStats,
@@ -48,6 +51,9 @@ log = logging.getLogger(__name__)
 #: Up to this many clients the digests are rebuilt in one go; above, in chunks off the critical path.
 INDEX_REBUILD_INLINE = 50_000
 
+#: How long one count of clients by owner serves the cluster page (it is one pass over every client).
+OWNED_COUNT_TTL_MS = 2000
+
 #: Answers one cluster request: (sender address, body) → (response type, response body).
 Handler = Callable[[str, bytes], Awaitable[tuple[str, bytes]]]
 
@@ -61,6 +67,30 @@ BODY_CHECKS: dict[str, bodies.BodyCheck] = {
     SNAPSHOT_REQUEST: bodies.snapshot_request,
     REPORT_REQUEST: bodies.report_request,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class MemberFigures:
+    """One member as this node sees it, for the console's cluster page (read on demand).
+
+    ``clients_owned``: clients this node holds that the member owns (for this node: its own
+    clients; for a peer: the copies it replicated here). The sync and verify fields are None
+    for this node itself: it has no queue towards itself and does not verify itself."""
+
+    address: str
+    state: str
+    is_self: bool
+    fail_count: int
+    last_seen_ms: int
+    clients_owned: int
+    sync_queue: int | None = None
+    needs_full_verify: bool | None = None
+    sent_batches: int | None = None
+    failed_batches: int | None = None
+    last_sync_ms: int | None = None
+    last_sync_failure: tuple[int, str] | None = None
+    last_verify: VerifyOutcome | None = None
+    last_failure: tuple[int, str] | None = None
 
 
 class DistroProtocol:
@@ -81,24 +111,27 @@ class DistroProtocol:
         # Verify's bucket digests, kept up to date on change; while not loaded it waits.
         self.index = DigestIndex(clients, self.mapper.responsible_client)
         self.index.subscribe(bus)
+        #: Client ids a peer deleted while this node was loading its snapshot (see _apply_sync).
+        self._deleted_while_loading: set[str] = set()
         self._index_task: asyncio.Task[None] | None = None
         self.loaded = not members.is_clustered()
         self.engine = SyncEngine(config, clock, members, transport, self._record_of)
         self.handoff = IpPortHandoff(clock, clients, members, self.mapper, self.engine.enqueue)
         self.processor = DistroProcessor(clock, bus, clients, services, self.mapper, self.engine, self.handoff)
         self.processor.renewed_at = self.index.renewed_at
-        self.sync_receiver = SyncReceiver(self._apply)
+        self.sync_receiver = SyncReceiver(self._apply_sync)
         self.verifier = VerifySender(config, clients, members, self.mapper.responsible_client, transport,
                                      self.engine, self._is_loaded, self.index)
         self.snapshots = SnapshotServer(clock, clients, members.self_address, config.snapshot_chunk_bytes,
                                         config.snapshot_session_ttl_ms, self._is_loaded)
-        self.loader = SnapshotLoader(config, clients, members, transport, self._apply,
+        self.loader = SnapshotLoader(config, clients, members, transport, self._apply_snapshot,
                                      self.engine.enqueue, self._is_loaded, self._loaded_from)
         self.reporter = MemberReporter(members, transport, config.member_report_timeout_ms)
         self.conf_watcher = ClusterConfWatcher(Path(config.cluster_conf), members) if config.cluster_conf else None
         self._routes: dict[str, Handler] = {}
         self.receiver = VerifyReceiver(clock, clients, on_renew, self._is_loaded, self.index,
                                        renew_kinds)  # also builds the routes
+        self._owned: tuple[int, Counter[str]] | None = None  # (monotonic ms, clients by owner)
         self._load_task: asyncio.Task[None] | None = None
         self._verify_task: asyncio.Task[None] | None = None
         members.listeners.append(self._on_members_changed)
@@ -191,6 +224,8 @@ class DistroProtocol:
     def loaded(self, value: bool) -> None:
         was = getattr(self, "_loaded", None)
         self._loaded = value
+        if value:
+            self._deleted_while_loading.clear()
         if not value:
             # While loading, thousands of copies arrive per page: the digests are rebuilt once
             # the load is done instead of being kept up to date one client at a time.
@@ -219,6 +254,25 @@ class DistroProtocol:
             for record in batch:
                 self.index.touch_id(record[1])
         return changed
+
+    def _apply_sync(self, sender: str, batch: list[records.ClientRecord]) -> int:
+        """A peer's sync batch. While loading, the ids it deletes are remembered: a snapshot page
+        built before that DELETE reached the page's server must not bring the client back here
+        (two nodes restarting together: the first one's DELETEs of its previous run's clients
+        reach the second before the snapshot page that still holds them)."""
+        if not self.loaded:
+            for op, client_id, _, _ in batch:
+                if op == records.OP_DELETE:
+                    self._deleted_while_loading.add(client_id)
+                else:
+                    self._deleted_while_loading.discard(client_id)
+        return self._apply(sender, batch)
+
+    def _apply_snapshot(self, owner: str, batch: list[records.ClientRecord]) -> int:
+        """A snapshot page's copies of ``owner``'s clients, less those deleted since the load began."""
+        if self._deleted_while_loading:
+            batch = [r for r in batch if r[1] not in self._deleted_while_loading]
+        return self._apply(owner, batch)
 
     # --- the concerns' entry points (Periodics, tests) ----------------------------------------
     async def verify_round(self) -> None:
@@ -276,6 +330,36 @@ class DistroProtocol:
         except RuntimeError:
             return  # not running (a unit test stepping by hand): the periodic round covers it
         self._verify_task = loop.create_task(self.verify_round(), name="distro-verify-now")
+
+    def member_figures(self) -> list[MemberFigures]:
+        """Every member (this node included) with its Distro figures as this node sees them:
+        state, clients owned, the sync queue towards it, the last verify and the last failures.
+        The clients are counted by owner in one pass, reused for :data:`OWNED_COUNT_TTL_MS` (so
+        open consoles cost one pass per interval); everything else is the engines' own counters."""
+        now = self.clock.monotonic_ms()
+        if self._owned is None or now - self._owned[0] >= OWNED_COUNT_TTL_MS or now < self._owned[0]:
+            self._owned = (now, Counter(client.owner for client in self.clients))
+        owned = self._owned[1]
+        out: list[MemberFigures] = []
+        for member in self.members.all_members():
+            if member.address == self.members.self_address:
+                out.append(MemberFigures(member.address, member.state.value, True, 0, member.last_seen_ms,
+                                         owned.get("", 0) + owned.get(member.address, 0)))
+                continue
+            queue = self.engine.queues.get(member.address)
+            out.append(MemberFigures(
+                member.address, member.state.value, False, member.fail_count, member.last_seen_ms,
+                owned.get(member.address, 0),
+                sync_queue=len(queue.pending) if queue is not None else 0,
+                needs_full_verify=queue.needs_full_verify if queue is not None else False,
+                sent_batches=queue.sent_batches if queue is not None else 0,
+                failed_batches=queue.failed_batches if queue is not None else 0,
+                last_sync_ms=queue.last_sent_ms or None if queue is not None else None,
+                last_sync_failure=((queue.last_failure_ms, queue.last_failure)
+                                   if queue is not None and queue.last_failure_ms else None),
+                last_verify=self.verify_stats.last_outcome.get(member.address),
+                last_failure=(member.last_failure_ms, member.last_failure) if member.last_failure_ms else None))
+        return out
 
     def describe(self) -> dict[str, Any]:
         """This node's view of the cluster (admin endpoints, logs)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from shoal.distro.mapper import IpPortHandoff
-from shoal.distro.members import MemberManager
+from shoal.distro.members import MemberManager, failure_text
 from shoal.model.ip_port import Responsibility, Standalone
 
 __all__ = ["DistroFallback", "ForwardAllTo", "ForwardFallback", "Mapper", "MapperResponsibility",
@@ -89,7 +89,7 @@ class DistroFallback:
 
     def failed(self, owner: str, attempt: int) -> None:
         if self.members.answering(owner):
-            self.members.report_failed(owner, attempt=attempt)
+            self.members.report_failed(owner, attempt=attempt, reason=failure_text("forwarded write"))
 
     def handle_locally(self, tag: str) -> None:
         self.handoff.adopt(tag)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from shoal.clock import Clock
 from shoal.config import Config
 from shoal.distro import records
-from shoal.distro.members import MemberManager, MemberState
+from shoal.distro.members import MemberManager, MemberState, failure_text
 from shoal.distro.records import ClientRecord
 from shoal.distro.transport import PeerError, PeerTransport, PeerUnavailable
 from shoal.model.client import Client, ClientKind
@@ -191,7 +191,7 @@ class SnapshotLoader:
                         # the transport logs the peer's state once; our own failed call counts
                         log.debug("snapshot load from %s failed: %s", address, exc)
                         self.members.report_failed(address, refused=isinstance(exc, PeerUnavailable) and exc.refused,
-                                                   attempt=attempt)
+                                                   attempt=attempt, reason=failure_text("snapshot load", exc))
                         continue
                     except (PeerError, ValueError) as exc:
                         log.warning("snapshot load from %s failed: %s", address, exc)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from shoal.clock import Clock
 from shoal.config import Config
 from shoal.distro import records
-from shoal.distro.members import MemberManager, MemberState
+from shoal.distro.members import MemberManager, MemberState, failure_text
 from shoal.distro.records import OP_DELETE, ClientRecord
 from shoal.distro.transport import PeerError, PeerTransport, PeerUnavailable
 from shoal.tasks import wait_until_due
@@ -52,6 +52,13 @@ class PeerQueue:
     task: asyncio.Task[None] | None = None
     sent_batches: int = 0
     failed_batches: int = 0
+    #: Wall time of the last batch the peer acknowledged (0 = none yet).
+    last_sent_ms: int = 0
+    #: The last failed batch: wall time (0 = none) and why.
+    last_failure_ms: int = 0
+    last_failure: str = ""
+    #: Client records carried by the batches the peer acknowledged (``/ sent_batches`` = mean batch size).
+    sent_records: int = 0
 
     def next_due(self) -> int | None:
         """The earliest due time of the pending keys (None when nothing is pending)."""
@@ -141,6 +148,8 @@ class SyncEngine:
                 raise PeerError(f"{target} answered {kind}: {body[:200]!r}")
         except (PeerUnavailable, PeerError, TimeoutError) as exc:
             queue.failed_batches += 1
+            queue.last_failure_ms = self.clock.now_ms()
+            queue.last_failure = failure_text(f"sync of {len(batch)} clients", exc)
             queue.backoff_ms = min(max(queue.backoff_ms * 2, self.config.sync_initial_backoff_ms),
                                    self.config.sync_retry_delay_ms)
             retry_at = self.clock.monotonic_ms() + queue.backoff_ms
@@ -155,10 +164,12 @@ class SyncEngine:
                           queue.backoff_ms)
                 # our own calls to a peer decide its state (docs/protocol.md §6.2)
                 self.members.report_failed(target, refused=isinstance(exc, PeerUnavailable) and exc.refused,
-                                           attempt=attempt)
+                                           attempt=attempt, reason=queue.last_failure)
             return 0
         queue.backoff_ms = 0
         queue.sent_batches += 1
+        queue.last_sent_ms = self.clock.now_ms()
+        queue.sent_records += len(batch)
         self.members.report_succeeded(target)
         return len(batch)
 
@@ -197,16 +208,29 @@ class SyncEngine:
             await wait_until_due(queue.wake, queue.next_due(), self.clock.monotonic_ms())
 
 
+@dataclass
+class ReceivedSync:
+    """What one sender's sync batches brought: batches, the records in them, and how many of those
+    records changed a client here (a record equal to the copy already held changes nothing)."""
+
+    batches: int = 0
+    records: int = 0
+    applied: int = 0
+
+
 class SyncReceiver:
     """The receiving side: decode a peer's batch and apply it as that peer's copies.
 
-    ``drop_count`` is the ``drop_incoming_sync`` test hook (``shoal.config.TestHooks``): that many batches are
-    acknowledged and silently lost, so verify has something to repair.
+    ``received`` counts, per sender, what arrived and what was applied (the cluster port admits only
+    members, so it holds at most one entry per member). ``drop_count`` is the ``drop_incoming_sync``
+    test hook (``shoal.config.TestHooks``): that many batches are acknowledged and silently lost, so
+    verify has something to repair; they are not counted.
     """
 
     def __init__(self, apply: ApplyBatch, drop_count: int = 0) -> None:
         self.apply = apply
         self.drop_count = drop_count
+        self.received: dict[str, ReceivedSync] = {}
 
     async def handle(self, sender: str, body: bytes) -> tuple[str, bytes]:
         """Answer one DistroSyncRequest with the number of clients applied."""
@@ -214,5 +238,12 @@ class SyncReceiver:
             self.drop_count -= 1
             log.warning("TEST HOOK: dropped a sync batch from %s", sender)
             return SYNC_RESPONSE, b'{"applied":0}'
-        applied = self.apply(sender, records.decode(body))
+        batch = records.decode(body)
+        applied = self.apply(sender, batch)
+        stats = self.received.get(sender)
+        if stats is None:
+            stats = self.received[sender] = ReceivedSync()
+        stats.batches += 1
+        stats.records += len(batch)
+        stats.applied += applied
         return SYNC_RESPONSE, json.dumps({"applied": applied}).encode()

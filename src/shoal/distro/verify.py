@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from shoal.clock import Clock
 from shoal.config import Config
 from shoal.distro import records
-from shoal.distro.members import MemberManager
+from shoal.distro.members import MemberManager, failure_text
 from shoal.distro.sync import SyncEngine
 from shoal.distro.transport import PeerError, PeerTransport, PeerUnavailable
 from shoal.kernels import verify as kernel
@@ -591,6 +591,19 @@ class VerifyReceiver:
             self.on_renew(client, now)
 
 
+@dataclass(frozen=True, slots=True)
+class VerifyOutcome:
+    """How the last verify with one peer ended, at ``time_ms`` (wall): ``ok`` (nothing differed),
+    ``repaired`` (``resynced`` clients re-queued), ``partial`` (more differed than the queue had
+    room for), ``skipped`` (the peer is still loading) or ``failed`` (``detail`` says why)."""
+
+    time_ms: int
+    result: str
+    detail: str = ""
+    mismatched: int = 0
+    resynced: int = 0
+
+
 class VerifyStats:
     """Counters of the owner's verify rounds (for describe(), metrics and tests)."""
 
@@ -600,6 +613,8 @@ class VerifyStats:
         self.bytes_sent = 0
         self.resynced = 0
         self.last_round: dict[str, dict[str, int]] = {}
+        #: The last verify with each peer (the cluster page's "last verify").
+        self.last_outcome: dict[str, VerifyOutcome] = {}
 
 
 @dataclass
@@ -614,6 +629,21 @@ class _PeerRound:
     detail_clients: int = 0
     resynced: int = 0
     complete: bool = False
+    skipped: bool = False
+    failure: str = ""
+
+    def outcome(self, time_ms: int) -> VerifyOutcome:
+        """What the cluster page shows of this round with the peer."""
+        if self.failure:
+            result = "failed"
+        elif self.skipped:
+            result = "skipped"
+        elif not self.complete:
+            result = "partial"
+        else:
+            result = "repaired" if self.resynced else "ok"
+        detail = self.failure or ("the peer is still loading its snapshot" if self.skipped else "")
+        return VerifyOutcome(time_ms, result, detail, self.mismatched, self.resynced)
 
     def as_dict(self) -> dict[str, int]:
         return {"requests": self.requests, "bytes": self.bytes, "answer_bytes": self.answer_bytes,
@@ -664,10 +694,12 @@ class VerifySender:
             await self._exchange(target, n, count, body, done)
         except (PeerUnavailable, TimeoutError) as exc:  # the transport logs the peer's state once
             log.debug("verify with %s failed: %s", target, exc)
+            done.failure = failure_text("verify", exc)
             self.members.report_failed(target, refused=isinstance(exc, PeerUnavailable) and exc.refused,
-                                       attempt=attempt)
+                                       attempt=attempt, reason=done.failure)
         except (PeerError, ValueError, KeyError, struct.error) as exc:
             log.warning("verify with %s failed: %s", target, exc)
+            done.failure = failure_text("verify", exc)
         if done.complete:
             queue = self.engine.queues.get(target)
             if queue is not None:
@@ -676,6 +708,7 @@ class VerifySender:
         self.stats.bytes_sent += done.bytes
         self.stats.resynced += done.resynced
         self.stats.last_round[target] = done.as_dict()
+        self.stats.last_outcome[target] = done.outcome(self.members.now_ms())
 
     async def _call(self, target: str, kind: str, expect: str, body: bytes, done: _PeerRound) -> bytes:
         kind_back, answer = await self.transport.call(target, kind, body, self.config.verify_timeout_ms)
@@ -689,6 +722,7 @@ class VerifySender:
                                "digest answer")
         if reply.get("loading"):
             log.info("verify with %s skipped: it is still loading its snapshot", target)
+            done.skipped = True
             return
         mismatched = bits_set(flags, n)
         if mismatched:
