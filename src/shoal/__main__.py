@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from shoal import __version__
 from shoal.config import Config, TestHooks
 from shoal.config_sources import Report
 from shoal.errors import ConfigError
+from shoal.gcpolicy import GcPolicy
+
+if TYPE_CHECKING:
+    from shoal.app import Node
 
 log = logging.getLogger("shoal")
 
@@ -107,17 +111,6 @@ def _server_config(args: argparse.Namespace) -> tuple[Config, Report]:
     return Config.load_with_report(args.config, overrides=overrides)
 
 
-#: The collector's thresholds, set once here for the server process. A registry allocates many
-#: small, long-lived objects (connections, clients, instances): with CPython's default first
-#: threshold (700) the collector ran so often that it took ~40% of a 10,000-connection keep-alive
-#: scan, hence 50,000. A generation-1 collection scans everything that survived since the last
-#: one, up to threshold0 x threshold1 objects: with 50 that was up to 2.5 million, and one such
-#: collection while a node holding 1,000,000 instances served a snapshot held the loop 2.4 s
-#: (bench/distro/snapshot_load.py --gc-log). 2 bounds it to ~150,000 objects for the same total
-#: scanning; full collections stay rare (CPython also waits for 25 % heap growth).
-GC_THRESHOLDS = (50_000, 2, 1000)
-
-
 def _cmd_server(args: argparse.Namespace) -> int:
     try:
         config, report = _server_config(args)
@@ -132,16 +125,17 @@ def _cmd_server(args: argparse.Namespace) -> int:
         print(f"shoal: cannot open the log file: {exc}", file=sys.stderr)
         return 2
     report.log()
-    gc.set_threshold(*GC_THRESHOLDS)
+    policy = GcPolicy()
+    policy.install()
     import uvloop
 
     try:
-        return uvloop.run(_serve(config))
+        return uvloop.run(_serve(config, policy))
     finally:
         stop_logging()
 
 
-async def _serve(config: Config) -> int:
+async def _serve(config: Config, policy: GcPolicy) -> int:
     from shoal import kernels
     from shoal.app import Node
 
@@ -160,18 +154,32 @@ async def _serve(config: Config) -> int:
         loop.add_signal_handler(sig, stop.set)
     log.info("shoal %s starting: HTTP %s:%d, gRPC SDK %d, data dir %s", __version__, config.host, config.port,
              config.grpc_port, config.data_dir)
-    gc.collect()
-    gc.freeze()  # startup objects (modules, config, handler tables) never need scanning again
+    policy.freeze_startup()  # modules, config, handler tables never need scanning again
+    # from here on, what the registry grows by is frozen once it settles (shoal/gcpolicy.py)
+    gc_periodic = policy.periodic()
+    gc_periodic.start()
+    try:
+        return await _run_node(node, stop, policy)
+    finally:
+        await gc_periodic.stop()
+
+
+async def _run_node(node: Node, stop: asyncio.Event, policy: GcPolicy) -> int:
     # A stop requested while starting (e.g. while waiting for a snapshot from an unreachable
     # peer) must not wait for the start to finish: the start is cancelled, then stopped as usual.
     starting = asyncio.ensure_future(node.start())
     stopping = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    if not starting.done():
-        log.info("stop requested while starting; shutting down")
-        starting.cancel()
-        await asyncio.gather(starting, return_exceptions=True)
-    else:
+    # What the start builds (a loaded snapshot can be millions of objects) lives as long as the
+    # node: the collector is paused meanwhile (collections would only scan the growing registry)
+    # and what was built is frozen once the start ends, so no collection ever scans it.
+    with policy.paused("started"):
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        started = starting.done()
+        if not started:
+            log.info("stop requested while starting; shutting down")
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+    if started:
         try:
             starting.result()
         except OSError as exc:
@@ -179,9 +187,6 @@ async def _serve(config: Config) -> int:
             log.error("cannot start: %s", exc)
             await node.stop()
             return 1
-        # What the start built (a loaded snapshot can be millions of objects) lives as long as
-        # the node: out of the collector's generations, no collection ever scans it again.
-        gc.freeze()
         await stopping
         log.info("stop requested; shutting down")
     try:

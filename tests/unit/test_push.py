@@ -222,3 +222,28 @@ async def test_pushes_of_no_hosts_are_counted_as_empty() -> None:
     page = metrics.render().decode()
     assert 'nacos_monitor{module="naming",name="totalPush"} 2.0' in page
     assert 'nacos_monitor{module="naming",name="emptyPush"} 1.0' in page
+
+
+async def test_default_window_pushes_at_once_and_still_merges_a_burst() -> None:
+    """The default pushTaskDelay adds no wait (issue 10: push p99 <= 10 ms); changes made before
+    the engine runs still travel in one push, and changes while a push is unacknowledged in one more."""
+    registry = make_registry()  # the default push_task_delay_ms
+    sender = FakeSender()
+    sender.hold = asyncio.Event()
+    push = make_push(registry, sender)
+    registry.connect("sub")
+    registry.naming.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
+    for i in range(5):  # a burst within one loop turn
+        registry.connect(f"pub{i}")
+        registry.naming.register_instance(f"pub{i}", SVC, InstanceInfo(f"10.0.0.{i}", 80))
+    assert push.process_due() == 1  # due now: the clock did not move
+    await settle()
+    assert len(sender.sent) == 1 and len(sender.sent[0][1]["hosts"]) == 5
+    for i in range(5):  # churn while that push waits for its ack
+        registry.naming.deregister_instance(f"pub{i}", SVC)
+        push.process_due()
+        await settle()
+    assert len(sender.sent) == 1
+    sender.hold.set()
+    await settle()
+    assert len(sender.sent) == 2 and sender.sent[1][1]["hosts"] == []
