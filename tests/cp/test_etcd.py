@@ -168,3 +168,30 @@ async def test_a_view_started_while_etcd_is_down_fills_once_it_is_up(
         assert view.get("a") == "1" and view.revision >= revision
     finally:
         await view.stop()
+
+
+async def test_a_view_stops_promptly_while_its_watch_keeps_receiving(etcd_store: EtcdStore) -> None:
+    # A cancellation arriving just as a read of the stream completes must not be lost (the
+    # `shoal users` command hung on stopping its views that way).
+    writing = True
+
+    async def writer() -> None:
+        n = 0
+        while writing:
+            n += 1
+            await etcd_store.put(USERS.key(f"w{n % 5}"), b'"x"')
+
+    task = asyncio.create_task(writer())
+    try:
+        for _ in range(80):
+            view = json_view(etcd_store, USERS)
+            view.start()
+            try:
+                await view.wait_ready(15)
+                await wait_for(lambda v=view: len(v) > 0, what="events flowing")  # type: ignore[misc]
+            finally:
+                async with asyncio.timeout(10):
+                    await view.stop()
+    finally:
+        writing = False
+        await task

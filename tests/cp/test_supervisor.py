@@ -116,3 +116,31 @@ def test_ports_names_and_token_come_from_the_member_list(tmp_path: Path) -> None
         plan_members([("h", 500)])
     with pytest.raises(ValueError):
         EtcdSupervisor(members[0], members[1:], tmp_path)
+
+
+async def test_the_member_log_is_rotated_kept_bounded_and_written_on(tmp_path: Path) -> None:
+    limit = 4096
+    (member,) = managed_cluster(tmp_path, 1, log_max_bytes=limit, log_keep=2, log_check_interval_ms=100,
+                                restart_initial_ms=100)
+    await member.start()
+    try:
+        await member.wait_listening(30)
+        await wait_for(lambda: member.log_rotations >= 1, 30, "the start-up output rotated")
+        for _ in range(2):  # each restart writes more than the limit again
+            before, pid = member.log_rotations, member.pid
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            await wait_for(lambda b=before: member.log_rotations > b and member.pid is not None, 30,  # type: ignore[misc]
+                           "a rotation after the restart")
+        await wait_for(lambda: member.log_path.stat().st_size > 0, 30, "etcd writing on in the truncated file")
+        assert not member.log_path.read_bytes().startswith(b"\0")  # appended at the new end, no hole
+        newest, oldest = member.rotated_log_paths()
+        assert newest.stat().st_size > limit and oldest.stat().st_size > limit
+        assert not member.log_path.with_name("etcd.log.3").exists()
+        store = await _store_on(member)
+        try:
+            assert await wait_for(lambda: _put(store, META.key("logged"), b"1"), 30, "a write") > 0
+        finally:
+            await store.close()
+    finally:
+        await member.stop()

@@ -1,7 +1,12 @@
 """Issue 12: the minority side of a partition refuses CP writes with a clear error, keeps serving
 reads and AP traffic, and agrees with the others again after healing.
 
-Three nodes on 127.0.0.2-4, each with its managed etcd member (client port −1000, peer −999).
+Three nodes on 127.0.0.2-4, in both etcd modes: each node with its managed etcd member (client
+port −1000, peer −999), or an external three-member etcd cluster on the same addresses and ports,
+member ``i`` run by this test next to node ``i`` and every node given ``--cp-endpoints`` with C's
+member first (so A's and B's writes and watches start on the member that gets cut off: the case
+that stalled them) and a stock etcd (no progress notifications, so idle watches are checked by
+status probes).
 The harness's :class:`Partition` drops by destination only, and loopback connections leave from
 127.0.0.1, so a node cut off that way can still *send* (its etcd client simply fails over to a
 majority member, and etcd's peer streams, which run over connections the *other* side opened,
@@ -9,8 +14,9 @@ carry on). Here every node runs in a cgroup of its own (its etcd member is its c
 there too) and the rules of the harness's chain also match ``-m cgroup``: A's and B's processes
 cannot send to C's address; C's cannot send to A's, B's or 127.0.0.1 (where every connection A or
 B opened to C comes from), and nothing leaves from C's address to 127.0.0.1. This test's own
-requests leave from :data:`TESTER`, so it can still ask every node. The rules and the cgroups are
-always removed.
+requests leave from :data:`TESTER`, so it can still ask every node. An external member ``i`` runs
+in cgroup ``i`` too, so it is cut off with its node. The rules, processes and cgroups are always
+removed.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ import contextlib
 import http.client
 import json
 import os
+import shutil
 import signal
+import subprocess
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -27,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from shoal.cp.supervisor import EtcdSupervisor, plan_members
 from shoal.testing import poll_until
 
 from .harness import (
@@ -65,24 +74,47 @@ class CgroupPartition(Partition):
 
 
 class CgroupCluster:
-    """Three managed-etcd nodes on 127.0.0.2-4, node ``i`` in cgroup ``<prefix>-i``."""
+    """Three nodes on 127.0.0.2-4, node ``i`` (and its etcd member) in cgroup ``<prefix>-i``;
+    ``mode`` is ``managed-etcd`` or ``etcd`` (an external etcd cluster started here)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, mode: str) -> None:
         self.root = root
+        self.mode = mode
+        self.etcds: list[subprocess.Popen[bytes]] = []
         self.hosts = [f"127.0.0.{2 + i}" for i in range(3)]
         self.ports = [free_port_on(h, OFFSETS) for h in self.hosts]
         self.members = ",".join(f"{h}:{p}" for h, p in zip(self.hosts, self.ports, strict=True))
         self.cgroups = [f"shoal-cp-{os.getpid()}-{i}" for i in range(3)]
         self.nodes: list[HostedServer] = []
 
+    def _in_cgroup(self, i: int, command: list[str]) -> list[str]:
+        """``command`` made to join cgroup ``i`` before exec, so every socket it (and its children)
+        opens is in it."""
+        return ["sh", "-c", f'echo $$ > {CGROUP2 / self.cgroups[i]}/cgroup.procs && exec "$@"', "sh", *command]
+
+    def _start_external_etcd(self) -> list[str]:
+        """Start an etcd member next to each node (the ports a managed member would use), as a
+        stock etcd (no progress notifications); returns the client endpoints, C's first."""
+        planned = plan_members(list(zip(self.hosts, self.ports, strict=True)))
+        binary = shutil.which("etcd") or "/usr/bin/etcd"
+        for i, member in enumerate(planned):
+            command = EtcdSupervisor(member, planned, self.root / f"etcd-{member.host}", binary).command()
+            flag = command.index("--experimental-watch-progress-notify-interval")
+            del command[flag:flag + 2]
+            (self.root / f"etcd-{member.host}").mkdir(parents=True, exist_ok=True)
+            with open(self.root / f"etcd-{member.host}.log", "ab") as log:
+                self.etcds.append(subprocess.Popen(self._in_cgroup(i, command), stdin=subprocess.DEVNULL,
+                                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        return [m.endpoint for m in (planned[2], planned[0], planned[1])]  # C's member first
+
     def start_all(self) -> None:
-        for i, (host, port) in enumerate(zip(self.hosts, self.ports, strict=True)):
+        for i in range(3):
             (CGROUP2 / self.cgroups[i]).mkdir(exist_ok=True)
-            node = HostedServer(port, self.root / f"node-{host}-{port}", ["--members", self.members, *ARGS],
-                                host=host)
-            # Join the cgroup before exec, so every socket of the node and its etcd child is in it.
-            node.args = ["sh", "-c", f'echo $$ > {CGROUP2 / self.cgroups[i]}/cgroup.procs && exec "$@"', "sh",
-                         *node.args]
+        mode_args = ["--cp-endpoints", ",".join(self._start_external_etcd())] if self.mode == "etcd" else []
+        for i, (host, port) in enumerate(zip(self.hosts, self.ports, strict=True)):
+            node = HostedServer(port, self.root / f"node-{host}-{port}",
+                                ["--members", self.members, *mode_args, *ARGS], host=host)
+            node.args = self._in_cgroup(i, node.args)
             self.nodes.append(node.start())  # type: ignore[arg-type]
         for node in self.nodes:
             node.wait_ready(90)
@@ -90,6 +122,10 @@ class CgroupCluster:
     def close(self) -> None:
         for node in self.nodes:
             kill9(node)
+        for etcd in self.etcds:
+            with contextlib.suppress(ProcessLookupError):
+                etcd.kill()
+            etcd.wait(30)
         for name in self.cgroups:
             path = CGROUP2 / name
             if path.exists():
@@ -103,8 +139,8 @@ class CgroupCluster:
                     path.rmdir()
 
 
-@pytest.fixture
-def cp_partition(tmp_path: Path) -> Iterator[tuple[CgroupCluster, CgroupPartition]]:
+@pytest.fixture(params=["managed-etcd", "etcd"])
+def cp_partition(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[CgroupCluster, CgroupPartition]]:
     """The cluster and a chain of this test's own; rules, processes and cgroups always removed."""
     if not CGROUP2.exists():
         partitions_unavailable("no cgroup v2 hierarchy to tell the nodes' traffic apart")
@@ -114,7 +150,7 @@ def cp_partition(tmp_path: Path) -> Iterator[tuple[CgroupCluster, CgroupPartitio
     except PartitionUnavailable as exc:
         part.close()
         partitions_unavailable(str(exc))
-    cluster = CgroupCluster(tmp_path)
+    cluster = CgroupCluster(tmp_path, request.param)
     try:
         yield cluster, part
     finally:
@@ -124,11 +160,6 @@ def cp_partition(tmp_path: Path) -> Iterator[tuple[CgroupCluster, CgroupPartitio
         assert not left, f"iptables rules left behind: {left}"
 
 
-# Not strict: it passed 6 runs in a row where it was written, then failed the final integrated run
-# (the majority's first writes after the cut timed out on the cut-off member for 30 s). Issue 12
-# stays open until the store moves off a hung member fast enough for this to pass every time.
-@pytest.mark.xfail(strict=False, reason="issue 12: a majority node's CP writes can stall past 30 s right after "
-                   "the cut (its etcd client still on the cut-off member; watches idle up to 60 s)")
 def test_the_minority_refuses_cp_writes_serves_reads_and_ap_and_agrees_after_healing(
         cp_partition: tuple[CgroupCluster, CgroupPartition]) -> None:
     cluster, partition = cp_partition
@@ -148,7 +179,10 @@ def test_the_minority_refuses_cp_writes_serves_reads_and_ap_and_agrees_after_hea
     partition.sever(cluster.hosts[2], "127.0.0.1")
     cut_at = time.monotonic()
 
-    # The minority refuses persistent writes with Nacos's 503 naming the CP store ...
+    # The minority refuses persistent writes with Nacos's 503 naming the CP store. Right after
+    # the cut the refused write may still have reached a member that did not know yet that it
+    # was cut off, and be committed once the partition heals (as with any timed-out consensus
+    # write: the error says so); which happened is measured, not asserted ...
     refusal = register_persistent(c, "cp", "10.9.3.1")
     assert refusal[0] == 503 and "CP store" in refusal[1], refusal
     # ... keeps serving reads from its view ...
@@ -158,6 +192,9 @@ def test_the_minority_refuses_cp_writes_serves_reads_and_ap_and_agrees_after_hea
     status, body = register_persistent_ap(c, "ap-minority", "10.9.4.1")
     assert status == 200, body
     assert listed_ips(c, "ap-minority") == {"10.9.4.1"}
+    # Once the cut has settled, a refused write reaches no member at all: it is never applied.
+    settled = register_persistent(c, "cp", "10.9.3.2")
+    assert settled[0] == 503 and "CP store" in settled[1], settled
 
     # The majority keeps writing (its first write may wait for a new etcd leader).
     # A write whose ip:port C is responsible for is forwarded to C until A holds C for down.
@@ -168,41 +205,52 @@ def test_the_minority_refuses_cp_writes_serves_reads_and_ap_and_agrees_after_hea
         answers.append(register_persistent(a, "cp", "10.9.2.1"))
         return answers[-1][0] == 200
 
+    first_try = time.monotonic()
     try:
         poll_until(majority_write, 30, 0.2, "a majority write")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last answers {answers[-3:]}") from None
     written_at = time.monotonic()
-    # Measured, not asserted (both were seen to vary between runs on the shared box, see the
-    # report of the cptests branch): how long until B lists the majority write (a node whose etcd
-    # watch sat on C's member only notices after the store's watch idle timeout), and whether C
-    # heard of it during the cut (it must not; a leak means the partition was not airtight).
-    majority_visible: float | None = None
-    with contextlib.suppress(AssertionError):
-        until(lambda: all(listed_ips(n, "cp") == {"10.9.1.1", "10.9.2.1"} for n in (a, b)), 15,
-              "the majority write on A and B", interval=0.2)
-        majority_visible = time.monotonic() - written_at
-    leaked_to_c = "10.9.2.1" in listed_ips(c, "cp")
+    majority_stall = written_at - cut_at  # includes waiting for A and B to hold C for down
+    # B writes too (in the external mode its client also starts on C's member) ...
+    poll_until(lambda: register_persistent(b, "cp", "10.9.2.2")[0] == 200, 30, 0.2, "a majority write on B")
+    expected = {"10.9.1.1", "10.9.2.1", "10.9.2.2"}
+    # ... and both list both writes: their views' watches are on a member of the majority, or move
+    # there within seconds (an idle stream whose member fails a status probe is re-homed).
+    until(lambda: all(listed_ips(n, "cp") == expected for n in (a, b)), 30,
+          "the majority writes on A and B", interval=0.2)
+    majority_visible = time.monotonic() - written_at
+    # Measured, not asserted: whether C heard of them during the cut (it must not; a leak means the
+    # partition was not airtight, a fault of the harness rather than of the node).
+    leaked_to_c = bool(listed_ips(c, "cp") & {"10.9.2.1", "10.9.2.2"})
 
     partition.heal()
     healed_at = time.monotonic()
-    expected = {"10.9.1.1", "10.9.2.1"}
-    # A watch stream whose packets were dropped is only reopened after the store's watch idle
-    # timeout (60 s), so a view may lag that long after healing: allowed for, measured, reported.
+    # C's watches retry with back-off (at most 5 s apart) and resume from their last revision.
+    # Every node lists the same, the majority's writes, the early refused write or not, never the
+    # settled one.
+    lists: list[set[str]] = []
+
+    def agreed_sets() -> bool:
+        lists[:] = [listed_ips(n, "cp") for n in cluster.nodes]
+        return all(x == lists[0] for x in lists) and expected <= lists[0] <= expected | {"10.9.3.1"}
+
     try:
-        until(lambda: all(listed_ips(n, "cp") == expected for n in cluster.nodes), 150,
-              "every node to agree after healing", interval=0.2)
+        until(agreed_sets, 60, "every node to agree after healing", interval=0.2)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}: {[sorted(listed_ips(n, 'cp')) for n in cluster.nodes]}") from None
+        raise AssertionError(f"{exc}: {[sorted(x) for x in lists]}") from None
     agreed = time.monotonic() - healed_at
+    early_applied = "10.9.3.1" in lists[0]
     poll_until(lambda: register_persistent(c, "cp", "10.9.3.1")[0] == 200, 30, 0.2, "C taking CP writes again")
     writable = time.monotonic() - healed_at
     until(lambda: all(listed_ips(n, "cp") == expected | {"10.9.3.1"} for n in cluster.nodes), 10,
           "C's write everywhere")
-    shown = "not within 15 s" if majority_visible is None else f"{majority_visible:.1f} s"
-    print(f"cp partition: majority write listed on A and B after {shown}; "
+    print(f"cp partition ({cluster.mode}): majority write accepted {majority_stall:.1f} s after the cut, "
+          f"{written_at - first_try:.1f} s after its first try ({len(answers)} attempts), "
+          f"B's too and both listed on A and B {majority_visible:.1f} s later; "
           f"seen on C during the cut: {leaked_to_c}; "
-          f"cut {healed_at - cut_at:.1f} s; refusal {refusal[0]} {refusal[1]!r}; agreed {agreed:.1f} s after "
+          f"cut {healed_at - cut_at:.1f} s; refusal {refusal[0]} {refusal[1]!r} (applied after healing: "
+          f"{early_applied}), settled refusal {settled[0]} {settled[1]!r}; agreed {agreed:.1f} s after "
           f"healing; C writable again {writable:.1f} s after healing")
 
 

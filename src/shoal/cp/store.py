@@ -198,16 +198,18 @@ class CpView(Generic[T]):
     ``(name, old, new)`` for every change (``None`` for absent), after the dict is updated;
     a :class:`Resync` calls them for each name whose value actually changed.
     Writes go through the store; :meth:`put`/:meth:`delete`/:meth:`create` wait until the
-    view has caught up with their revision, so a caller reads its own writes.
+    view has caught up with their revision, so a caller reads its own writes (for at most
+    ``catch_up_timeout_ms``: past it the write, already stored, returns and the view lags).
     """
 
     def __init__(self, store: CpStore, keyspace: Keyspace, decode: Callable[[bytes], T],
-                 encode: Callable[[T], bytes], retry_delay_ms: int = 500) -> None:
+                 encode: Callable[[T], bytes], retry_delay_ms: int = 500, catch_up_timeout_ms: int = 15_000) -> None:
         self.store = store
         self.keyspace = keyspace
         self._decode = decode
         self._encode = encode
         self._retry_delay_s = retry_delay_ms / 1000
+        self._catch_up_timeout_s = catch_up_timeout_ms / 1000
         self._items: dict[str, T] = {}
         self._mod: dict[str, int] = {}
         self._revision = 0
@@ -297,8 +299,15 @@ class CpView(Generic[T]):
         return True
 
     async def _catch_up(self, revision: int) -> None:
-        if self._task is not None:
-            await self.wait_revision(revision)
+        """Wait for the view to show a write of this node, bounded: the write is in the store
+        either way, so a view held up (its watch re-homing) must not hold the caller forever."""
+        if self._task is None:
+            return
+        try:
+            await self.wait_revision(revision, self._catch_up_timeout_s)
+        except TimeoutError:
+            log.warning("CP view %s: revision %d not seen within %g s (the write is stored; the view lags)",
+                        self.keyspace.value, revision, self._catch_up_timeout_s)
 
     # --- feeding ---------------------------------------------------------------------------
     async def _run(self) -> None:

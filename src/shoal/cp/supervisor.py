@@ -8,7 +8,12 @@ Every node of a member list ``h1:p1,h2:p2,...`` (main ports) runs one etcd membe
   already forbid main ports one apart on one host, so these two cannot collide either;
   both offsets are settings (``shoal.cp.client-port-offset``/``peer-port-offset``);
 * member name ``shoal-<host>-<port>``, data dir ``<data_dir>/cp/etcd``, output appended to
-  ``<data_dir>/cp/etcd.log``; ``--initial-cluster`` lists every member of the same list,
+  ``<data_dir>/cp/etcd.log``, kept bounded: when it passes ``log_max_bytes`` (checked at every
+  start and every ``log_check_interval_ms``) it is copied to ``etcd.log.1`` (older copies
+  shifted up to ``etcd.log.<log_keep>``, the oldest dropped) and truncated in place, as
+  logrotate's *copytruncate* does: etcd keeps writing to the same file (opened for append) and
+  never blocks on a pipe of ours; a few lines written between the copy and the truncation can
+  be lost; ``--initial-cluster`` lists every member of the same list,
   with a cluster token derived from that list, so nodes given different lists cannot merge.
   With an existing data dir etcd ignores the bootstrap flags and rejoins with its own state.
 
@@ -27,38 +32,22 @@ import ipaddress
 import logging
 import os
 import random
+import shutil
 import signal
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from shoal.childproc import dying_with_parent
 from shoal.tasks import run_blocking
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BINARY = "/usr/bin/etcd"
 
-#: Runs before etcd in its process and execs it in place (same pid): on Linux the member gets
-#: SIGKILL when its node dies, so a node killed with SIGKILL leaves no orphan member holding
-#: its ports and data dir (its restart then starts the member again on the same data).
-_PARENT_DEATH = """
-import ctypes, os, signal, sys
-if sys.platform.startswith("linux"):
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-    except Exception:
-        pass
-if os.getppid() != int(sys.argv[1]):
-    sys.exit(70)
-os.execv(sys.argv[2], sys.argv[2:])
-"""
-
-
-def _with_parent_death(command: list[str]) -> list[str]:
-    """``command`` wrapped so that it dies with this process (see :data:`_PARENT_DEATH`)."""
-    return [sys.executable, "-c", _PARENT_DEATH, str(os.getpid()), *command]
+#: How often a managed member sends progress notifications on idle watches (see command()).
+WATCH_PROGRESS_INTERVAL = "2s"
 CLIENT_PORT_OFFSET = -1000
 PEER_PORT_OFFSET = -999
 
@@ -132,6 +121,9 @@ class EtcdSupervisor:
         stable_after_ms: int = 30_000,
         stop_grace_ms: int = 5_000,
         history_revisions: int = 100_000,
+        log_max_bytes: int = 64 * 1024 * 1024,
+        log_keep: int = 2,
+        log_check_interval_ms: int = 30_000,
     ) -> None:
         if me not in cluster:
             raise ValueError(f"etcd member {me.name} is not in its own cluster list")
@@ -144,6 +136,14 @@ class EtcdSupervisor:
         self._stable_after_s = stable_after_ms / 1000
         self._stop_grace_s = stop_grace_ms / 1000
         self._history = history_revisions
+        if log_max_bytes <= 0 or log_keep < 1 or log_check_interval_ms <= 0:
+            raise ValueError("log_max_bytes and log_check_interval_ms must be positive, log_keep at least 1")
+        self._log_max_bytes = log_max_bytes
+        self._log_keep = log_keep
+        self._log_check_s = log_check_interval_ms / 1000
+        self._log_task: asyncio.Task[None] | None = None
+        #: How many times the log file was rotated.
+        self.log_rotations = 0
         self._proc: asyncio.subprocess.Process | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -186,6 +186,9 @@ class EtcdSupervisor:
             "--auto-compaction-mode", "revision",
             "--auto-compaction-retention", str(self._history),
             "--enable-v2=false",
+            # Watches asking for progress get a notification this often even when idle, so a
+            # client tells a quiet stream from a dead one within seconds (etcd's default: 10 min).
+            "--experimental-watch-progress-notify-interval", WATCH_PROGRESS_INTERVAL,
             "--logger", "zap",
             "--log-outputs", "stderr",
         ]
@@ -197,15 +200,24 @@ class EtcdSupervisor:
             return
         self._stopping = False
         await run_blocking(self.etcd_dir.mkdir, parents=True, exist_ok=True)
-        await self._spawn()
-        self._task = asyncio.get_running_loop().create_task(self._supervise(), name=f"etcd-{self.me.name}")
+        try:
+            await self._spawn()
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(
+                f"{exc}: the managed-etcd CP mode runs one etcd member per node; install etcd 3.4+ "
+                "(Debian: etcd-server), set shoal.cp.etcd-binary to its path, or use an external etcd "
+                "with --cp-endpoints") from None
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._supervise(), name=f"etcd-{self.me.name}")
+        self._log_task = loop.create_task(self._watch_log(), name=f"etcd-log-{self.me.name}")
 
     async def _spawn(self) -> None:
+        await self._rotate_log()
         logfile: IO[bytes] = await run_blocking(open, self.log_path, "ab")
         try:
             env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
             self._proc = await asyncio.create_subprocess_exec(
-                *_with_parent_death(self.command()), stdin=asyncio.subprocess.DEVNULL, stdout=logfile,
+                *dying_with_parent(self.command()), stdin=asyncio.subprocess.DEVNULL, stdout=logfile,
                 stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True)
         finally:
             await run_blocking(logfile.close)
@@ -237,13 +249,49 @@ class EtcdSupervisor:
             except OSError:
                 log.exception("cannot start etcd member %s with %s", self.me.name, self.binary)
 
+    # --- the log file ---------------------------------------------------------------------------
+    def rotated_log_paths(self) -> list[Path]:
+        """``etcd.log.1`` .. ``etcd.log.<keep>`` (newest first), whether they exist or not."""
+        return [self.log_path.with_name(f"{self.log_path.name}.{n}") for n in range(1, self._log_keep + 1)]
+
+    def _rotate_log_blocking(self) -> bool:
+        try:
+            if self.log_path.stat().st_size <= self._log_max_bytes:
+                return False
+        except FileNotFoundError:
+            return False
+        rotated = self.rotated_log_paths()
+        rotated[-1].unlink(missing_ok=True)
+        for older, newer in zip(reversed(rotated[1:]), reversed(rotated[:-1]), strict=True):
+            if newer.exists():
+                newer.replace(older)
+        shutil.copyfile(self.log_path, rotated[0])
+        with open(self.log_path, "r+b") as current:  # etcd appends: it goes on at the new end
+            current.truncate(0)
+        return True
+
+    async def _rotate_log(self) -> None:
+        try:
+            if await run_blocking(self._rotate_log_blocking):
+                self.log_rotations += 1
+                log.info("etcd member %s: log rotated to %s", self.me.name, self.rotated_log_paths()[0])
+        except OSError as exc:
+            log.warning("etcd member %s: cannot rotate %s: %s", self.me.name, self.log_path, exc)
+
+    async def _watch_log(self) -> None:
+        while True:
+            await asyncio.sleep(self._log_check_s)
+            await self._rotate_log()
+
     async def stop(self) -> None:
         """Stop supervising, then the member: SIGTERM, wait the grace period, SIGKILL."""
         self._stopping = True
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        log_task, self._log_task = self._log_task, None
+        for running in (task, log_task):
+            if running is not None:
+                running.cancel()
+                await asyncio.gather(running, return_exceptions=True)
         proc, self._proc = self._proc, None
         if proc is None or proc.returncode is not None:
             return
