@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import stat
-import subprocess
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -20,11 +18,11 @@ import pytest
 from v2.nacos import ClientConfigBuilder, GRPCConfig, ListInstanceParam, NacosNamingService, RegisterInstanceParam
 from v2.nacos.common.nacos_exception import NacosException as GrpcNacosException
 
-from shoal.testing import ServerProcess, free_port_block, kill, poll_until, start_server
+from shoal.testing import ServerProcess, kill, poll_until
 
+from .admin import PASSWORD, start_with_admin
 from .test_http_sdk import nacos_v1  # noqa: F401  (the 1.x SDK fixture)
 
-PASSWORD = "correct horse battery"
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:nacos.*")
 
 
@@ -34,15 +32,7 @@ def auth_server(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     started: list[ServerProcess] = []
 
     def factory(*args: str) -> ServerProcess:
-        port = free_port_block()
-        data_dir = tmp_path / f"node-{port}"
-        data_dir.mkdir(parents=True)
-        pw = tmp_path / "pw"
-        pw.write_text(PASSWORD + "\n")
-        done = subprocess.run([sys.executable, "-m", "shoal", "users", "create", "nacos", "--password-file", str(pw),
-                               "--data-dir", str(data_dir), "--admin"], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        server = start_server(tmp_path, ["--auth", *args], port=port)
+        server = start_with_admin(tmp_path, *args)
         started.append(server)
         return server
 

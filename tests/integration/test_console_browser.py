@@ -1,13 +1,16 @@
 """The console at /nacos/ in headless Debian Chromium (Selenium, the system chromedriver), against
 real `shoal server` nodes and real nacos-sdk-python clients: log in with auth on, find a service
 the SDK registered, change an instance's weight and see the SDK subscriber pushed the new weight,
-disable it and see it leave the healthy list; the cluster page. Every test saves screenshots
-under its tmp dir and prints their paths."""
+disable it and see it leave the healthy list; namespaces made in the console and registered into;
+users, roles and permissions made by an admin, then used to log in; the cluster page with every
+member's Distro figures. Every test saves screenshots under its tmp dir, prints their paths, and
+copies them to ``$SHOAL_SCREENSHOT_DIR`` when that is set (to look at them after a run)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,9 +46,10 @@ class Browser:
     """A headless Chromium page; blocking calls, run through ``asyncio.to_thread`` by async tests
     so the SDK clients' pushes keep arriving meanwhile."""
 
-    def __init__(self, driver: WebDriver, shots: Path) -> None:
+    def __init__(self, driver: WebDriver, shots: Path, test_name: str = "") -> None:
         self.driver = driver
         self.shots = shots
+        self.test_name = test_name
 
     def open(self, url: str) -> None:
         self.driver.get(url)
@@ -76,15 +80,37 @@ class Browser:
     def click(self, css: str) -> None:
         self.find(css).click()
 
-    def screenshot(self, name: str) -> Path:
+    def screenshot(self, name: str, full_page: bool = False) -> Path:
         path = self.shots / f"{name}.png"
-        self.driver.save_screenshot(str(path))
+        if full_page:  # the whole page: the window grown to its height for the shot
+            size = self.driver.get_window_size()
+            height = int(self.driver.execute_script("return document.documentElement.scrollHeight"))
+            self.driver.set_window_size(size["width"], max(height, size["height"]))
+            self.driver.save_screenshot(str(path))
+            self.driver.set_window_size(size["width"], size["height"])
+        else:
+            self.driver.save_screenshot(str(path))
         print(f"screenshot: {path}")
+        copy_to = os.environ.get("SHOAL_SCREENSHOT_DIR")
+        if copy_to:
+            Path(copy_to).mkdir(parents=True, exist_ok=True)
+            prefix = f"{self.test_name}-" if self.test_name else ""
+            shutil.copyfile(path, Path(copy_to) / f"{prefix}{name}.png")
         return path
+
+    def accept_confirm(self) -> None:
+        """Accept the page's confirm() dialog."""
+        WebDriverWait(self.driver, WAIT_S).until(lambda d: d.switch_to.alert).accept()
+
+    def log_in(self, username: str, password: str) -> None:
+        self.find("#login-form")
+        self.type_into("#login-username", username)
+        self.type_into("#login-password", password)
+        self.click("#login-submit")
 
 
 @pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Browser]:
+def browser(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Browser]:
     options = Options()
     options.binary_location = CHROMIUM
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -93,9 +119,22 @@ def browser(tmp_path: Path) -> Iterator[Browser]:
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
     try:
-        yield Browser(driver, tmp_path)
+        yield Browser(driver, tmp_path, request.node.name.removeprefix("test_"))
     finally:
         driver.quit()
+
+
+def http_post(url: str, params: dict[str, str]) -> tuple[int, str]:
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    request = urllib.request.Request(f"{url}?{urllib.parse.urlencode(params)}", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return int(resp.status), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode()
 
 
 async def in_browser(fn: Callable[..., Any], *args: Any) -> Any:
@@ -211,13 +250,26 @@ def test_cluster_page_shows_three_members(tmp_path: Path, browser: Browser) -> N
         node = cluster.nodes[0]
         poll_until(lambda: sum(m.get("state") == "UP" for m in node.members()) == 3, timeout=WAIT_S,
                    what="three members UP")
+        for n in range(30):  # ip:port clients: each lands on (and is owned by) the node the mapper names
+            status, _ = http_post(node.url("/nacos/v1/ns/instance"), {
+                "serviceName": "spread", "ip": f"10.11.0.{n + 1}", "port": "80", "ephemeral": "true"})
+            assert status == 200
         browser.open(node.url("/nacos/#/cluster"))
         browser.wait_text("h1", "3 members · 3 up")
         for i in range(3):
             browser.wait_text(f'tr[data-member="{cluster.addr(i)}"]', "UP")
         browser.wait_text("#node-state", "cluster")
         browser.wait_text("#node-figures", "responsibleClientCount")
-        browser.screenshot("07-cluster-3-nodes")
+        # every peer's Distro figures as node 0 sees them: a sync queue, and a verify that agreed
+        for i in (1, 2):
+            row = f'tr[data-member="{cluster.addr(i)}"]'
+            browser.wait_text(f"{row} .sync-queue", "0")
+            browser.wait_text(f"{row} .last-verify", "ok")
+        browser.wait_text(f'tr[data-member="{cluster.addr(0)}"]', "this node")
+        browser.wait_text("#settings", "nacos.core.protocol.distro.data.verify.intervalMs")
+        owned = [int(browser.text_of(f'tr[data-member="{cluster.addr(i)}"] .clients-owned')) for i in range(3)]
+        assert sum(owned) == 30, owned
+        browser.screenshot("07-cluster-3-nodes", full_page=True)
     finally:
         for server in cluster.nodes.values():
             kill(server)
@@ -247,3 +299,115 @@ async def test_namespace_switcher_shows_a_namespaces_services(server: ServerProc
     await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@inventory"]')
     await in_browser(browser.wait_text, "#page-info", "1 services")
     await in_browser(browser.screenshot, "08-namespace-dev")
+
+
+async def test_namespace_made_in_the_console_and_registered_into(server: ServerProcess, sdk: Any,
+                                                               browser: Browser) -> None:
+    from selenium.webdriver.support.ui import Select
+    from v2.nacos import RegisterInstanceParam
+
+    await in_browser(browser.open, server.url("/nacos/#/namespaces"))
+    await in_browser(browser.find, 'tr[data-namespace="public"]')
+    # Nacos's rules are shown before anything is sent ...
+    await in_browser(browser.type_into, "#ns-id", "staging")
+    await in_browser(browser.type_into, "#ns-name", "Stag#ing")
+    await in_browser(browser.click, "#ns-create-submit")
+    await in_browser(browser.wait_text, "#flash", "may not contain")
+    await in_browser(browser.type_into, "#ns-name", "Staging")
+    await in_browser(browser.type_into, "#ns-desc", "pre-production")
+    await in_browser(browser.click, "#ns-create-submit")
+    await in_browser(browser.wait_text, 'tr[data-namespace="staging"]', "pre-production")
+    # ... and the server's own refusal is shown as it says it
+    await in_browser(browser.type_into, "#ns-id", "staging")
+    await in_browser(browser.type_into, "#ns-name", "Staging again")
+    await in_browser(browser.click, "#ns-create-submit")
+    await in_browser(browser.wait_text, "#flash", "already exist")
+    await in_browser(browser.screenshot, "09-namespaces-error")
+
+    # edit it
+    await in_browser(browser.click, 'tr[data-namespace="staging"] button.edit')
+    await in_browser(browser.type_into, 'tr[data-namespace="staging"] .ns-desc-input', "pre-production, EU")
+    await in_browser(browser.click, 'tr[data-namespace="staging"] button.save')
+    await in_browser(browser.wait_text, 'tr[data-namespace="staging"]', "pre-production, EU")
+    await in_browser(browser.screenshot, "10-namespaces")
+
+    # the SDK registers into it by its id; the console shows the service once switched to it
+    client = await sdk(server.addr, namespace="staging")
+    assert await client.register_instance(RegisterInstanceParam(service_name="billing", ip="10.7.0.1", port=7100))
+    await in_browser(browser.click, 'tr[data-namespace="staging"] a')
+    await in_browser(browser.wait_text, "#namespace", "Staging")
+    await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@billing"]')
+    await in_browser(lambda: Select(browser.find("#namespace")).select_by_value("public"))
+    await in_browser(browser.wait_text, "#page-info", "0 services")
+    await in_browser(lambda: Select(browser.find("#namespace")).select_by_value("staging"))
+    await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@billing"]')
+    await in_browser(browser.wait_text, "#page-info", "1 services")
+    await in_browser(browser.screenshot, "11-namespace-staging-services")
+
+    # a namespace made and deleted in the console is gone from the API too
+    await in_browser(browser.open, server.url("/nacos/#/namespaces"))
+    await in_browser(browser.type_into, "#ns-id", "scratch")
+    await in_browser(browser.type_into, "#ns-name", "Scratch")
+    await in_browser(browser.click, "#ns-create-submit")
+    await in_browser(browser.click, 'tr[data-namespace="scratch"] button.delete')
+    await in_browser(browser.accept_confirm)
+    await in_browser(browser.wait_text, "#flash", "Namespace scratch deleted")
+    status, body = await asyncio.to_thread(http_get, server.url("/nacos/v1/console/namespaces"))
+    ids = {n["namespace"] for n in json.loads(body)["data"]}
+    assert status == 200 and "staging" in ids and "scratch" not in ids
+
+
+async def test_admin_makes_a_user_role_and_permission_then_that_user_logs_in(
+        auth_server: Callable[..., ServerProcess], browser: Browser, tmp_path: Path) -> None:
+    from v2.nacos import RegisterInstanceParam
+
+    server = auth_server()
+    publisher = await grpc_client(server, tmp_path, username="nacos", password=PASSWORD)
+    try:
+        assert await publisher.register_instance(RegisterInstanceParam(service_name="ledger", ip="10.8.0.1", port=80))
+        await in_browser(browser.open, server.url("/nacos/"))
+        await in_browser(browser.log_in, "nacos", PASSWORD)
+        await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@ledger"]')
+
+        # users: create, change the password
+        await in_browser(browser.click, "#nav-users")
+        await in_browser(browser.type_into, "#user-name", "carol")
+        await in_browser(browser.type_into, "#user-password", "first-password")
+        await in_browser(browser.click, "#user-create-submit")
+        await in_browser(browser.find, 'tr[data-user="carol"]')
+        await in_browser(browser.type_into, 'tr[data-user="carol"] .new-password', "carol-password")
+        await in_browser(browser.click, 'tr[data-user="carol"] .change-password')
+        await in_browser(browser.wait_text, "#flash", "Password of carol changed")
+        await in_browser(browser.screenshot, "12-users")
+
+        # roles: bind (the username is suggested by the users search)
+        await in_browser(browser.click, "#nav-roles")
+        await in_browser(browser.type_into, "#role-name", "ledger-readers")
+        await in_browser(browser.type_into, "#role-user", "car")
+        await in_browser(lambda: WebDriverWait(browser.driver, WAIT_S).until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, '#role-user-list option[value="carol"]')))
+        await in_browser(browser.type_into, "#role-user", "carol")
+        await in_browser(browser.click, "#role-bind-submit")
+        await in_browser(browser.find, 'tr[data-role="ledger-readers"][data-user="carol"]')
+        await in_browser(browser.screenshot, "13-roles")
+
+        # permissions: grant read on the public namespace; a bad one is refused with Nacos's message
+        await in_browser(browser.click, "#nav-permissions")
+        await in_browser(browser.type_into, "#perm-role", "nobody-has-this")
+        await in_browser(browser.type_into, "#perm-resource", "public:*:*")
+        await in_browser(browser.click, "#perm-grant-submit")
+        await in_browser(browser.wait_text, "#flash", "role nobody-has-this not found")
+        await in_browser(browser.type_into, "#perm-role", "ledger-readers")
+        await in_browser(browser.click, "#perm-grant-submit")
+        await in_browser(browser.wait_text, 'tr[data-role="ledger-readers"]', "public:*:*")
+        await in_browser(browser.screenshot, "14-permissions")
+
+        # carol logs in: she sees the services her role may read, and no admin pages
+        await in_browser(browser.click, "#logout")
+        await in_browser(browser.log_in, "carol", "carol-password")
+        await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@ledger"]')
+        await in_browser(browser.wait_text, "#who", "carol")
+        assert not await in_browser(lambda: browser.find("#nav-users").is_displayed())
+        await in_browser(browser.screenshot, "15-logged-in-as-carol")
+    finally:
+        await publisher.shutdown()

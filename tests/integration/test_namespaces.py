@@ -6,27 +6,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from shoal.testing import ServerProcess, kill, poll_until, start_server
 
+from . import admin
 from .cpcluster import CpCluster, ExternalEtcd, call, call_json
 
+node = admin.node  # one standalone server for the module
 V1 = "/nacos/v1/console/namespaces"
 V2 = "/nacos/v2/console/namespace"
 PUBLIC_LISTED = {"namespace": "", "namespaceShowName": "public", "namespaceDesc": None, "quota": 200,
                  "configCount": 0, "type": 0}
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = start_server(tmp_path_factory.mktemp("ns"))
-    yield server
-    kill(server)
 
 
 def test_v1_create_list_detail_edit_delete(node: ServerProcess) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from shoal.__main__ import main
-from shoal.auth.service import AuthService, Identity, LoginLimiter, TooManyLogins, naming_resource
+from shoal.auth.service import AuthService, Identity, LoginLimiter, TooManyLogins, name_matcher, naming_resource
 from shoal.auth.store import UserStore, check_password, hash_password
 from shoal.auth.tokens import TokenManager, load_or_create_secret
 from shoal.config import Config
@@ -284,3 +284,13 @@ async def test_a_node_key_file_becomes_the_first_cluster_key(tmp_path: Path) -> 
     await auth.start()
     assert auth.tokens.username_of(TokenManager(key, 60, time.time).create("u")) == "u"
     await auth.stop()
+
+
+@pytest.mark.parametrize(("fragment", "name", "matches"), [
+    ("", "anyone", True), ("ali", "alice", True), ("ALI", "alice", True), ("ice", "alice", True),
+    ("a*e", "alice", True), ("a*z", "alice", False), ("*", "x", True), ("_", "ROLE_ADMIN", True),
+    ("_", "admin", False), ("%", "admin", False), (".*", "admin", False), ("[a]", "admin", False),
+    ("x" * 257, "x" * 300, False),
+])
+def test_search_matches_like_nacos_sql_like(fragment: str, name: str, matches: bool) -> None:
+    assert name_matcher(fragment)(name) is matches

@@ -252,3 +252,20 @@ async def test_ten_thousand_services_page_server_side(console: Console) -> None:
         assert len(out["serviceList"]) <= 20
     assert out["count"] == 100  # every 100th instance is unhealthy
     print("catalog/services over 10,000 services (ms):", timings)  # a figure for the report, not an assertion
+
+
+def test_settings_in_effect_list_distro_and_changed_settings_and_mask_secrets() -> None:
+    from shoal.config import Config
+    from shoal.transport.http.console_api import settings_in_effect
+
+    config = Config(verify_interval_ms=700, auth_token_secret_key="c2VjcmV0" * 6, cp_password="hunter2",
+                    member_report_interval_ms=2000)
+    rows = {r["property"]: r for r in settings_in_effect(config)}
+    assert rows["nacos.core.protocol.distro.data.verify.intervalMs"] == {
+        "property": "nacos.core.protocol.distro.data.verify.intervalMs", "value": 700, "default": 5000,
+        "changed": True, "doc": rows["nacos.core.protocol.distro.data.verify.intervalMs"]["doc"]}
+    assert rows["shoal.member.report-interval-ms"]["changed"] is False  # Distro/membership: always listed
+    assert "nacos.core.auth.enabled" not in rows  # unchanged and not a cluster setting
+    for secret in ("nacos.core.auth.plugin.nacos.token.secret.key", "shoal.cp.auth.password"):
+        assert rows[secret]["value"] == "(set)" and rows[secret]["default"] == "(not set)"
+    assert "hunter2" not in json.dumps(list(rows.values()))

@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import secrets
 import time
 from collections import OrderedDict, deque
@@ -48,6 +49,21 @@ log = logging.getLogger(__name__)
 READ, WRITE = "r", "w"
 _MAX_SOURCES = 10_000
 _CREDENTIAL_CACHE_MAX = 1024
+
+
+#: Longest search fragment looked at; a longer one matches nothing (no name is that long).
+SEARCH_MAX_CHARS = 256
+
+
+def name_matcher(fragment: str) -> Callable[[str], bool]:
+    """Nacos's user and role search (``findUserLikeUsername`` / ``findRolesLikeRoleName``): SQL
+    ``LIKE '%fragment%'``, where ``*`` in the fragment is a wildcard (``generateLikeArgument``).
+    Case-insensitive, as on Nacos's MySQL store; an empty fragment matches every name; every other
+    character stands for itself."""
+    if len(fragment) > SEARCH_MAX_CHARS:
+        return lambda _name: False
+    pattern = re.compile(".*".join(re.escape(part) for part in fragment.split("*")), re.IGNORECASE | re.DOTALL)
+    return lambda name: pattern.search(name) is not None
 
 
 class TooManyLogins(TooManyRequests):
@@ -324,6 +340,17 @@ class AuthService:
             token = headers.get("accesstoken", "")
             if token:
                 self.identity(token)
+
+    # --- search (UserController.getUserListByUsername, RoleController.searchRoles) -----------
+    def search_users(self, fragment: str) -> list[str]:
+        """Usernames matching ``fragment`` (:func:`name_matcher`), sorted."""
+        match = name_matcher(fragment)
+        return [name for name in self.data.usernames() if match(name)]
+
+    def search_roles(self, fragment: str) -> list[str]:
+        """Role names matching ``fragment`` (:func:`name_matcher`), each once, sorted."""
+        match = name_matcher(fragment)
+        return sorted({role for role, _user in self.data.roles() if match(role)})
 
     # --- user administration (UserController / RoleController / PermissionController) ------
     async def create_user(self, username: str, password: str) -> None:

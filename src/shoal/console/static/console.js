@@ -1,5 +1,6 @@
 // Shoal console: one vanilla module, no build step, no third-party code.
-// Pages (hash routes): #/login, #/services, #/service, #/cluster.
+// Pages (hash routes): #/login, #/services, #/service, #/cluster, #/namespaces, and for admins
+// #/users, #/roles, #/permissions.
 // The token is kept as the Nacos console keeps it: localStorage "token" holds the login answer
 // (JSON with accessToken), and every request carries accessToken as a query parameter.
 
@@ -29,9 +30,14 @@ function flash(text, isError = false) {
 }
 
 // --- token and requests ------------------------------------------------------------------------
-function token() {
-  try { return JSON.parse(localStorage.getItem("token") || "{}").accessToken || ""; } catch { return ""; }
+function login() {
+  try { return JSON.parse(localStorage.getItem("token") || "{}"); } catch { return {}; }
 }
+
+function token() { return login().accessToken || ""; }
+
+// Admin pages are offered when auth is off (everything is open) or the login is a global admin.
+function isAdmin() { return !authOn() || login().globalAdmin === true; }
 
 class ApiError extends Error {
   constructor(status, text) { super(text || `HTTP ${status}`); this.status = status; }
@@ -53,10 +59,14 @@ async function api(method, path, params = {}) {
   }
   const res = await fetch(`${path}?${query}`, init);
   const text = await res.text();
-  if (res.status === 403 && authOn()) {
+  // A missing, expired or unknown login goes back to the login page; a login that lacks the
+  // permission ("authorization failed!") stays, and the page says what was refused.
+  if (res.status === 403 && authOn() && !/authorization failed/i.test(text)) {
     localStorage.removeItem("token");
     location.hash = "#/login";
-    throw new ApiError(403, "please log in");
+    const e = new ApiError(403, "please log in");
+    e.loggedOut = true;
+    throw e;
   }
   if (!res.ok) {
     let message = text;
@@ -290,39 +300,330 @@ function instanceRow(key, i, reload, owner) {
     } }, "Remove")));
 }
 
+// --- namespaces page -------------------------------------------------------------------------------
+// Nacos's console rules, checked before anything is sent; the server checks again and its
+// message (ILLEGAL_NAMESPACE, NAMESPACE_ALREADY_EXIST, ...) is shown as it says it.
+const NS_ID = /^[\w-]+$/;
+const NS_NAME_BAD = /[@#$%^&*]/;
+
+function checkNamespace(id, name, desc) {
+  if (id && !NS_ID.test(id)) return "Namespace ID may only contain letters, digits, '_' and '-'.";
+  if (id && id.length > 128) return "Namespace ID is longer than 128 characters.";
+  if (!name) return "Namespace name is required.";
+  if (NS_NAME_BAD.test(name)) return "Namespace name may not contain @ # $ % ^ & *.";
+  if (name.length > 256) return "Namespace name is longer than 256 characters.";
+  if (desc && desc.length > 256) return "Description is longer than 256 characters.";
+  return "";
+}
+
+async function namespacesPage() {
+  const r = await api("GET", "/nacos/v1/console/namespaces");
+  const list = (Array.isArray(r) ? r : r.data) || [];
+  const reload = () => namespacesPage().catch((e) => flash(e.message, true));
+  const idIn = h("input", { id: "ns-id", placeholder: "ID (optional: a UUID is made)", size: 30 });
+  const nameIn = h("input", { id: "ns-name", placeholder: "name", required: true });
+  const descIn = h("input", { id: "ns-desc", placeholder: "description", size: 40 });
+  const create = h("form", { class: "toolbar card", id: "ns-create", onsubmit: async (e) => {
+    e.preventDefault();
+    const id = idIn.value.trim(), name = nameIn.value.trim(), desc = descIn.value.trim();
+    const problem = checkNamespace(id, name, desc);
+    if (problem) { flash(problem, true); return; }
+    try {
+      await api("POST", "/nacos/v2/console/namespace", { namespaceId: id || undefined, namespaceName: name,
+        namespaceDesc: desc });
+      flash(`Namespace ${name} created.`);
+      reload();
+    } catch (err) { flash(`Creating the namespace failed: ${err.message}`, true); }
+  } }, h("strong", {}, "New namespace"), idIn, nameIn, descIn,
+  h("button", { class: "primary", type: "submit", id: "ns-create-submit" }, "Create"));
+  const rows = list.map((n) => {
+    const id = n.namespace || "public";
+    const isPublic = n.type === 0 || id === "public" || id === "";
+    const nameCell = h("td", { class: "ns-name" }, n.namespaceShowName);
+    const descCell = h("td", { class: "ns-desc" }, n.namespaceDesc || "");
+    const actions = h("td", { class: "actions" });
+    const row = h("tr", { dataset: { namespace: id } }, h("td", { class: "mono" }, id), nameCell, descCell, actions);
+    const services = h("a", { href: `#/services?${new URLSearchParams({ ns: id })}` }, "Services");
+    if (isPublic) { actions.append(services, " ", h("span", { class: "muted" }, "(built in)")); return row; }
+    if (!isAdmin()) { actions.append(services); return row; }
+    const edit = h("button", { class: "edit", onclick: () => {
+      const nameEdit = h("input", { class: "ns-name-input", value: n.namespaceShowName });
+      const descEdit = h("input", { class: "ns-desc-input", value: n.namespaceDesc || "", size: 40 });
+      nameCell.replaceChildren(nameEdit);
+      descCell.replaceChildren(descEdit);
+      actions.replaceChildren(h("button", { class: "primary save", onclick: async () => {
+        const problem = checkNamespace("", nameEdit.value.trim(), descEdit.value.trim());
+        if (problem) { flash(problem, true); return; }
+        try {
+          await api("PUT", "/nacos/v2/console/namespace", { namespaceId: id, namespaceName: nameEdit.value.trim(),
+            namespaceDesc: descEdit.value.trim() });
+          flash(`Namespace ${id} saved.`);
+          reload();
+        } catch (err) { flash(`Saving the namespace failed: ${err.message}`, true); }
+      } }, "Save"), " ", h("button", { onclick: reload }, "Cancel"));
+      nameEdit.focus();
+    } }, "Edit");
+    const del = h("button", { class: "danger delete", onclick: async () => {
+      if (!confirm(`Delete namespace ${n.namespaceShowName} (${id})? Its services stay registered until their clients leave.`)) return;
+      try {
+        await api("DELETE", "/nacos/v2/console/namespace", { namespaceId: id });
+        flash(`Namespace ${id} deleted.`);
+        reload();
+      } catch (err) { flash(`Deleting the namespace failed: ${err.message}`, true); }
+    } }, "Delete");
+    actions.append(services, " ", edit, " ", del);
+    return row;
+  });
+  main.replaceChildren(h("h1", {}, `Namespaces · ${list.length}`), isAdmin() ? create : "",
+    h("table", { id: "namespaces" }, h("thead", {}, h("tr", {}, h("th", {}, "ID"), h("th", {}, "Name"),
+      h("th", {}, "Description"), h("th", {}, ""))), h("tbody", {}, rows)));
+}
+
+// --- users, roles and permissions (admins) -------------------------------------------------------
+function pageOf(r) { return { items: r.pageItems || [], total: r.totalCount ?? (r.pageItems || []).length }; }
+
+// A <datalist> fed by the search endpoints, so names can be picked while typing.
+function suggest(input, path, param) {
+  const list = h("datalist", { id: `${input.id}-list` });
+  input.setAttribute("list", list.id);
+  let last = null;
+  input.addEventListener("input", async () => {
+    const text = input.value.trim();
+    if (text === last) return;
+    last = text;
+    try {
+      const names = await api("GET", path, { [param]: text });
+      if (input.value.trim() === text) list.replaceChildren(...names.slice(0, 20).map((n) => h("option", { value: n })));
+    } catch { /* suggestions are optional */ }
+  });
+  return list;
+}
+
+async function usersPage() {
+  const [r, bindings] = await Promise.all([
+    api("GET", "/nacos/v1/auth/users", { pageNo: 1, pageSize: 1000 }).then(pageOf),
+    api("GET", "/nacos/v1/auth/roles", { pageNo: 1, pageSize: 10000 }).then(pageOf)]);
+  const rolesOf = new Map();
+  for (const b of bindings.items) rolesOf.set(b.username, [...(rolesOf.get(b.username) || []), b.role]);
+  const reload = () => usersPage().catch((e) => flash(e.message, true));
+  const user = h("input", { id: "user-name", placeholder: "username", autocomplete: "off" });
+  const pass = h("input", { id: "user-password", type: "password", placeholder: "password", autocomplete: "new-password" });
+  const create = h("form", { class: "toolbar card", id: "user-create", onsubmit: async (e) => {
+    e.preventDefault();
+    try {
+      await api("POST", "/nacos/v1/auth/users", { username: user.value.trim(), password: pass.value });
+      flash(`User ${user.value.trim()} created.`);
+      reload();
+    } catch (err) { flash(`Creating the user failed: ${err.message}`, true); }
+  } }, h("strong", {}, "New user"), user, pass, h("button", { class: "primary", type: "submit", id: "user-create-submit" }, "Create"));
+  const rows = r.items.map((u) => {
+    const pw = h("input", { class: "new-password", type: "password", placeholder: "new password", autocomplete: "new-password" });
+    const roles = rolesOf.get(u.username) || [];
+    const admin = roles.includes("ROLE_ADMIN");
+    return h("tr", { dataset: { user: u.username } }, h("td", {}, u.username),
+      h("td", {}, roles.length ? roles.map((role) => h("span", { class: "tag" }, role)) : h("span", { class: "muted" }, "none")),
+      h("td", {}, pw, " ", h("button", { class: "change-password", onclick: async () => {
+        try {
+          await api("PUT", "/nacos/v1/auth/users", { username: u.username, newPassword: pw.value });
+          flash(`Password of ${u.username} changed.`);
+          pw.value = "";
+        } catch (err) { flash(`Changing the password failed: ${err.message}`, true); }
+      } }, "Change password")),
+      h("td", {}, admin ? h("span", { class: "muted" }, "(admin)") : h("button", { class: "danger delete", onclick: async () => {
+        if (!confirm(`Delete user ${u.username}?`)) return;
+        try {
+          await api("DELETE", "/nacos/v1/auth/users", { username: u.username });
+          flash(`User ${u.username} deleted.`);
+          reload();
+        } catch (err) { flash(`Deleting the user failed: ${err.message}`, true); }
+      } }, "Delete")));
+  });
+  main.replaceChildren(h("h1", {}, `Users · ${r.total}`), create,
+    h("table", { id: "users" }, h("thead", {}, h("tr", {}, h("th", {}, "Username"), h("th", {}, "Roles"), h("th", {}, "Password"),
+      h("th", {}, ""))), h("tbody", {}, rows)));
+  user.focus();
+}
+
+async function rolesPage() {
+  const r = pageOf(await api("GET", "/nacos/v1/auth/roles", { pageNo: 1, pageSize: 1000 }));
+  const reload = () => rolesPage().catch((e) => flash(e.message, true));
+  const role = h("input", { id: "role-name", placeholder: "role", autocomplete: "off" });
+  const user = h("input", { id: "role-user", placeholder: "username", autocomplete: "off" });
+  const bind = h("form", { class: "toolbar card", id: "role-bind", onsubmit: async (e) => {
+    e.preventDefault();
+    try {
+      await api("POST", "/nacos/v1/auth/roles", { role: role.value.trim(), username: user.value.trim() });
+      flash(`Role ${role.value.trim()} bound to ${user.value.trim()}.`);
+      reload();
+    } catch (err) { flash(`Binding the role failed: ${err.message}`, true); }
+  } }, h("strong", {}, "Bind a role"), role, suggest(role, "/nacos/v1/auth/roles/search", "role"),
+  h("span", { class: "muted" }, "to"), user, suggest(user, "/nacos/v1/auth/users/search", "username"),
+  h("button", { class: "primary", type: "submit", id: "role-bind-submit" }, "Bind"));
+  const rows = r.items.map((b) => h("tr", { dataset: { role: b.role, user: b.username } },
+    h("td", {}, b.role), h("td", {}, b.username),
+    h("td", {}, b.role === "ROLE_ADMIN" ? h("span", { class: "muted" }, "(built in)") :
+      h("button", { class: "danger unbind", onclick: async () => {
+        try {
+          await api("DELETE", "/nacos/v1/auth/roles", { role: b.role, username: b.username });
+          flash(`Role ${b.role} unbound from ${b.username}.`);
+          reload();
+        } catch (err) { flash(`Unbinding the role failed: ${err.message}`, true); }
+      } }, "Unbind"))));
+  main.replaceChildren(h("h1", {}, `Roles · ${r.total} bindings`), bind,
+    h("table", { id: "roles" }, h("thead", {}, h("tr", {}, h("th", {}, "Role"), h("th", {}, "User"),
+      h("th", {}, ""))), h("tbody", {}, rows)));
+}
+
+async function permissionsPage() {
+  const r = pageOf(await api("GET", "/nacos/v1/auth/permissions", { pageNo: 1, pageSize: 1000 }));
+  const reload = () => permissionsPage().catch((e) => flash(e.message, true));
+  const role = h("input", { id: "perm-role", placeholder: "role", autocomplete: "off" });
+  const nsSel = h("select", { id: "perm-namespace" });
+  const resource = h("input", { id: "perm-resource", placeholder: "resource", size: 36,
+    title: "namespace:group:naming/service, * as a wildcard (e.g. dev:*:*)" });
+  const action = h("select", { id: "perm-action" }, h("option", { value: "r" }, "read"),
+    h("option", { value: "w" }, "write"), h("option", { value: "rw" }, "read + write"));
+  namespaces().then((list) => {
+    nsSel.replaceChildren(h("option", { value: "" }, "namespace…"), ...list.map((n) => h("option", { value: n.id }, n.name)));
+  }).catch(() => {});
+  nsSel.addEventListener("change", () => { if (nsSel.value) resource.value = `${nsSel.value}:*:*`; });
+  const grant = h("form", { class: "toolbar card", id: "perm-grant", onsubmit: async (e) => {
+    e.preventDefault();
+    try {
+      await api("POST", "/nacos/v1/auth/permissions", { role: role.value.trim(), resource: resource.value.trim(),
+        action: action.value });
+      flash(`Granted ${action.selectedOptions[0].textContent} on ${resource.value.trim()} to ${role.value.trim()}.`);
+      reload();
+    } catch (err) { flash(`Granting failed: ${err.message}`, true); }
+  } }, h("strong", {}, "Grant"), action, h("span", { class: "muted" }, "on"), nsSel, resource,
+  h("span", { class: "muted" }, "to"), role, suggest(role, "/nacos/v1/auth/roles/search", "role"),
+  h("button", { class: "primary", type: "submit", id: "perm-grant-submit" }, "Grant"));
+  const names = { r: "read", w: "write", rw: "read + write" };
+  const rows = r.items.map((p) => h("tr", { dataset: { role: p.role, resource: p.resource } },
+    h("td", {}, p.role), h("td", { class: "mono" }, p.resource), h("td", {}, names[p.action] || p.action),
+    h("td", {}, h("button", { class: "danger revoke", onclick: async () => {
+      try {
+        await api("DELETE", "/nacos/v1/auth/permissions", { role: p.role, resource: p.resource, action: p.action });
+        flash(`Revoked ${names[p.action] || p.action} on ${p.resource} from ${p.role}.`);
+        reload();
+      } catch (err) { flash(`Revoking failed: ${err.message}`, true); }
+    } }, "Revoke"))));
+  main.replaceChildren(h("h1", {}, `Permissions · ${r.total}`), grant,
+    h("table", { id: "permissions" }, h("thead", {}, h("tr", {}, h("th", {}, "Role"), h("th", {}, "Resource"),
+      h("th", {}, "Action"), h("th", {}, ""))), h("tbody", {}, rows)));
+}
+
 // --- cluster ---------------------------------------------------------------------------------------
+function ago(ms) {
+  if (!ms) return "";
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  if (s < 90) return `${s} s ago`;
+  if (s < 5400) return `${Math.round(s / 60)} min ago`;
+  return `${Math.round(s / 3600)} h ago`;
+}
+
+function stamped(ms, text, cls = "") {
+  if (!ms) return h("span", { class: "muted" }, "—");
+  return h("span", { class: cls, title: new Date(ms).toISOString() }, text ? `${text} · ${ago(ms)}` : ago(ms));
+}
+
+function stateClass(state) { return state === "UP" ? "good" : state === "SUSPICIOUS" ? "warn" : "bad"; }
+
+function memberRow(m) {
+  const v = m.lastVerify;
+  const verifyCls = !v ? "" : v.result === "ok" || v.result === "repaired" ? "good" : v.result === "skipped" ? "muted" : "bad";
+  const verifyText = !v ? "" : v.result === "repaired" ? `repaired ${v.resynced}` : v.result;
+  const none = (x) => (x === null || x === undefined ? h("span", { class: "muted" }, "—") : x);
+  return h("tr", { dataset: { member: m.address }, class: m.self ? "self" : "" },
+    h("td", {}, m.address, m.self ? h("span", { class: "tag" }, "this node") : ""),
+    h("td", { class: stateClass(m.state) }, m.state),
+    h("td", { class: "num clients-owned" }, m.clientsOwned),
+    h("td", { class: "num sync-queue" }, none(m.syncQueue), m.needsFullVerify ? h("div", { class: "warn small" }, "needs full verify") : ""),
+    h("td", { class: "num" }, m.self ? none(null) : `${m.syncBatchesSent} / ${m.syncBatchesFailed}`),
+    h("td", {}, m.self ? none(null) : stamped(m.lastSync, "")),
+    h("td", { class: "last-verify" }, m.self ? none(null) : v ? [stamped(v.time, verifyText, verifyCls),
+      v.detail ? h("div", { class: "small muted" }, v.detail) : ""] : h("span", { class: "muted" }, "not yet")),
+    h("td", { class: "last-failure" }, m.self ? none(null) : [
+      m.lastSyncFailure ? failure(m.lastSyncFailure, m.lastSeen) : "",
+      m.lastFailure && (!m.lastSyncFailure || m.lastFailure.time !== m.lastSyncFailure.time) ? failure(m.lastFailure, m.lastSeen) : "",
+      !m.lastSyncFailure && !m.lastFailure ? h("span", { class: "muted" }, "none") : ""]));
+}
+
+// A failure the member has answered since is history (muted); one it has not is current (red).
+function failure(f, lastSeen) {
+  const past = lastSeen && lastSeen > f.time;
+  return h("div", { class: past ? "failure past" : "failure" },
+    stamped(f.time, past ? "recovered since" : "", past ? "muted" : "bad"), h("div", { class: "small" }, f.reason));
+}
+
+// The member table follows the cluster while the page is open: re-read every few seconds.
+const MEMBERS_REFRESH_MS = 3000;
+
+function refreshMembers(tbody) {
+  setTimeout(async () => {
+    if (!tbody.isConnected || document.hidden) { if (tbody.isConnected) refreshMembers(tbody); return; }
+    try {
+      const figures = await api("GET", "/nacos/v1/console/cluster/distro");
+      if (!tbody.isConnected) return;
+      tbody.replaceChildren(...figures.members.map(memberRow));
+      const up = figures.members.filter((m) => m.state === "UP").length;
+      const title = document.querySelector("main h1");
+      if (title) title.textContent = `Cluster · ${figures.members.length} ${figures.members.length === 1 ? "member" : "members"} · ${up} up`;
+      const v = figures.verify, totals = document.getElementById("verify-totals");
+      if (v && totals) totals.textContent = `Verify: ${v.rounds} rounds, ${v.requests} requests, ${v.bytes} bytes sent, ${v.repairs} clients repaired.`;
+    } catch { /* the next tick tries again */ }
+    if (tbody.isConnected) refreshMembers(tbody);
+  }, MEMBERS_REFRESH_MS);
+}
+
 async function clusterPage() {
-  const nodes = await api("GET", "/nacos/v1/core/cluster/nodes", {});
-  const members = nodes.data || [];
-  const extraKeys = [...new Set(members.flatMap((m) => Object.keys(m.extendInfo || {})))].sort();
-  const rows = members.map((m) => h("tr", { dataset: { member: m.address } },
-    h("td", {}, m.address),
-    h("td", { class: m.state === "UP" ? "good" : "bad" }, m.state),
-    h("td", { class: "num" }, m.failAccessCnt ?? ""),
-    ...extraKeys.map((k) => h("td", { class: "meta" }, fmt((m.extendInfo || {})[k])))));
+  let figures = null;
+  try { figures = await api("GET", "/nacos/v1/console/cluster/distro"); } catch (e) { flash(`Distro figures: ${e.message}`, true); }
+  let members = figures ? figures.members : null;
+  if (!members) {  // an older node: the member list alone
+    const nodes = await api("GET", "/nacos/v1/core/cluster/nodes", {});
+    members = (nodes.data || []).map((m) => ({ address: m.address, state: m.state, self: false, clientsOwned: "" }));
+  }
   const pair = ([k, v]) => [h("span", { class: "muted" }, k), h("span", {}, fmt(v))];
   const up = members.filter((m) => m.state === "UP").length;
-  main.replaceChildren(h("h1", {}, `Cluster · ${members.length} members · ${up} up`),
-    h("table", { id: "members" }, h("thead", {}, h("tr", {}, h("th", {}, "Address"), h("th", {}, "State"),
-      h("th", { class: "num" }, "Failed accesses"), ...extraKeys.map((k) => h("th", {}, k)))), h("tbody", {}, rows)),
-    h("h2", {}, "This node: settings in effect, transport and kernels"),
+  const node = (figures && figures.node) || {};
+  const verify = figures && figures.verify;
+  const settings = (node.settings || []).map((s) => h("tr", { class: s.changed ? "changed" : "", title: s.doc || "" },
+    h("td", { class: "mono" }, s.property), h("td", { class: "mono" }, fmt(s.value)),
+    h("td", { class: "mono muted" }, s.changed ? fmt(s.default) : "")));
+  main.replaceChildren(h("h1", {}, `Cluster · ${members.length} ${members.length === 1 ? "member" : "members"} · ${up} up`),
+    h("p", { class: "muted" }, figures && !figures.standalone
+      ? `As ${figures.self} sees it${figures.loaded ? "" : " (still loading its snapshot)"}.`
+      : "A standalone node."),
+    h("table", { id: "members" }, h("thead", {}, h("tr", {}, h("th", {}, "Member"), h("th", {}, "State"),
+      h("th", { class: "num" }, "Clients owned"), h("th", { class: "num" }, "Sync queue"),
+      h("th", { class: "num" }, "Batches sent / failed"), h("th", {}, "Last sync"), h("th", {}, "Last verify"),
+      h("th", {}, "Last failure"))), h("tbody", {}, members.map(memberRow))),
+    verify ? h("p", { class: "muted", id: "verify-totals" }, `Verify: ${verify.rounds} rounds, ${verify.requests} requests, `
+      + `${verify.bytes} bytes sent, ${verify.repairs} clients repaired.`) : "",
+    h("h2", {}, "This node: transport and kernels"),
     h("div", { class: "card grid", id: "node-state" }, Object.entries(serverState || {}).map(pair).flat()),
-    h("h2", {}, "This node: registry and Distro figures"),
+    h("h2", {}, "This node: settings in effect"),
+    h("p", { class: "muted small" }, "Distro and membership settings, and every other setting changed from its default (highlighted)."),
+    h("table", { id: "settings" }, h("thead", {}, h("tr", {}, h("th", {}, "Property"), h("th", {}, "Value"),
+      h("th", {}, "Default"))), h("tbody", {}, settings)),
+    h("h2", {}, "This node: registry figures"),
     h("div", { class: "card grid", id: "node-figures" }, h("span", { class: "muted" }, "loading…")));
-  const figures = [];
+  if (figures) refreshMembers(document.querySelector("#members tbody"));
+  const registry = [];
   try {
     const m = await api("GET", "/nacos/v1/ns/operator/metrics", { onlyStatus: false });
-    for (const [k, v] of Object.entries(m)) figures.push([k, v]);
-  } catch (e) { figures.push(["operator metrics", e.message]); }
+    for (const [k, v] of Object.entries(m)) registry.push([k, v]);
+  } catch (e) { registry.push(["operator metrics", e.message]); }
   try {
     // The node's gauges without labels (sizes of the model, Distro queues), read from its scrape.
     const text = await api("GET", "/nacos/actuator/prometheus");
     for (const line of String(text).split("\n")) {
       const g = /^(shoal_[a-z0-9_]+) ([0-9.eE+-]+)$/.exec(line);
-      if (g && !g[1].endsWith("_created")) figures.push([g[1], Number(g[2])]);
+      if (g && !g[1].endsWith("_created")) registry.push([g[1], Number(g[2])]);
     }
-  } catch (e) { figures.push(["prometheus", e.message]); }
-  document.getElementById("node-figures")?.replaceChildren(...figures.map(pair).flat());
+  } catch (e) { registry.push(["prometheus", e.message]); }
+  document.getElementById("node-figures")?.replaceChildren(...registry.map(pair).flat());
 }
 
 function fmt(v) {
@@ -336,14 +637,22 @@ async function render() {
   for (const a of document.querySelectorAll("header nav a")) a.classList.toggle("active", a.getAttribute("href") === `#${path}`);
   const logout = document.getElementById("logout");
   logout.hidden = !authOn() || !token();
+  document.getElementById("who").textContent = authOn() && token() ? login().username || "" : "";
+  for (const id of ["nav-users", "nav-roles", "nav-permissions"]) {
+    document.getElementById(id).hidden = !(authOn() && token() && isAdmin());
+  }
   if (authOn() && !token() && path !== "/login") { location.hash = "#/login"; return; }
   try {
     if (path === "/login") loginPage();
     else if (path === "/service") await servicePage(q);
     else if (path === "/cluster") await clusterPage();
+    else if (path === "/namespaces") await namespacesPage();
+    else if (path === "/users" && isAdmin()) await usersPage();
+    else if (path === "/roles" && isAdmin()) await rolesPage();
+    else if (path === "/permissions" && isAdmin()) await permissionsPage();
     else await servicesPage(q);
   } catch (e) {
-    if (!(e instanceof ApiError && e.status === 403)) flash(e.message, true);
+    if (!(e instanceof ApiError && e.loggedOut)) flash(e.status === 403 ? `Not allowed: ${e.message}` : e.message, true);
   }
 }
 

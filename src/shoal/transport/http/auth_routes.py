@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from shoal.auth.service import AuthService, Identity
-from shoal.errors import Forbidden
+from shoal.errors import Forbidden, MissingParam
 from shoal.transport.http.api import core_ok, dumps, json_text
 from shoal.transport.http.params import Params
 
@@ -24,6 +24,14 @@ def _page(items: list[dict[str, Any]], p: Params) -> dict[str, Any]:
     start = (page_no - 1) * page_size
     return {"totalCount": len(items), "pageNumber": page_no,
             "pagesAvailable": math.ceil(len(items) / page_size), "pageItems": items[start:start + page_size]}
+
+
+def _search_param(p: Params, name: str) -> str:
+    """A search fragment: required as a parameter (Spring's ``@RequestParam``), blank allowed."""
+    value = p.get(name)
+    if value is None:
+        raise MissingParam(name)
+    return value.strip()
 
 
 class AuthRoutes:
@@ -61,6 +69,16 @@ class AuthRoutes:
         users = [{"username": u} for u in self.auth.data.usernames()
                  if not name or (name in u if blur else u == name)]
         return json_text(dumps(_page(users, p)))
+
+    async def search_users(self, request: web.Request, p: Params) -> web.Response:
+        """GET /v1/auth/users/search?username=: the matching usernames, a bare JSON list (Nacos
+        UserController.getUserListByUsername). ``username`` must be present; empty matches all."""
+        return json_text(dumps(self.auth.search_users(_search_param(p, "username"))))
+
+    async def search_roles(self, request: web.Request, p: Params) -> web.Response:
+        """GET /v1/auth/roles/search?role=: the matching role names, a bare JSON list (Nacos
+        RoleController.searchRoles). ``role`` must be present; empty matches all."""
+        return json_text(dumps(self.auth.search_roles(_search_param(p, "role"))))
 
     async def add_role(self, request: web.Request, p: Params) -> web.Response:
         await self.auth.add_role(p.text("role"), p.text("username"))

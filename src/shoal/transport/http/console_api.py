@@ -17,11 +17,15 @@ package data under ``shoal/console/static`` and read once (off the loop) on firs
 from __future__ import annotations
 
 import asyncio
+import re
+from collections.abc import Sized
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from shoal import __version__, kernels
+from shoal.config import Config
 from shoal.errors import NacosError, NotFound
 from shoal.model.keys import ServiceKey
 from shoal.service_layer import NamingService
@@ -35,8 +39,12 @@ from shoal.service_layer.catalog import (
     page_slice,
 )
 from shoal.tasks import run_blocking
+from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http.api import dumps, json_text, v2_ok
 from shoal.transport.http.params import Params
+
+if TYPE_CHECKING:
+    from shoal.distro.protocol import DistroProtocol, MemberFigures
 
 _SELECTOR_NONE = {"type": "none", "contextType": "NONE"}
 _HEALTH_CHECKER = {"type": "TCP"}
@@ -197,6 +205,88 @@ class ConsoleRoutes:
         files = await self._load_files()
         return web.Response(body=files[name], content_type=STATIC_FILES[name], charset="utf-8",
                             headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
+
+
+#: Settings whose values are secrets: shown as set / not set, never as their value.
+_SECRET_PROPERTY = re.compile(r"password|secret|identity\.value|private[-.]key", re.IGNORECASE)
+#: Settings the cluster page always lists (Distro and membership), changed or not.
+_CLUSTER_PROPERTY = re.compile(r"distro|\.member\.|member\.fail|cluster\.port", re.IGNORECASE)
+
+
+def settings_in_effect(config: Config) -> list[dict[str, Any]]:
+    """The node's settings the cluster page lists: every Distro / membership setting and every
+    other setting that differs from its default, as ``{property, value, default, changed}``;
+    secrets are masked."""
+    defaults = {prop: value for prop, value, _doc in Config().describe()}
+    out: list[dict[str, Any]] = []
+    for prop, value, doc in config.describe():
+        default = defaults.get(prop)
+        changed = value != default
+        if not changed and not _CLUSTER_PROPERTY.search(prop):
+            continue
+        if _SECRET_PROPERTY.search(prop):
+            value = "(set)" if value else "(not set)"
+            default = "(not set)"
+        out.append({"property": prop, "value": _plain(value), "default": _plain(default), "changed": changed,
+                    "doc": doc})
+    return out
+
+
+def _plain(value: Any) -> Any:
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
+def _stamp(pair: tuple[int, str] | None) -> dict[str, Any] | None:
+    return None if pair is None else {"time": pair[0], "reason": pair[1]}
+
+
+def member_figures_json(f: MemberFigures) -> dict[str, Any]:
+    """One row of the cluster page's member table (times are wall-clock epoch ms)."""
+    verify = f.last_verify
+    return {
+        "address": f.address, "state": f.state, "self": f.is_self, "failAccessCnt": f.fail_count,
+        "lastSeen": f.last_seen_ms or None, "clientsOwned": f.clients_owned, "syncQueue": f.sync_queue,
+        "needsFullVerify": f.needs_full_verify, "syncBatchesSent": f.sent_batches,
+        "syncBatchesFailed": f.failed_batches, "lastSync": f.last_sync_ms,
+        "lastSyncFailure": _stamp(f.last_sync_failure),
+        "lastVerify": None if verify is None else {
+            "time": verify.time_ms, "result": verify.result, "detail": verify.detail,
+            "mismatchedBuckets": verify.mismatched, "resynced": verify.resynced},
+        "lastFailure": _stamp(f.last_failure),
+    }
+
+
+class ClusterFiguresRoutes:
+    """``GET /nacos/v1/console/cluster/distro``: every member with its Distro figures as this node
+    sees it (:meth:`DistroProtocol.member_figures`), this node's verify counters, and the node's
+    settings in effect, transport and kernel implementations. A standalone node lists itself."""
+
+    def __init__(self, config: Config, distro: DistroProtocol | None, clients_held: Sized | None = None) -> None:
+        self.config = config
+        self.distro = distro
+        self.clients_held = clients_held  # the node's clients (a standalone node owns them all)
+
+    async def distro_figures(self, request: web.Request, p: Params) -> web.Response:
+        node = {"version": f"shoal-{__version__}", "transport": transport_name(self.config),
+                "kernels": dict(sorted(kernels.implementation().items())),
+                "settings": settings_in_effect(self.config)}
+        distro = self.distro
+        if distro is None:
+            address = f"{self.config.self_address or self.config.host}:{self.config.port}"
+            held = len(self.clients_held) if self.clients_held is not None else 0
+            return json_text(dumps({
+                "self": address, "standalone": True, "loaded": True, "node": node,
+                "members": [{"address": address, "state": "UP", "self": True, "failAccessCnt": 0,
+                             "lastSeen": None, "clientsOwned": held, "syncQueue": None,
+                             "needsFullVerify": None, "syncBatchesSent": None, "syncBatchesFailed": None,
+                             "lastSync": None, "lastSyncFailure": None, "lastVerify": None, "lastFailure": None}],
+                "verify": None}))
+        stats = distro.verify_stats
+        return json_text(dumps({
+            "self": distro.members.self_address, "standalone": False, "loaded": distro.loaded, "node": node,
+            "members": [member_figures_json(f) for f in distro.member_figures()],
+            "verify": {"rounds": stats.rounds, "requests": stats.requests, "bytes": stats.bytes_sent,
+                       "repairs": stats.resynced}}))
 
 
 def _read_static() -> dict[str, bytes]:

@@ -195,9 +195,11 @@ class HttpServer:
         route("DELETE", "/nacos/v1/auth/users", a.delete_user, Api.CORE, ADMIN)
         route("PUT", "/nacos/v1/auth/users", a.update_user, Api.CORE, IDENTITY)
         route("GET", "/nacos/v1/auth/users", a.list_users, Api.CORE, ADMIN)
+        route("GET", "/nacos/v1/auth/users/search", a.search_users, Api.CORE, ADMIN)
         route("POST", "/nacos/v1/auth/roles", a.add_role, Api.CORE, ADMIN)
         route("DELETE", "/nacos/v1/auth/roles", a.delete_role, Api.CORE, ADMIN)
         route("GET", "/nacos/v1/auth/roles", a.list_roles, Api.CORE, ADMIN)
+        route("GET", "/nacos/v1/auth/roles/search", a.search_roles, Api.CORE, ADMIN)
         route("POST", "/nacos/v1/auth/permissions", a.add_permission, Api.CORE, ADMIN)
         route("DELETE", "/nacos/v1/auth/permissions", a.delete_permission, Api.CORE, ADMIN)
         route("GET", "/nacos/v1/auth/permissions", a.list_permissions, Api.CORE, ADMIN)
@@ -324,7 +326,7 @@ class HttpServer:
         return web.Response(text=dumps(state), content_type="application/json")
 
     def _member_list(self, params: Params, address_key: str) -> list[dict[str, object]]:
-        members = self.members.members() if self.members is not None else [_self_member(self.config)]
+        members = self.members.members() if self.members is not None else [self_member_json(self.config)]
         keyword = params.text(address_key)
         state = params.text("state").upper()
         return [m for m in members if (not keyword or keyword in str(m.get("address", "")))
@@ -337,6 +339,7 @@ class HttpServer:
         return v2_ok(dumps(self._member_list(params, "address")))
 
 
-def _self_member(config: Config) -> dict[str, object]:
+def self_member_json(config: Config) -> dict[str, object]:
+    """A standalone node's own Member JSON."""
     host = config.host if config.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
     return StandaloneMembers(host, config.port).members()[0]
