@@ -8,129 +8,17 @@ cannot parse the reset) is closed by the server and reconnects to a server of it
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
-import random
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from v2.nacos import RegisterInstanceParam
 
-from shoal.testing import ServerProcess, free_port_block, http_get, kill, start_server, wait_until
+from shoal.testing import ServerProcess, http_get, wait_until
 
-from .rawclient import RawClient
-
-JAVA = "Nacos-Java-Client:v2.5.1"
-PYTHON = "Nacos-Python-Client:v3.2.0"
-
-
-class MovingClient:
-    """One SDK-like connection that follows resets (Java) or reconnects when closed (Python)."""
-
-    def __init__(self, ports: list[int], first: int, version: str) -> None:
-        self.ports = ports
-        self.version = version
-        self.port = first
-        self.client: RawClient | None = None
-        self.moves = 0
-        self._task: asyncio.Task[None] | None = None
-        self._stopped = False
-
-    async def start(self) -> None:
-        await self._connect(self.port)
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def _connect(self, port: int) -> None:
-        client = RawClient(port + 1000)
-        kind, _ = await client.call("ServerCheckRequest", {"headers": {}, "module": "internal"})
-        assert kind == "ServerCheckResponse"
-        await client.open_stream()
-        await client.send("ConnectionSetupRequest", {
-            "headers": {}, "clientVersion": self.version, "tenant": "",
-            "labels": {"source": "sdk", "module": "naming"}, "abilityTable": {}, "module": "internal"})
-        kind, _ = await client.receive()
-        assert kind == "SetupAckRequest"
-        self.client, self.port = client, port
-
-    async def _run(self) -> None:
-        while not self._stopped:
-            client = self.client
-            assert client is not None
-            target: int | None = None
-            try:
-                kind, body = await client.receive(timeout=3600)
-                if "requestId" in body:
-                    await client.send(kind.replace("Request", "Response"), {
-                        "resultCode": 200, "errorCode": 0, "success": True, "requestId": body["requestId"]})
-                if kind != "ConnectResetRequest" or self.version == PYTHON:
-                    continue
-                target = int(body["serverPort"]) if body.get("serverPort") else random.choice(self.ports)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the server closed the stream: reconnect to a server of the list
-                target = random.choice(self.ports)
-            with contextlib.suppress(Exception):
-                await client.close()
-            self.moves += 1
-            for _ in range(50):
-                try:
-                    await self._connect(target)
-                    break
-                except Exception:
-                    await asyncio.sleep(0.1)
-                    target = random.choice(self.ports)
-
-    async def stop(self) -> None:
-        self._stopped = True
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        if self.client is not None:
-            await self.client.close()
-
-
-async def aloader(port: int, path: str) -> Any:
-    """:func:`loader` off the loop, so the clients keep answering while the test waits."""
-    return await asyncio.to_thread(loader, port, path)
-
-
-async def acounts(port: int) -> dict[int, int]:
-    return await asyncio.to_thread(counts, port)
-
-
-def loader(port: int, path: str) -> Any:
-    status, text = http_get(f"http://127.0.0.1:{port}/nacos/v2/core/loader/{path}", timeout=5)
-    assert status == 200, text
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def counts(port: int) -> dict[int, int]:
-    summary = loader(port, "cluster")
-    return {int(d["address"].rpartition(":")[2]): int(d["metric"]["sdkConCount"]) for d in summary["detail"]}
-
-
-@pytest.fixture
-async def three_nodes(tmp_path: Path) -> AsyncIterator[Callable[..., list[int]]]:
-    nodes: list[ServerProcess] = []
-
-    def factory(*extra: str) -> list[int]:
-        ports = [free_port_block() for _ in range(3)]
-        members = ",".join(f"127.0.0.1:{p}" for p in ports)
-        nodes.extend(start_server(tmp_path, ["--members", members, "-D", "shoal.member.report-interval-ms=300",
-                                             *extra], port=p, wait=False) for p in ports)
-        for node in nodes:
-            node.wait_ready()
-        return ports
-
-    yield factory
-    for node in nodes:
-        kill(node)
+from .moving import JAVA, PYTHON, MovingClient, acounts, aloader, loader, python_connections
 
 
 @pytest.fixture
@@ -148,9 +36,9 @@ async def moving_clients() -> AsyncIterator[Callable[..., Any]]:
     await asyncio.gather(*(c.stop() for c in made))
 
 
-async def test_manual_loader_api_moves_the_requested_count(three_nodes: Callable[..., list[int]],
+async def test_manual_loader_api_moves_the_requested_count(three_nodes: Callable[..., list[ServerProcess]],
                                                            moving_clients: Callable[..., Any]) -> None:
-    ports = three_nodes()
+    ports = [n.port for n in three_nodes()]
     a, b, c = ports
     clients = await moving_clients(ports, a, 30, python_every=5)
     async def settled(expected: dict[int, int]) -> bool:
@@ -187,10 +75,10 @@ async def test_manual_loader_api_moves_the_requested_count(three_nodes: Callable
     await wait_until(gone, timeout=15, interval=0.3)
 
 
-async def test_automatic_rebalancing_evens_out_the_members(three_nodes: Callable[..., list[int]],
+async def test_automatic_rebalancing_evens_out_the_members(three_nodes: Callable[..., list[ServerProcess]],
                                                             moving_clients: Callable[..., Any]) -> None:
-    ports = three_nodes("-D", "shoal.rebalance.enabled=true", "-D", "shoal.rebalance.interval-ms=1000",
-                        "-D", "shoal.rebalance.rate=15")
+    ports = [n.port for n in three_nodes("-D", "shoal.rebalance.enabled=true", "-D", "shoal.rebalance.interval-ms=1000",
+                                         "-D", "shoal.rebalance.rate=15")]
     a = ports[0]
     await moving_clients(ports, a, 60, python_every=3)
 
@@ -202,28 +90,20 @@ async def test_automatic_rebalancing_evens_out_the_members(three_nodes: Callable
     await wait_until(balanced, timeout=90, interval=0.5)
 
 
-async def test_nacos_sdk_python_is_moved_by_closing_its_stream(three_nodes: Callable[..., list[int]],
+async def test_nacos_sdk_python_is_moved_by_closing_its_stream(three_nodes: Callable[..., list[ServerProcess]],
                                                                sdk: Any) -> None:
-    ports = three_nodes()
+    ports = [n.port for n in three_nodes()]
     client = await sdk(",".join(f"127.0.0.1:{p}" for p in ports))
     await client.register_instance(RegisterInstanceParam(service_name="moved", ip="10.40.0.1", port=1))
 
-    async def python_connections() -> dict[str, int]:
-        found: dict[str, int] = {}
-        for port in ports:
-            for conn_id, conn in (await aloader(port, "current")).items():
-                if conn["metaInfo"]["version"].startswith("Nacos-Python-Client"):
-                    found[conn_id] = port
-        return found
-
-    before = await wait_until(python_connections, what="the SDK's connection")
+    before = await wait_until(lambda: python_connections(ports), what="the SDK's connection")
     (conn_id, home), = before.items()
     target = next(p for p in ports if p != home)
     assert await aloader(home, f"reloadClient?connectionId={conn_id}&redirectAddress=127.0.0.1:{target}") \
         == "success"
 
     async def reconnected() -> bool:
-        now = await python_connections()
+        now = await python_connections(ports)
         return bool(now) and conn_id not in now
 
     await wait_until(reconnected, timeout=30, what="the SDK to reconnect after its stream was closed")

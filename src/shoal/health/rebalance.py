@@ -18,6 +18,10 @@ Clients that cannot parse ``ConnectResetRequest`` (nacos-sdk-python up to 3.2.0 
 moved by closing their stream: they reconnect to a server of their own list. Others get the
 reset and, if they ignore it, are closed by the keep-alive scan on its next round (the
 ``expelled_at_ms`` mark it already uses for the limit rules).
+
+Either way the connection id is handed to ``on_move`` first: the service layer then keeps the
+moved client's instances listed until it has registered again or ``shoal.rebalance.grace-ms``
+passes (:mod:`shoal.service_layer.moved`), so subscribers see no false removal.
 """
 
 from __future__ import annotations
@@ -94,7 +98,8 @@ class ServerLoader:
 
     def __init__(self, config: Config, table: LoaderTable, resetter: Resetter, self_address: str,
                  members: Callable[[], list[str]], peers: LoaderPeers | None,
-                 is_serving: Callable[[], bool], now_ms: Callable[[], int]) -> None:
+                 is_serving: Callable[[], bool], now_ms: Callable[[], int],
+                 on_move: Callable[[str], None] | None = None, kept: Callable[[], int] | None = None) -> None:
         self.config = config
         self.table = table
         self.resetter = resetter
@@ -103,6 +108,11 @@ class ServerLoader:
         self.peers = peers
         self.is_serving = is_serving
         self.now_ms = now_ms
+        #: Told each moved connection's id before it is reset or closed (the service layer
+        #: keeps its client's instances listed for the grace period).
+        self.on_move = on_move
+        #: How many moved clients this node keeps listed in their grace period (reported as keptClients).
+        self.kept = kept
         self.moved = 0
 
     # --- metrics -------------------------------------------------------------------------
@@ -111,10 +121,11 @@ class ServerLoader:
                 if c.registered and not c.closed and c.source == "sdk" and c.expelled_at_ms is None]
 
     def local_metrics(self) -> dict[str, str]:
-        """This node's ServerLoaderInfoResponse.loaderMetrics (plus Shoal's ``loading``)."""
+        """This node's ServerLoaderInfoResponse.loaderMetrics (plus Shoal's ``loading`` and ``keptClients``)."""
         registered = [c for c in self.table.by_id.values() if c.registered and not c.closed]
         return {"conCount": str(len(registered)), "sdkConCount": str(len(self.sdk_connections())),
-                "load": "0", "cpu": "0", "loading": "false" if self.is_serving() else "true"}
+                "load": "0", "cpu": "0", "loading": "false" if self.is_serving() else "true",
+                "keptClients": str(self.kept() if self.kept is not None else 0)}
 
     async def cluster_loads(self) -> list[MemberLoad]:
         """Every member's metrics that arrived (self always), sorted by address."""
@@ -181,6 +192,8 @@ class ServerLoader:
             if conn.closed:
                 continue
             self.moved += 1
+            if self.on_move is not None:
+                self.on_move(conn.connection_id)
             if conn.client_version.startswith(NO_RESET_CLIENTS):
                 self.table.unregister(conn.connection_id, "moved to another server (rebalancing)")
             else:

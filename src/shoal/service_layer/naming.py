@@ -33,6 +33,7 @@ from shoal.model.instance import HEART_BEAT_INTERVAL_KEY, InstanceInfo, generate
 from shoal.model.ip_port import BeatTable, ip_port_client_id, responsible_tag
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage, parse_clusters
+from shoal.service_layer.moved import MovedClients
 from shoal.service_layer.validation import PERSISTENT_UNSUPPORTED, InstanceValidator, check_port
 from shoal.service_layer.views import ClientDetail, OperatorMetrics, ServiceDetail, ServiceList, load_and_mem
 from shoal.tasks import run_blocking
@@ -58,6 +59,8 @@ class NamingService:
         self._last_ref_ms = 0
         self.beats = BeatTable(bus, clients, clock.monotonic_ms, clock.now_ms)
         self.validator = InstanceValidator(config)
+        #: Clients moved by rebalancing, kept listed for a grace period (beyond Nacos).
+        self.moved = MovedClients(config, clients, index, clock.monotonic_ms)
 
     # --- validation (the one rule set: service_layer.validation) ------------------------
     def check_params(self, service: ServiceKey | None = None, clusters: str | None = None,
@@ -371,7 +374,10 @@ class NamingService:
 
     def release_client(self, client_id: str, reason: str) -> None:
         """Remove the naming client of a closed connection and everything it published
-        (clientDisconnected); an unknown id is a no-op."""
+        (clientDisconnected); an unknown id is a no-op. A client whose connection was moved by
+        rebalancing is kept for its grace period instead (:class:`MovedClients`)."""
+        if self.moved.keep(client_id):
+            return
         self.clients.remove(client_id, reason)
 
     # --- reads for the Open API (ServiceControllerV2, ClientInfoControllerV2, Operator) ----
