@@ -8,6 +8,7 @@ import functools
 import logging
 import socket
 from pathlib import Path
+from typing import Any
 
 from shoal.auth.service import AuthService
 from shoal.clock import Clock, SystemClock
@@ -52,13 +53,16 @@ from shoal.transport.grpc.server import SdkServer
 from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http.api import Api
 from shoal.transport.http.auth_routes import AuthRoutes
+from shoal.transport.http.console_api import ClusterFiguresRoutes
 from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import MemberList
 from shoal.transport.http.loader import HttpLoaderPeers, LoaderRoutes
 from shoal.transport.http.namespaces import NamespaceRoutes
 from shoal.transport.http.operator import OperatorRoutes
-from shoal.transport.http.server import ADMIN, IDENTITY, HttpServer
-from shoal.transport.http.v3 import V3Routes
+from shoal.transport.http.server import ADMIN, IDENTITY, HttpServer, self_member_json
+from shoal.transport.http.v3 import V3Routes, install
+from shoal.transport.http.v3_core import V3CoreRoutes
+from shoal.transport.http.v3_naming import V3NamingRoutes
 
 log = logging.getLogger(__name__)
 
@@ -167,10 +171,6 @@ class Node:
         self.switches.subscribe(self._apply_switches)
         operator = OperatorRoutes(self.naming, self.persistent, self.switches, self.http.forwarder)
         operator.register(self.http.add_route, ADMIN)
-        if self.http.naming_routes is not None:  # the Nacos 3.x surface over the same handlers
-            V3Routes(self.http.naming_routes, self.namespaces, AuthRoutes(self.auth) if self.auth is not None else None,
-                     self.http.server_state, self.http.cluster_nodes_v2, operator.v2_switches).register(
-                self.http.add_route, ADMIN, IDENTITY)
         # Arrow snapshots: the change-event log is always kept; periodic export when configured.
         self.changelog = ChangeLog(self.bus, self.clock, self.clients, config.event_log_capacity)
         self.exporter = NodeExporter(self.address, self.clock, self.clients, self.services, self.index,
@@ -179,11 +179,28 @@ class Node:
             self.periodics.append(Periodic("arrow-export", config.export_interval_ms, self._export_periodically))
         export_routes = ExportRoutes(self.exporter, Path(config.data_dir) / "export-scratch")
         self.http.add_route("GET", "/nacos/v1/shoal/export", export_routes.export, Api.CORE, ADMIN)
+        # The console's cluster page: every member's Distro figures as this node sees them.
+        cluster_figures = ClusterFiguresRoutes(config, self.distro, self.clients)
+        self.http.add_route("GET", "/nacos/v1/console/cluster/distro", cluster_figures.distro_figures, Api.V1, ADMIN)
         # Connection rebalancing: the Nacos loader API, and the automatic round when enabled.
         self.loader_peers = HttpLoaderPeers(config, self.tls.http) if self.members is not None else None
         self.loader = ServerLoader(config, self.sdk_connections, self.sdk_server, self.address, self._member_addresses,
-                                   self.loader_peers, self.is_serving, self.clock.monotonic_ms)
-        LoaderRoutes(self.loader, self.sdk_connections).install(self.http, Api.CORE, ADMIN)
+                                   self.loader_peers, self.is_serving, self.clock.monotonic_ms,
+                                   on_move=self.naming.moved.mark, kept=lambda: len(self.naming.moved.kept))
+        loader_routes = LoaderRoutes(self.loader, self.sdk_connections)
+        loader_routes.install(self.http, Api.CORE, ADMIN)
+        if config.rebalance_grace_ms > 0:  # moved clients kept listed until they are back (beyond Nacos)
+            self.periodics.append(Periodic("moved-client-grace", min(500, config.rebalance_grace_ms),
+                                           self._release_moved))
+        # The Nacos 3.x surface (docs/protocol.md §5.7): route tables over the same handlers.
+        v3_core = V3CoreRoutes(self.namespaces, loader_routes, self.http.server_state, self.http.cluster_nodes_v2,
+                               self._self_member, self.readiness_problem)
+        install(self.http.add_route, v3_core.routes(ADMIN))
+        if self.http.naming_routes is not None:
+            auth_routes = AuthRoutes(self.auth) if self.auth is not None else None
+            install(self.http.add_route, V3Routes(self.http.naming_routes, auth_routes).routes(ADMIN, IDENTITY))
+            install(self.http.add_route, V3NamingRoutes(self.http.naming_routes, operator,
+                                                        self._responsible_server).routes(ADMIN))
         if config.rebalance_enabled:
             self.periodics.append(Periodic("rebalance", config.rebalance_interval_ms, self.loader.rebalance_tick))
         self._serving = False
@@ -242,6 +259,8 @@ class Node:
             await periodic.stop()
         if self._started:
             await self.sdk_server.stop(self.config.shutdown_grace_ms / 1000)
+        # clients kept for moved connections go with their node, as its other connection clients do
+        self.naming.moved.release_all()
         if self.distro is not None:
             await self.distro.stop()
         if self.cluster_server is not None:
@@ -299,6 +318,16 @@ class Node:
                 host = "127.0.0.1"
         return f"{host}:{self.config.port}"
 
+    def _self_member(self) -> dict[str, Any]:
+        """This node's Member JSON (v3 ``cluster/node/self``)."""
+        if self.members is not None:
+            return self.members.self_member.to_nacos()
+        return self_member_json(self.config)
+
+    def _responsible_server(self, tag: str) -> str:
+        """The member responsible for an ``ip:port`` (v3 ``client/distro``)."""
+        return self.http.forwarder.owner_of(tag) or self.address
+
     def _member_addresses(self) -> list[str]:
         return [m.address for m in self.members.all_members()] if self.members is not None else [self.address]
 
@@ -325,6 +354,9 @@ class Node:
     async def _clean_services(self) -> None:
         self.naming.clean_empty_services()
 
+    async def _release_moved(self) -> None:
+        self.naming.moved.tick()
+
     def _count_closed(self, conn: Connection, reason: str) -> None:
         self.metrics.connection_closed(reason)
 
@@ -335,4 +367,5 @@ class Node:
             "services": len(self.services),
             "instances": self.storage.instance_count(),
             "subscribers": sum(len(s) for s in self.index.subscribers.values()),
+            "moved_clients_kept": len(self.naming.moved.kept),
         }

@@ -220,6 +220,13 @@ class Config:
         "Interval of the automatic rebalancing round (long enough for moved clients to land).",
         check=positive,
     )
+    rebalance_grace_ms: int = _setting(
+        45000, "shoal.rebalance.grace-ms",
+        "How long a client moved by rebalancing (loader API or automatic) keeps its instances listed until it "
+        "has re-registered on its new node; longer than nacos-sdk-python's 30 s redo tick. 0 removes them at "
+        "once, as Nacos does (beyond Nacos).",
+        check=non_negative,
+    )
     push_backlog_per_connection: int = _setting(
         1024,
         "shoal.remote.server.connection.max-pending-requests",
@@ -229,9 +236,10 @@ class Config:
 
     # --- naming --------------------------------------------------------------------------
     push_task_delay_ms: int = _setting(
-        10,
+        0,
         "nacos.naming.push.pushTaskDelay",
-        "Coalescing window for pushes of one service (Nacos: 500 ms; ours is far lower).",
+        "Coalescing window for pushes of one service (Nacos: 500 ms; ours is 0: changes before the push "
+        "engine runs, and during an unacknowledged push, still merge).",
         check=non_negative,
     )
     push_task_timeout_ms: int = _setting(

@@ -38,6 +38,7 @@ class Code(IntEnum):
     SERVER_ERROR = 500
     BAD_GATEWAY = 502
     OVER_THRESHOLD = 503
+    SERVER_NOT_IMPLEMENTED = 501
     FUZZY_WATCH_PATTERN_OVER_LIMIT = 50310  # v2 ErrorCode, also the errorCode of NamingFuzzyWatchResponse
     FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT = 50311
 
@@ -53,6 +54,7 @@ class HttpStatus(IntEnum):
     PAYLOAD_TOO_LARGE = 413
     TOO_MANY_REQUESTS = 429
     INTERNAL_SERVER_ERROR = 500
+    NOT_IMPLEMENTED = 501
     BAD_GATEWAY = 502
     SERVICE_UNAVAILABLE = 503
 
@@ -75,6 +77,7 @@ class V2Code(IntEnum):
     NAMESPACE_NOT_EXIST = 22001
     NAMESPACE_ALREADY_EXIST = 22002
     SERVER_ERROR = 30000
+    API_FUNCTION_DISABLED = 40001
     FUZZY_WATCH_PATTERN_OVER_LIMIT = 50310
     FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT = 50311
 
@@ -96,6 +99,7 @@ V2_TEXT: dict[int, str] = {
     V2Code.NAMESPACE_NOT_EXIST: "namespace not exist",
     V2Code.NAMESPACE_ALREADY_EXIST: "namespace already exist",
     V2Code.SERVER_ERROR: "server error",
+    V2Code.API_FUNCTION_DISABLED: "API function disabled.",
     V2Code.FUZZY_WATCH_PATTERN_OVER_LIMIT: "fuzzy watch pattern over limit",
     V2Code.FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT: "fuzzy watch pattern matched count over limit",
 }
@@ -336,6 +340,16 @@ class FuzzyWatchMatchOverLimit(NacosError):
     http_status = HttpStatus.SERVICE_UNAVAILABLE
     v2_code = V2Code.FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT
     default_message = "fuzzy watch pattern matched count over limit"
+
+
+class FunctionDisabled(NacosError):
+    """A Nacos route whose function this node does not have (Raft operations, runtime member
+    list edits, the config module): HTTP 501 with v2 code 40001, as Nacos's noop handlers answer
+    a disabled module (ConfigNoopHandler, McpNoopHandler)."""
+
+    code = Code.SERVER_NOT_IMPLEMENTED
+    http_status = HttpStatus.NOT_IMPLEMENTED
+    v2_code = V2Code.API_FUNCTION_DISABLED
 
 
 class CpUnavailable(NacosError):

@@ -4,53 +4,25 @@ admin and core endpoints, with auth off and on, and a 3.x-style login flow (v3 f
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from shoal.config import TestHooks
-from shoal.testing import ServerProcess, free_port_block, kill, poll_until, start_server
+from shoal.testing import ServerProcess, poll_until
 
+from . import admin
+from .admin import PASSWORD, add_user_with_grant, ok
 from .cpcluster import call, call_json
 
-PASSWORD = "correct horse battery"
+node = admin.node  # one server for the module
+auth_node = admin.auth_node  # with auth and an admin `nacos`
 CLIENT = "/nacos/v3/client/ns/instance"
 ADMIN_INSTANCE = "/nacos/v3/admin/ns/instance"
 ADMIN_SERVICE = "/nacos/v3/admin/ns/service"
 NAMESPACE = "/nacos/v3/admin/core/namespace"
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = start_server(tmp_path_factory.mktemp("v3"))
-    yield server
-    kill(server)
-
-
-@pytest.fixture(scope="module")
-def auth_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """`shoal server --auth` with an admin `nacos` made by `shoal users create`."""
-    tmp = tmp_path_factory.mktemp("v3auth")
-    port = free_port_block()
-    data_dir = tmp / f"node-{port}"
-    data_dir.mkdir(parents=True)
-    (tmp / "pw").write_text(PASSWORD + "\n")
-    done = subprocess.run([sys.executable, "-m", "shoal", "users", "create", "nacos", "--password-file",
-                           str(tmp / "pw"), "--data-dir", str(data_dir), "--admin"], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stderr
-    server = start_server(tmp, ["--auth"], port=port)
-    yield server
-    kill(server)
-
-
-def ok(body: Any) -> Any:
-    assert body["code"] == 0 and body["message"] == "success", body
-    return body["data"]
 
 
 def test_client_register_list_heartbeat_deregister(node: ServerProcess) -> None:
@@ -145,12 +117,7 @@ def test_auth_login_v3_first_and_rules(auth_node: ServerProcess) -> None:
         "10.2.0.1"]
     # a user without the admin role may use the client API it has permissions for, not the admin API
     # (made through the v3 auth administration, answered in the Result envelope)
-    assert ok(call_json("POST", auth_node.url("/nacos/v3/auth/user"), token,
-                        {"username": "app", "password": "app-pass-1"})) == "create user ok!"
-    assert ok(call_json("POST", auth_node.url("/nacos/v3/auth/role"), token,
-                        {"role": "apps", "username": "app"})) == "add role ok!"
-    assert ok(call_json("POST", auth_node.url("/nacos/v3/auth/permission"), token,
-                        {"role": "apps", "resource": "public:*:*", "action": "rw"})) == "add permission ok!"
+    add_user_with_grant(auth_node, token, "app", "app-pass-1", "apps")
     poll_until(lambda: "app" in call("GET", auth_node.url("/nacos/v3/auth/user/list"), token)[1], timeout=10,
                what="the user listed")
     users = ok(call_json("GET", auth_node.url("/nacos/v3/auth/user/list"), {**token, "pageNo": "1", "pageSize": "10"}))
@@ -210,10 +177,17 @@ def test_admin_clients_ops_health_and_cluster(node: ServerProcess) -> None:
     clients = ok(call_json("GET", node.url("/nacos/v3/admin/ns/client/list")))
     client_id = next(c for c in clients if c.startswith("10.5.0.2:80"))
     detail = ok(call_json("GET", node.url("/nacos/v3/admin/ns/client"), {"clientId": client_id}))
-    assert detail["clientType"] == "ipport" and detail["clientIp"] == "10.5.0.2"
+    # the 3.x maintainer shapes (ClientSummaryInfo, ClientServiceInfo), not v2's
+    assert detail["clientType"] == "ipPort" and detail["clientIp"] == "10.5.0.2" and detail["clientPort"] == 80
+    assert detail["connectType"] is None and detail["ephemeral"] is True
     published = ok(call_json("GET", node.url("/nacos/v3/admin/ns/client/publish/list"), {"clientId": client_id}))
-    assert published == [{"namespace": "public", "group": "G", "serviceName": "cache",
-                          "registeredInstance": {"ip": "10.5.0.2", "port": 80, "cluster": "DEFAULT"}}]
+    assert published == [{"namespaceId": "public", "groupName": "G", "serviceName": "cache", "subscriberInfo": None,
+                          "publisherInfo": {"clientId": None, "ip": "10.5.0.2", "port": 80, "clusterName": "DEFAULT"}}]
+    assert ok(call_json("GET", node.url("/nacos/v3/admin/ns/client/subscribe/list"), {"clientId": client_id})) == []
     assert call_json("GET", node.url("/nacos/v3/admin/ns/client"), {"clientId": "nope"}, status=404)["code"] == 20004
     assert ok(call_json("GET", node.url("/nacos/v3/admin/ns/ops/metrics")))["status"] == "UP"
+    counts = ok(call_json("GET", node.url("/nacos/v3/admin/ns/ops/metrics"), {"onlyStatus": "false"}))
+    assert set(counts) == {"status", "serviceCount", "instanceCount", "subscribeCount", "clientCount",
+                           "connectionBasedClientCount", "ephemeralIpPortClientCount", "persistentIpPortClientCount",
+                           "responsibleClientCount"} and counts["instanceCount"] >= 1  # MetricsInfo: no cpu/load
     assert ok(call_json("GET", node.url("/nacos/v3/admin/ns/ops/switches")))["healthCheckEnabled"] in (True, False)

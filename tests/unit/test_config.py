@@ -161,3 +161,10 @@ def test_persistent_health_checks_default_to_nacos_timings() -> None:
     assert (c.health_check_timeout_ms, c.health_check_times) == (500, 3)
     with pytest.raises(ConfigError, match=r"shoal\.health\.check-times"):
         dataclasses.replace(Config(), health_check_times=0).validate()
+
+
+def test_moved_client_grace_outlasts_the_python_sdk_redo_tick_and_is_checked() -> None:
+    assert Config().rebalance_grace_ms > 30_000  # nacos-sdk-python re-registers on a 30 s redo tick
+    assert Config.load(env={}, overrides={"shoal.rebalance.grace-ms": "0"}).rebalance_grace_ms == 0
+    with pytest.raises(ConfigError, match=r"shoal\.rebalance\.grace-ms"):
+        Config.load(env={}, overrides={"shoal.rebalance.grace-ms": "-1"})

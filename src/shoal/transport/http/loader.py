@@ -1,4 +1,6 @@
-"""``/nacos/v2/core/loader/*`` (Nacos ServerLoaderController shapes) and the peer calls behind them.
+"""``/nacos/v2/core/loader/*`` (Nacos ServerLoaderController shapes), the v3 ``Result`` answers of
+``/nacos/v3/admin/core/loader/*`` (ServerLoaderControllerV3: ``current`` and ``cluster`` GET, the
+reloads POST), and the peer calls behind them.
 
 * ``GET current``: this node's connections, ``{connectionId: {"metaInfo": {...}, ...}}``.
 * ``GET cluster``: every member's loader metrics with max/min/avg/threshold/total.
@@ -20,14 +22,16 @@ import aiohttp
 from aiohttp import web
 
 from shoal.config import Config
+from shoal.errors import V2_TEXT, V2Code
 from shoal.health.rebalance import ServerLoader
 from shoal.tls import PortTls
-from shoal.transport.http.api import dumps, json_text, ok_text
+from shoal.transport.http.api import dumps, json_text, ok_text, v2_ok
 from shoal.transport.http.params import Params
 
 log = logging.getLogger(__name__)
 
 PEER_TIMEOUT_S = 1.0  # ServerLoaderController waits 1 s for the members' metrics
+SMART_RELOAD_FAILED = "Smart reload failed, please try again later."
 
 
 class Routes(Protocol):
@@ -35,13 +39,16 @@ class Routes(Protocol):
 
 
 class LoaderRoutes:
-    """The loader API over a :class:`ServerLoader` (Nacos ServerLoaderController)."""
+    """The loader API over a :class:`ServerLoader` (Nacos ServerLoaderController, and
+    ServerLoaderControllerV3 for ``/nacos/v3/admin/core/loader``): one action per operation,
+    answered in the v2 generation's shapes (plain text, bare JSON) or in the 3.x ``Result``."""
 
     def __init__(self, loader: ServerLoader, connections: Any) -> None:
         self.loader = loader
         self.connections = connections
 
-    async def current(self, request: web.Request, params: Params) -> web.Response:
+    # --- the actions ------------------------------------------------------------------------
+    def _current(self) -> dict[str, Any]:
         answer: dict[str, Any] = {}
         for conn in list(self.connections.by_id.values()):
             if not conn.registered or conn.closed:
@@ -53,19 +60,27 @@ class LoaderRoutes:
                              "createTime": conn.created_ms, "lastActiveTime": self.connections.last_active_ms(conn),
                              "appName": conn.app, "tenant": conn.tenant, "labels": conn.labels,
                              "remoteIp": conn.remote_ip, "remotePort": conn.remote_port}}
-        return json_text(dumps(answer))
+        return answer
+
+    async def _reload_count(self, params: Params) -> None:
+        await self.loader.reload_count(params.integer("count", low=0), params.text("redirectAddress"))
+
+    async def _smart_reload(self, params: Params) -> bool:
+        return await self.loader.smart_reload(params.number("loaderFactor", 0.1))
+
+    # --- v2 (ServerLoaderController) -----------------------------------------------------------
+    async def current(self, request: web.Request, params: Params) -> web.Response:
+        return json_text(dumps(self._current()))
 
     async def cluster(self, request: web.Request, params: Params) -> web.Response:
         return json_text(dumps(await self.loader.cluster_summary()))
 
     async def reload_current(self, request: web.Request, params: Params) -> web.Response:
-        count = params.integer("count", low=0)
-        await self.loader.reload_count(count, params.text("redirectAddress"))
+        await self._reload_count(params)
         return ok_text("success")
 
     async def smart_reload(self, request: web.Request, params: Params) -> web.Response:
-        factor = params.number("loaderFactor", 0.1)
-        return ok_text("Ok" if await self.loader.smart_reload(factor) else "Fail")
+        return ok_text("Ok" if await self._smart_reload(params) else "Fail")
 
     async def reload_client(self, request: web.Request, params: Params) -> web.Response:
         await self.loader.reload_client(params.text("connectionId"), params.text("redirectAddress"))
@@ -74,13 +89,37 @@ class LoaderRoutes:
     async def metrics(self, request: web.Request, params: Params) -> web.Response:
         return json_text(dumps(self.loader.local_metrics()))
 
+    # --- v3 (ServerLoaderControllerV3): Result<...>; the writes answer data null ----------------
+    async def v3_current(self, request: web.Request, params: Params) -> web.Response:
+        return v2_ok(dumps(self._current()))
+
+    async def v3_cluster(self, request: web.Request, params: Params) -> web.Response:
+        return v2_ok(dumps(await self.loader.cluster_summary()))
+
+    async def v3_reload_current(self, request: web.Request, params: Params) -> web.Response:
+        await self._reload_count(params)
+        return v2_ok("null")
+
+    async def v3_smart_reload(self, request: web.Request, params: Params) -> web.Response:
+        """A refused smart reload is HTTP 200 with code 30000 (``Result.failure``), as 3.x answers it."""
+        if await self._smart_reload(params):
+            return v2_ok("null")
+        return json_text(dumps({"code": V2Code.SERVER_ERROR, "message": V2_TEXT[V2Code.SERVER_ERROR],
+                                "data": SMART_RELOAD_FAILED}))
+
+    async def v3_reload_client(self, request: web.Request, params: Params) -> web.Response:
+        await self.loader.reload_client(params.required("connectionId"), params.text("redirectAddress"))
+        return v2_ok("null")
+
     def install(self, server: Routes, api: Any, admin: str) -> None:
-        for prefix in ("/nacos/v2/core/loader", "/nacos/v3/admin/core/loader"):
-            server.add_route("GET", f"{prefix}/current", self.current, api, admin)
-            server.add_route("GET", f"{prefix}/cluster", self.cluster, api, admin)
-            server.add_route("GET", f"{prefix}/reloadCurrent", self.reload_current, api, admin)
-            server.add_route("GET", f"{prefix}/smartReloadCluster", self.smart_reload, api, admin)
-            server.add_route("GET", f"{prefix}/reloadClient", self.reload_client, api, admin)
+        """The v2 routes (all GET, as Nacos 2.x) and the members' metrics route; the v3 ones are
+        in the v3 route table (``transport/http/v3_core.py``)."""
+        prefix = "/nacos/v2/core/loader"
+        server.add_route("GET", f"{prefix}/current", self.current, api, admin)
+        server.add_route("GET", f"{prefix}/cluster", self.cluster, api, admin)
+        server.add_route("GET", f"{prefix}/reloadCurrent", self.reload_current, api, admin)
+        server.add_route("GET", f"{prefix}/smartReloadCluster", self.smart_reload, api, admin)
+        server.add_route("GET", f"{prefix}/reloadClient", self.reload_client, api, admin)
         server.add_route("GET", "/nacos/v1/shoal/loader/metrics", self.metrics, api, admin)
 
 

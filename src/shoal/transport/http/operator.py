@@ -23,7 +23,7 @@ from aiohttp import web
 
 from shoal import jsonfast
 from shoal.auth.service import WRITE
-from shoal.errors import ForwardFailed, InvalidParam, NacosError
+from shoal.errors import ForwardFailed, InvalidParam, MissingParam, NacosError
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 from shoal.service_layer import NamingService
 from shoal.service_layer.persistent import PersistentNaming, instance_name
@@ -41,6 +41,19 @@ LOG_NAMES = {
     "naming-performance": "shoal.metrics",
 }
 LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "OFF")
+
+
+def set_log_level(names: dict[str, str], name: str, level: str) -> None:
+    """Set the level of the logger Nacos's log ``name`` stands for (this node only, not kept);
+    an unknown name or level is a 400 that lists the accepted ones."""
+    logger = names.get(name)
+    if logger is None:
+        raise InvalidParam(f"Param 'logName' must be one of {', '.join(sorted(names))}.")
+    level = level.upper()
+    if level not in LOG_LEVELS:
+        raise InvalidParam(f"Param 'logLevel' must be one of {', '.join(LOG_LEVELS)}.")
+    mapped = {"TRACE": "DEBUG", "WARN": "WARNING", "OFF": "CRITICAL"}.get(level, level)
+    logging.getLogger(logger).setLevel(mapped)
 
 
 class OperatorRoutes:
@@ -63,8 +76,8 @@ class OperatorRoutes:
         add_route("PUT", "/nacos/v2/ns/operator/log", self.v2_log, Api.V2, admin)
         add_route("PUT", "/nacos/v2/ns/health/instance", self.v2_health, Api.V2, WRITE)
         for api, base in ((Api.V1, "/nacos/v1/ns"), (Api.V2, "/nacos/v2/ns")):
-            add_route("PUT", f"{base}/instance/metadata/batch", self._batch(api, remove=False), api, WRITE)
-            add_route("DELETE", f"{base}/instance/metadata/batch", self._batch(api, remove=True), api, WRITE)
+            add_route("PUT", f"{base}/instance/metadata/batch", self.batch(api, remove=False), api, WRITE)
+            add_route("DELETE", f"{base}/instance/metadata/batch", self.batch(api, remove=True), api, WRITE)
         add_route("PATCH", "/nacos/v2/ns/instance", self.v2_patch, Api.V2, WRITE, distro=True)
 
     # --- switches ------------------------------------------------------------------------------
@@ -84,14 +97,7 @@ class OperatorRoutes:
 
     # --- log levels ----------------------------------------------------------------------------
     def _set_log(self, p: Params) -> None:
-        name, level = p.required("logName"), p.required("logLevel").upper()
-        logger = LOG_NAMES.get(name)
-        if logger is None:
-            raise InvalidParam(f"Param 'logName' must be one of {', '.join(sorted(LOG_NAMES))}.")
-        if level not in LOG_LEVELS:
-            raise InvalidParam(f"Param 'logLevel' must be one of {', '.join(LOG_LEVELS)}.")
-        mapped = {"TRACE": "DEBUG", "WARN": "WARNING", "OFF": "CRITICAL"}.get(level, level)
-        logging.getLogger(logger).setLevel(mapped)
+        set_log_level(LOG_NAMES, p.required("logName"), p.required("logLevel"))
 
     async def v1_log(self, request: web.Request, p: Params) -> web.Response:
         self._set_log(p)
@@ -124,7 +130,8 @@ class OperatorRoutes:
         return v2_ok('"ok"')
 
     # --- metadata batch --------------------------------------------------------------------------
-    def _batch(self, api: Api, remove: bool) -> Callable[[web.Request, Params], Any]:
+    def batch(self, api: Api, remove: bool) -> Callable[[web.Request, Params], Any]:
+        """The metadata batch handler answering in ``api``'s shape (v1 bare, v2/v3 in a Result)."""
         async def handle(request: web.Request, p: Params) -> web.Response:
             service = p.v1_service() if api is Api.V1 else p.v2_service()
             updated = await self._batch_metadata(request, service, p, remove)
@@ -137,8 +144,8 @@ class OperatorRoutes:
         if kind not in ("ephemeral", "persistent"):
             raise InvalidParam("Param 'consistencyType' must be 'ephemeral' or 'persistent'.")
         metadata = p.metadata()
-        if not metadata:
-            raise InvalidParam("Param 'metadata' is required.")
+        if not metadata:  # InstanceMetadataBatchOperationForm.validate: PARAMETER_MISSING
+            raise MissingParam("metadata")
         targets = self._targets(service, kind == "persistent", _instances_param(p.text("instances")))
         updated: list[str] = []
         if kind == "ephemeral" and self.forwarder is not None:

@@ -1,4 +1,7 @@
-"""The Nacos 3.x HTTP surface, first slice (issue 15 item 1; docs/protocol.md §5.7).
+"""The Nacos 3.x HTTP surface (issue 15 item 1; docs/protocol.md §5.7): the route table, the
+shared wrappers, and the client (OPEN_API) and auth routes. The admin routes are in
+:mod:`shoal.transport.http.v3_naming` (``/nacos/v3/admin/ns``) and
+:mod:`shoal.transport.http.v3_core` (``/nacos/v3/admin/core``).
 
 Nacos 3.x refuses the v1/v2 admin APIs by default, so 3.x tools call ``/nacos/v3/...``. Its answers
 are the v2 ``Result`` (``{"code":0,"message":"success","data":...}``) and its errors the v2
@@ -11,30 +14,23 @@ shapes that 3.x changed are built here:
 * ``/nacos/v3/client/ns/instance`` (InstanceOpenApiController, OPEN_API: READ/WRITE on the
   service): register (``heartBeat=true`` renews instead and answers code 21003 when the instance
   is unknown), deregister, and ``/list`` with the hosts only, ``enabled=false`` left out.
-* ``/nacos/v3/admin/ns/instance`` and ``/service`` (InstanceControllerV3, ServiceControllerV3),
-  ``/nacos/v3/admin/core/namespace`` (NamespaceControllerV3), ``/nacos/v3/admin/core/cluster/node/list``
-  (NacosClusterControllerV3): ADMIN_API, which needs a global admin when auth is on.
-* ``GET /nacos/v3/admin/core/state`` (ServerStateController): the state map in a Result, open.
-* ``/nacos/v3/auth/{user,role,permission}`` (UserControllerV3 and co.): the v1 auth handlers in a Result.
-* ``/nacos/v3/admin/ns/{client,ops,health/instance,cluster}``: the v2 (or v1) handlers in a Result.
+* ``/nacos/v3/auth/{user,role,permission}`` (UserControllerV3 and co.): the v1 auth handlers in a
+  Result, ``GET /nacos/v3/auth/permission``, the console's duplicate check, and ``user/search`` and
+  ``role/search``: the matching names as ``Result<List<String>>``.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, NamedTuple
 
 from aiohttp import web
 
 from shoal import jsonfast
 from shoal.auth.service import READ, WRITE, AdminExists
 from shoal.errors import V2_TEXT, BeatCode, V2Code
-from shoal.model.keys import DEFAULT_GROUP, ServiceKey
-from shoal.service_layer.namespaces import NamespaceService
 from shoal.transport.http.api import Api, dumps, json_text, v2_ok
 from shoal.transport.http.auth_routes import AuthRoutes
-from shoal.transport.http.namespaces import NamespaceRoutes
 from shoal.transport.http.naming import NamingRoutes
 from shoal.transport.http.params import Params
 
@@ -42,41 +38,51 @@ Handler = Callable[[web.Request, Params], Awaitable[web.StreamResponse]]
 AddRoute = Callable[..., None]
 
 CLIENT_INSTANCE = "/nacos/v3/client/ns/instance"
-ADMIN_INSTANCE = "/nacos/v3/admin/ns/instance"
-ADMIN_SERVICE = "/nacos/v3/admin/ns/service"
-ADMIN_NAMESPACE = "/nacos/v3/admin/core/namespace"
-ADMIN_CLIENT = "/nacos/v3/admin/ns/client"
-ADMIN_OPS = "/nacos/v3/admin/ns/ops"
-ADMIN_HEALTH = "/nacos/v3/admin/ns/health/instance"
-ADMIN_CLUSTER = "/nacos/v3/admin/ns/cluster"
-ADMIN_NODES = "/nacos/v3/admin/core/cluster/node/list"
-ADMIN_STATE = "/nacos/v3/admin/core/state"
 LOGIN = "/nacos/v3/auth/user/login"
 AUTH_USER = "/nacos/v3/auth/user"
 AUTH_ROLE = "/nacos/v3/auth/role"
 AUTH_PERMISSION = "/nacos/v3/auth/permission"
 
-#: Every v3 path this node serves (for the report and the tests).
-PATHS = (LOGIN, CLIENT_INSTANCE, CLIENT_INSTANCE + "/list", ADMIN_INSTANCE, ADMIN_INSTANCE + "/list", ADMIN_SERVICE,
-         ADMIN_SERVICE + "/list", ADMIN_NAMESPACE, ADMIN_NAMESPACE + "/list", ADMIN_NODES, ADMIN_STATE, AUTH_USER,
-         AUTH_USER + "/admin", AUTH_USER + "/list", AUTH_ROLE, AUTH_ROLE + "/list", AUTH_PERMISSION,
-         AUTH_PERMISSION + "/list", ADMIN_CLIENT, ADMIN_CLIENT + "/list", ADMIN_CLIENT + "/publish/list",
-         ADMIN_CLIENT + "/subscribe/list", ADMIN_OPS + "/metrics", ADMIN_OPS + "/switches", ADMIN_HEALTH, ADMIN_CLUSTER)
+
+class Route(NamedTuple):
+    """One row of a v3 route table: installed through the HTTP server's wrapper (params → auth
+    → DistroFilter when ``distro`` → handler → the ``api`` generation's error shape)."""
+
+    method: str
+    path: str
+    handler: Handler
+    auth: str | None = None  # READ / WRITE on the request's service, the server's ADMIN or IDENTITY
+    distro: bool = False
+    api: Api = Api.V2
 
 
-def _message(handler: Handler) -> Handler:
+def install(add_route: AddRoute, routes: Iterable[Route]) -> list[str]:
+    """Add every route of ``routes``; the ``METHOD path`` of each, for the docs and the tests."""
+    added = []
+    for r in routes:
+        add_route(r.method, r.path, r.handler, r.api, r.auth, distro=r.distro)
+        added.append(f"{r.method} {r.path}")
+    return added
+
+
+# --- shared wrappers: an older generation's answer as a Result -----------------------------------
+def text_of(raw: web.StreamResponse) -> str:
+    """The text of a handler's answer (every handler wrapped here answers a text Response)."""
+    assert isinstance(raw, web.Response) and raw.text is not None
+    return raw.text
+
+
+def message(handler: Handler) -> Handler:
     """A v1 auth write answered as a Result whose data is the v1 RestResult's message."""
 
     async def wrapped(request: web.Request, p: Params) -> web.StreamResponse:
-        raw = await handler(request, p)
-        assert isinstance(raw, web.Response) and raw.text is not None
-        return v2_ok(dumps(jsonfast.loads(raw.text).get("message")))
+        return v2_ok(dumps(jsonfast.loads(text_of(await handler(request, p))).get("message")))
 
     return wrapped
 
 
-def _ok(handler: Handler) -> Handler:
-    """A v1 naming write (plain ``ok``) answered as ``Result<String>`` ``"ok"``."""
+def ok(handler: Handler) -> Handler:
+    """A v1 write (plain ``ok``) answered as ``Result<String>`` ``"ok"``."""
 
     async def wrapped(request: web.Request, p: Params) -> web.StreamResponse:
         await handler(request, p)
@@ -85,15 +91,18 @@ def _ok(handler: Handler) -> Handler:
     return wrapped
 
 
-def _body(handler: Handler) -> Handler:
-    """A v1 auth list (a bare Page) answered as a Result around it."""
+def body(handler: Handler) -> Handler:
+    """A bare JSON answer (a v1 Page, the state map) answered as a Result around it."""
 
     async def wrapped(request: web.Request, p: Params) -> web.StreamResponse:
-        raw = await handler(request, p)
-        assert isinstance(raw, web.Response) and raw.text is not None
-        return v2_ok(raw.text)
+        return v2_ok(text_of(await handler(request, p)))
 
     return wrapped
+
+
+def failure(code: V2Code, message_text: str | None, data: Any = None) -> web.Response:
+    """``Result.failure``: HTTP 200 with a non-zero code (a refusal 3.x answers without an exception)."""
+    return json_text(dumps({"code": int(code), "message": message_text, "data": data}))
 
 
 def _hosts(info_json: str) -> list[dict[str, Any]]:
@@ -102,65 +111,41 @@ def _hosts(info_json: str) -> list[dict[str, Any]]:
 
 
 class V3Routes:
-    """The v3 endpoints, as thin shapes over the v1/v2 route handlers (no rule lives here).
+    """The v3 client (OPEN_API) and auth endpoints, as thin shapes over the v1/v2 handlers (no
+    rule lives here). ``auth`` is None when the node has no auth service."""
 
-    ``state`` and ``nodes`` are the HTTP server's ``/v1/console/server/state`` and v2 member list
-    handlers; ``auth`` is None when the node has no auth service."""
-
-    def __init__(self, naming: NamingRoutes, namespaces: NamespaceService, auth: AuthRoutes | None,
-                 state: Handler, nodes: Handler, switches: Handler) -> None:
+    def __init__(self, naming: NamingRoutes, auth: AuthRoutes | None) -> None:
         self.naming = naming
-        self.switches = switches  # the operator routes' v2 switches answer
-        self.namespaces = NamespaceRoutes(namespaces)
         self.auth = auth
-        self.state_handler = state
-        self.nodes = nodes
 
-    def register(self, add_route: AddRoute, admin: str, identity: str) -> None:
-        """Add every v3 route through the server's wrapper (auth, DistroFilter, error shapes)."""
-        n, ns, v2 = self.naming, self.namespaces, Api.V2
+    def routes(self, admin: str, identity: str) -> list[Route]:
+        """The route table of the client and auth APIs."""
+        n, table = self.naming, []
         if self.auth is not None:
             a = self.auth
-            add_route("POST", LOGIN, a.login, Api.V1)
-            add_route("POST", AUTH_USER + "/admin", self.create_admin, v2)
-            add_route("POST", AUTH_USER, _message(a.create_user), v2, admin)
-            add_route("DELETE", AUTH_USER, _message(a.delete_user), v2, admin)
-            add_route("PUT", AUTH_USER, _message(a.update_user), v2, identity)
-            add_route("GET", AUTH_USER + "/list", _body(a.list_users), v2, admin)
-            add_route("POST", AUTH_ROLE, _message(a.add_role), v2, admin)
-            add_route("DELETE", AUTH_ROLE, _message(a.delete_role), v2, admin)
-            add_route("GET", AUTH_ROLE + "/list", _body(a.list_roles), v2, admin)
-            add_route("POST", AUTH_PERMISSION, _message(a.add_permission), v2, admin)
-            add_route("DELETE", AUTH_PERMISSION, _message(a.delete_permission), v2, admin)
-            add_route("GET", AUTH_PERMISSION + "/list", _body(a.list_permissions), v2, admin)
-        add_route("POST", CLIENT_INSTANCE, self.client_register, v2, WRITE, distro=True)
-        add_route("DELETE", CLIENT_INSTANCE, n.v2_deregister, v2, WRITE, distro=True)
-        add_route("GET", CLIENT_INSTANCE + "/list", self.client_list, v2, READ)
-        add_route("POST", ADMIN_INSTANCE, n.v2_register, v2, admin, distro=True)
-        add_route("DELETE", ADMIN_INSTANCE, n.v2_deregister, v2, admin, distro=True)
-        add_route("PUT", ADMIN_INSTANCE, n.v2_update, v2, admin, distro=True)
-        add_route("GET", ADMIN_INSTANCE, self.admin_instance, v2, admin)
-        add_route("GET", ADMIN_INSTANCE + "/list", self.admin_instances, v2, admin)
-        add_route("POST", ADMIN_SERVICE, n.v2_service_create, v2, admin)
-        add_route("DELETE", ADMIN_SERVICE, n.v2_service_delete, v2, admin)
-        add_route("PUT", ADMIN_SERVICE, n.v2_service_update, v2, admin)
-        add_route("GET", ADMIN_SERVICE, n.v2_service_detail, v2, admin)
-        add_route("GET", ADMIN_SERVICE + "/list", self.admin_services, v2, admin)
-        add_route("GET", ADMIN_NAMESPACE + "/list", ns.v2_list, v2, admin)
-        add_route("GET", ADMIN_NAMESPACE, ns.v2_get, v2, admin)
-        add_route("POST", ADMIN_NAMESPACE, ns.v2_create, v2, admin)
-        add_route("PUT", ADMIN_NAMESPACE, ns.v2_edit, v2, admin)
-        add_route("DELETE", ADMIN_NAMESPACE, ns.v2_delete, v2, admin)
-        add_route("GET", ADMIN_CLIENT + "/list", n.v2_client_list, v2, admin)
-        add_route("GET", ADMIN_CLIENT, n.v2_client_detail, v2, admin)
-        add_route("GET", ADMIN_CLIENT + "/publish/list", n.v2_client_publications, v2, admin)
-        add_route("GET", ADMIN_CLIENT + "/subscribe/list", n.v2_client_subscriptions, v2, admin)
-        add_route("GET", ADMIN_OPS + "/metrics", n.v2_metrics, v2, admin)
-        add_route("GET", ADMIN_OPS + "/switches", self.switches, v2, admin)
-        add_route("PUT", ADMIN_HEALTH, _ok(n.v1_health_update), v2, admin)
-        add_route("PUT", ADMIN_CLUSTER, _ok(n.v1_cluster_update), v2, admin)
-        add_route("GET", ADMIN_NODES, self.nodes, v2, admin)
-        add_route("GET", ADMIN_STATE, self.state, v2)
+            table += [
+                Route("POST", LOGIN, a.login, api=Api.V1),
+                Route("POST", AUTH_USER + "/admin", self.create_admin),
+                Route("POST", AUTH_USER, message(a.create_user), admin),
+                Route("DELETE", AUTH_USER, message(a.delete_user), admin),
+                Route("PUT", AUTH_USER, message(a.update_user), identity),
+                Route("GET", AUTH_USER + "/list", body(a.list_users), admin),
+                Route("GET", AUTH_USER + "/search", body(a.search_users), admin),
+                Route("POST", AUTH_ROLE, message(a.add_role), admin),
+                Route("DELETE", AUTH_ROLE, message(a.delete_role), admin),
+                Route("GET", AUTH_ROLE + "/list", body(a.list_roles), admin),
+                Route("GET", AUTH_ROLE + "/search", body(a.search_roles), admin),
+                Route("POST", AUTH_PERMISSION, message(a.add_permission), admin),
+                Route("DELETE", AUTH_PERMISSION, message(a.delete_permission), admin),
+                Route("GET", AUTH_PERMISSION + "/list", body(a.list_permissions), admin),
+                Route("GET", AUTH_PERMISSION, self.duplicate_permission, admin),
+            ]
+        table += [
+            Route("POST", CLIENT_INSTANCE, self.client_register, WRITE, distro=True),
+            Route("DELETE", CLIENT_INSTANCE, n.v2_deregister, WRITE, distro=True),
+            Route("GET", CLIENT_INSTANCE + "/list", self.client_list, READ),
+        ]
+        return table
 
     # --- client (OPEN_API) ------------------------------------------------------------------
     async def client_register(self, request: web.Request, p: Params) -> web.StreamResponse:
@@ -170,8 +155,7 @@ class V3Routes:
             return await self.naming.v2_register(request, p)
         code, _interval = self.naming.naming.beat(p.v2_service(), p.required("ip"), p.port(), None, True)
         if code != BeatCode.OK:
-            return json_text(dumps({"code": V2Code.INSTANCE_NOT_FOUND, "message": V2_TEXT[V2Code.INSTANCE_NOT_FOUND],
-                                    "data": None}))
+            return failure(V2Code.INSTANCE_NOT_FOUND, V2_TEXT[V2Code.INSTANCE_NOT_FOUND])
         return v2_ok('"ok"')
 
     async def client_list(self, request: web.Request, p: Params) -> web.StreamResponse:
@@ -179,36 +163,7 @@ class V3Routes:
         info = self.naming.naming.query(p.v2_service(), p.text("clusterName"), False, grouped_name=True)
         return v2_ok(dumps([h for h in _hosts(info) if h.get("enabled", True)]))
 
-    # --- admin ----------------------------------------------------------------------------
-    async def admin_instances(self, request: web.Request, p: Params) -> web.StreamResponse:
-        """Every instance of the service (enabled or not), optionally healthy only."""
-        hosts = self.naming.naming.service_instances(p.v2_service(), p.text("clusterName"),
-                                                     p.boolean("healthyOnly", False))
-        return v2_ok(dumps(hosts))
-
-    async def admin_instance(self, request: web.Request, p: Params) -> web.StreamResponse:
-        """One instance in the Instance shape; NotFound (404, 20004) when absent."""
-        return v2_ok(dumps(self.naming.naming.instance_json(p.v2_service(), p.required("ip"), p.port(), p.cluster())))
-
-    async def admin_services(self, request: web.Request, p: Params) -> web.StreamResponse:
-        """A Page of ServiceView (name, groupName, counts) of one namespace and group."""
-        page_no = p.integer("pageNo", 1, 1)
-        page_size = p.integer("pageSize", 20, 1, 500)
-        assert page_no is not None and page_size is not None
-        group = p.text("groupName") or DEFAULT_GROUP
-        namespace = p.namespace()
-        page = self.naming.naming.list_services(namespace, group, page_no, page_size)
-        items = []
-        for name in page.names:
-            service = ServiceKey(namespace, group, name)
-            hosts = self.naming.naming.service_instances(service)
-            items.append({"name": name, "groupName": group,
-                          "clusterCount": len({h.get("clusterName") for h in hosts}),
-                          "ipCount": len(hosts), "healthyInstanceCount": sum(1 for h in hosts if h.get("healthy")),
-                          "triggerFlag": "false"})
-        return v2_ok(dumps({"totalCount": page.count, "pageNumber": page_no,
-                            "pagesAvailable": math.ceil(page.count / page_size), "pageItems": items}))
-
+    # --- auth -------------------------------------------------------------------------------
     async def create_admin(self, request: web.Request, p: Params) -> web.StreamResponse:
         """The first admin as a ``Result<User>``; once one exists, HTTP 200 with code 409 (as
         UserControllerV3 answers it)."""
@@ -219,8 +174,11 @@ class V3Routes:
             return json_text(dumps({"code": exc.http_status, "message": exc.message, "data": None}))
         return v2_ok(dumps(user))
 
-    async def state(self, request: web.Request, p: Params) -> web.StreamResponse:
-        """The server state map (ServerStateController) inside a Result."""
-        raw = await self.state_handler(request, p)
-        assert isinstance(raw, web.Response) and raw.text is not None
-        return v2_ok(raw.text)
+    async def duplicate_permission(self, request: web.Request, p: Params) -> web.StreamResponse:
+        """``Result<Boolean>``: whether ``role`` already holds ``resource`` for ``action``
+        (an ``rw`` grant covers either action), as the console asks before adding one."""
+        assert self.auth is not None
+        role, resource, action = p.required("role"), p.required("resource"), p.required("action")
+        found = any(x.role == role and x.resource == resource and x.action in (action, "rw")
+                    for x in self.auth.auth.data.permissions())
+        return v2_ok("true" if found else "false")
