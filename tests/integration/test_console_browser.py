@@ -25,7 +25,11 @@ from .test_auth_e2e import PASSWORD, grpc_client
 from .test_sdk_naming import Pushes
 
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoSuchElementException,
+    StaleElementReferenceException,
+    TimeoutException,
+)
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -68,9 +72,17 @@ class Browser:
         return str(self.find(css).text)
 
     def wait_text(self, css: str, wanted: str) -> None:
-        WebDriverWait(self.driver, WAIT_S, poll_frequency=0.1).until(
-            lambda d: any(wanted in e.text for e in d.find_elements(By.CSS_SELECTOR, css)),
-            message=f"{css} never showed {wanted!r}")
+        self._wait_for(css, lambda text: wanted in text, f"{css} never showed {wanted!r}")
+
+    def wait_exact(self, css: str, wanted: str) -> None:
+        self._wait_for(css, lambda text: text == wanted, f"{css} never showed exactly {wanted!r}")
+
+    def _wait_for(self, css: str, match: Callable[[str], bool], message: str) -> None:
+        # The console re-renders whole views: an element found a moment ago may be gone when its
+        # text is read (stale); that is a "not yet", polled again like a missing one.
+        WebDriverWait(self.driver, WAIT_S, poll_frequency=0.1,
+                      ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)).until(
+            lambda d: any(match(e.text) for e in d.find_elements(By.CSS_SELECTOR, css)), message=message)
 
     def type_into(self, css: str, text: str) -> None:
         el = self.find(css)
@@ -178,7 +190,7 @@ async def test_login_find_service_change_weight_and_disable(auth_server: Callabl
         # Search, then open the service.
         await in_browser(browser.type_into, "#search-name", "check")
         await in_browser(browser.click, "#search")
-        await in_browser(browser.wait_text, "#page-info", "1 services")
+        await in_browser(browser.wait_exact, "#page-info", "Page 1 of 1 · 1 service")
         await in_browser(browser.screenshot, "02-services")
         await in_browser(browser.click, 'tr[data-service="SHOP@@checkout"] a')
         row = 'tr[data-instance="10.3.0.1:8080"]'
@@ -236,7 +248,7 @@ async def test_unhealthy_filter_and_paging_without_auth(server: ServerProcess, s
     await in_browser(browser.wait_text, "#page-info", "Page 2 of 2")
     await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@svc-24"]')
     await in_browser(browser.click, "#unhealthy-only")
-    await in_browser(browser.wait_text, "#page-info", "1 services")
+    await in_browser(browser.wait_exact, "#page-info", "Page 1 of 1 · 1 service")
     await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@svc-13"]')
     await in_browser(browser.screenshot, "06-unhealthy-filter")
 
@@ -297,7 +309,7 @@ async def test_namespace_switcher_shows_a_namespaces_services(server: ServerProc
     await in_browser(browser.wait_text, "#page-info", "0 services")
     await in_browser(lambda: Select(browser.find("#namespace")).select_by_value("dev"))
     await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@inventory"]')
-    await in_browser(browser.wait_text, "#page-info", "1 services")
+    await in_browser(browser.wait_exact, "#page-info", "Page 1 of 1 · 1 service")
     await in_browser(browser.screenshot, "08-namespace-dev")
 
 
@@ -341,7 +353,7 @@ async def test_namespace_made_in_the_console_and_registered_into(server: ServerP
     await in_browser(browser.wait_text, "#page-info", "0 services")
     await in_browser(lambda: Select(browser.find("#namespace")).select_by_value("staging"))
     await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@billing"]')
-    await in_browser(browser.wait_text, "#page-info", "1 services")
+    await in_browser(browser.wait_exact, "#page-info", "Page 1 of 1 · 1 service")
     await in_browser(browser.screenshot, "11-namespace-staging-services")
 
     # a namespace made and deleted in the console is gone from the API too

@@ -179,7 +179,7 @@ async function servicesPage(q) {
     ...[10, 20, 50, 100].map((n) => h("option", { value: n, selected: n === size }, `${n} / page`)));
   pager.replaceChildren(
     h("button", { id: "prev", disabled: page <= 1, onclick: () => go("/services", { ...state, page: page - 1 }) }, "‹ Prev"),
-    h("span", { id: "page-info" }, `Page ${page} of ${pages} · ${r.count} services`),
+    h("span", { id: "page-info" }, `Page ${page} of ${pages} · ${r.count} ${r.count === 1 ? "service" : "services"}`),
     h("button", { id: "next", disabled: page >= pages, onclick: () => go("/services", { ...state, page: page + 1 }) }, "Next ›"),
     sizeSel);
 }
