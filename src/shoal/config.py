@@ -643,6 +643,19 @@ class Config:
         -999, "shoal.cp.peer-port-offset", "Managed etcd peer port offset from the main port.",
         check=port_offset,
     )
+    cp_etcd_log_max_bytes: int = _setting(
+        64 * 1024 * 1024, "shoal.cp.etcd-log.max-bytes",
+        "Size past which the managed etcd member's <data-dir>/cp/etcd.log is rotated (copied to etcd.log.1, "
+        "then truncated).", check=positive,
+    )
+    cp_etcd_log_count: int = _setting(
+        2, "shoal.cp.etcd-log.count", "Rotated etcd.log files kept besides the current one.", check=positive,
+    )
+    cp_etcd_log_check_interval_ms: int = _setting(
+        30_000, "shoal.cp.etcd-log.check-interval-ms",
+        "How often the managed etcd member's log size is checked (also at every start of the member).",
+        check=positive,
+    )
     cp_history_revisions: int = _setting(
         100_000, "shoal.cp.history-revisions", "Revisions of history kept for watch resume (older compacted).",
         check=positive,

@@ -52,6 +52,19 @@ def test_build_each_mode(tmp_path: Path) -> None:
         build_cp(_config(tmp_path), MEMBERS, "127.0.0.1:9999")
 
 
+def test_the_managed_members_log_is_bounded_by_the_settings(tmp_path: Path) -> None:
+    default = build_cp(_config(tmp_path), MEMBERS, "127.0.0.1:18858").supervisor
+    assert default is not None and default.log_limits == (64 * 1024 * 1024, 2, 30_000)
+    managed = build_cp(_config(tmp_path, **{"shoal.cp.etcd-log.max-bytes": "4096", "shoal.cp.etcd-log.count": "5",
+                                            "shoal.cp.etcd-log.check-interval-ms": "250"}),
+                       MEMBERS, "127.0.0.1:18858").supervisor
+    assert managed is not None and managed.log_limits == (4096, 5, 250)
+    assert [p.name for p in managed.rotated_log_paths()] == [f"etcd.log.{n}" for n in range(1, 6)]
+    for prop in ("shoal.cp.etcd-log.max-bytes", "shoal.cp.etcd-log.count", "shoal.cp.etcd-log.check-interval-ms"):
+        with pytest.raises(ConfigError, match=f"{prop} must be positive"):
+            _config(tmp_path, **{prop: "0"})
+
+
 def test_cp_flags_reach_the_settings() -> None:
     from shoal.__main__ import _server_config, build_parser
 

@@ -75,7 +75,9 @@ def build_cp(config: Config, members: Sequence[tuple[str, int]] = (), self_addre
     if me is None:
         raise ConfigError(f"this node ({self_address}) is not in the member list; cannot place its etcd member")
     supervisor = EtcdSupervisor(me, planned, config.data_dir, config.cp_etcd_binary,
-                                history_revisions=config.cp_history_revisions)
+                                history_revisions=config.cp_history_revisions,
+                                log_max_bytes=config.cp_etcd_log_max_bytes, log_keep=config.cp_etcd_log_count,
+                                log_check_interval_ms=config.cp_etcd_log_check_interval_ms)
     return CpRuntime(mode, _etcd_store(config, supervisor.endpoints), supervisor)
 
 

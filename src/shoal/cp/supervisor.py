@@ -10,7 +10,8 @@ Every node of a member list ``h1:p1,h2:p2,...`` (main ports) runs one etcd membe
 * member name ``shoal-<host>-<port>``, data dir ``<data_dir>/cp/etcd``, output appended to
   ``<data_dir>/cp/etcd.log``, kept bounded: when it passes ``log_max_bytes`` (checked at every
   start and every ``log_check_interval_ms``) it is copied to ``etcd.log.1`` (older copies
-  shifted up to ``etcd.log.<log_keep>``, the oldest dropped) and truncated in place, as
+  shifted up to ``etcd.log.<log_keep>``, the oldest dropped; a node sets the three from
+  ``shoal.cp.etcd-log.max-bytes``, ``.count`` and ``.check-interval-ms``) and truncated in place, as
   logrotate's *copytruncate* does: etcd keeps writing to the same file (opened for append) and
   never blocks on a pipe of ours; a few lines written between the copy and the truncation can
   be lost; ``--initial-cluster`` lists every member of the same list,
@@ -157,6 +158,11 @@ class EtcdSupervisor:
     @property
     def log_path(self) -> Path:
         return self.data_dir / "cp" / "etcd.log"
+
+    @property
+    def log_limits(self) -> tuple[int, int, int]:
+        """(size that rotates etcd.log, rotated files kept, check interval in ms)."""
+        return self._log_max_bytes, self._log_keep, round(self._log_check_s * 1000)
 
     @property
     def pid(self) -> int | None:
