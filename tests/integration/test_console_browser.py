@@ -420,6 +420,11 @@ async def test_admin_makes_a_user_role_and_permission_then_that_user_logs_in(
         await in_browser(browser.find, 'tr[data-service="DEFAULT_GROUP@@ledger"]')
         await in_browser(browser.wait_text, "#who", "carol")
         assert not await in_browser(lambda: browser.find("#nav-users").is_displayed())
+        assert not await in_browser(lambda: browser.find("#nav-cluster").is_displayed())
         await in_browser(browser.screenshot, "15-logged-in-as-carol")
+        # the cluster page (admin APIs) says why it shows nothing, instead of hanging on "Loading…"
+        await in_browser(browser.open, server.url("/nacos/#/cluster"))
+        await in_browser(browser.wait_text, "#cluster-admin-only", "admins only")
+        await in_browser(browser.screenshot, "16-cluster-not-admin")
     finally:
         await publisher.shutdown()

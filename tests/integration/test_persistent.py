@@ -133,6 +133,61 @@ async def test_raw_grpc_persistent_instance_request(servers: Callable[..., Serve
         await client.close()
 
 
+def batch_body(service: str, kind: str, *instances: dict[str, Any]) -> dict[str, Any]:
+    return {"headers": {}, "namespace": "public", "serviceName": service, "groupName": "DEFAULT_GROUP",
+            "type": kind, "module": "naming", "instances": list(instances)}
+
+
+def instance(ip: str, port: int, **fields: Any) -> dict[str, Any]:
+    return {"ip": ip, "port": port, "weight": 1.0, "healthy": True, "enabled": True, "clusterName": "DEFAULT",
+            "metadata": {}, **fields}
+
+
+async def test_raw_grpc_persistent_batch(servers: Callable[..., ServerProcess]) -> None:
+    """Nacos has no persistent batch: its SDKs refuse ``ephemeral=false`` in BatchInstanceRequest
+    (400) and so does Shoal; Shoal's own is PersistentInstanceRequest of type batchRegisterInstance
+    / batchDeregisterInstance with an ``instances`` list (docs/protocol.md §3.5)."""
+    server = servers()
+    client = RawClient(server.grpc_port)
+    try:
+        await client.connect()
+        kind, reply = await client.call("BatchInstanceRequest", batch_body(
+            "grpc-batch", "batchRegisterInstance", instance("10.5.5.1", 1, ephemeral=False)))
+        assert kind == "ErrorResponse" and reply["errorCode"] == 400
+        assert "Batch registration does not allow persistent instance registration" in reply["message"]
+        assert listed(server, "grpc-batch") == []
+
+        kind, reply = await client.call("PersistentInstanceRequest", batch_body(
+            "grpc-batch", "batchRegisterInstance", instance("10.5.5.1", 5432),
+            instance("10.5.5.2", 5432, clusterName="dr", metadata={"role": "replica"}), instance("10.5.5.3", 5432)))
+        assert kind == "InstanceResponse" and reply["resultCode"] == 200, reply
+        assert reply["type"] == "batchRegisterInstance"
+        hosts = sorted((h["ip"], h["clusterName"], h["ephemeral"], h["metadata"]) for h in listed(server, "grpc-batch"))
+        assert hosts == [("10.5.5.1", "DEFAULT", False, {}), ("10.5.5.2", "dr", False, {"role": "replica"}),
+                         ("10.5.5.3", "DEFAULT", False, {})]
+        # not bound to the connection
+        await client.close()
+        client = RawClient(server.grpc_port)
+        await client.connect()
+        assert len(listed(server, "grpc-batch")) == 3
+        # one illegal instance: the whole batch is refused before anything is written
+        kind, reply = await client.call("PersistentInstanceRequest", batch_body(
+            "grpc-batch", "batchRegisterInstance", instance("10.5.5.4", 1), instance("10.5.5.5", 70000)))
+        assert kind == "ErrorResponse" and reply["errorCode"] == 400
+        assert len(listed(server, "grpc-batch")) == 3
+        kind, reply = await client.call("PersistentInstanceRequest", batch_body(
+            "grpc-batch", "batchDeregisterInstance", instance("10.5.5.1", 5432), instance("10.5.5.2", 5432)))
+        assert kind == "InstanceResponse" and reply["type"] == "batchDeregisterInstance"
+        assert [h["ip"] for h in listed(server, "grpc-batch")] == ["10.5.5.3"]
+        # the kinds still do not mix
+        assert (await client.call("InstanceRequest", register_body("grpc-batch-eph")))[1]["resultCode"] == 200
+        kind, reply = await client.call("PersistentInstanceRequest", batch_body(
+            "grpc-batch-eph", "batchRegisterInstance", instance("10.5.5.6", 1)))
+        assert kind == "ErrorResponse" and reply["errorCode"] == 400 and "ephemeral service" in reply["message"]
+    finally:
+        await client.close()
+
+
 def test_persistent_instances_survive_a_restart_standalone(tmp_path: Path) -> None:
     server = start_server(tmp_path)
     try:

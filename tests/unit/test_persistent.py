@@ -99,6 +99,29 @@ async def test_service_metadata_is_applied_from_the_store(cp: Cp) -> None:
         await cp.persistent.delete_service(made)
 
 
+async def test_a_persistent_batch_registers_and_removes_several_instances(cp: Cp) -> None:
+    views = cp.persistent.instances
+    await cp.persistent.batch_register(SVC, [InstanceInfo("10.0.0.1", 1),
+                                             InstanceInfo("10.0.0.2", 2, cluster="c2", metadata={"k": "v"})])
+    assert sorted((h["ip"], h["clusterName"], h["ephemeral"]) for h in hosts(cp.registry)) == [
+        ("10.0.0.1", "DEFAULT", False), ("10.0.0.2", "c2", False)]
+    revision = views.revision
+    await cp.persistent.batch_register(SVC, [InstanceInfo("10.0.0.1", 1)])  # a redo: nothing to write
+    assert views.revision == revision
+    # every instance is checked before anything is written
+    with pytest.raises(InvalidParam, match="cluster"):
+        await cp.persistent.batch_register(SVC, [InstanceInfo("10.0.0.3", 3),
+                                                 InstanceInfo("10.0.0.4", 4, cluster="b@d")])
+    assert views.revision == revision and len(hosts(cp.registry)) == 2
+    # removal by ip:port whatever the cluster; an unknown one is a no-op
+    await cp.persistent.batch_deregister(SVC, [InstanceInfo("10.0.0.2", 2), InstanceInfo("10.0.0.9", 9)])
+    assert [h["ip"] for h in hosts(cp.registry)] == ["10.0.0.1"]
+    eph = ServiceKey("public", "DEFAULT_GROUP", "eph")
+    cp.registry.naming.register_ip_port(eph, InstanceInfo("10.0.0.5", 1))
+    with pytest.raises(InvalidParam, match="ephemeral service"):
+        await cp.persistent.batch_register(eph, [InstanceInfo("10.0.0.6", 1)])
+
+
 async def test_restart_on_the_same_store_brings_instances_back(tmp_path: Path) -> None:
     store = EmbeddedStore.in_data_dir(tmp_path)
     await store.start()

@@ -23,6 +23,7 @@ persistent unless v2 says ``ephemeral=true``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,9 @@ PERSISTENT_CLIENT_PREFIX = "persistent@@"
 #: Nacos's cluster defaults (``ClusterMetadata``): TCP checker, port 80, the instance's port.
 DEFAULT_HEALTH_CHECKER: dict[str, Any] = {"type": "TCP"}
 DEFAULT_CHECK_PORT = 80
+
+#: Store writes of one persistent batch in flight at once.
+BATCH_WRITES_IN_FLIGHT = 32
 
 
 def persistent_client_id(service: ServiceKey) -> str:
@@ -166,15 +170,46 @@ class PersistentNaming:
         full = NamingService._with_id(service, inst)
         await self.instances.put(instance_name(service, full.cluster, full.ip, full.port), instance_doc(service, full))
 
-    async def batch_register(self, service: ServiceKey, instances: Sequence[InstanceInfo]) -> None:
-        """Register several persistent instances of one service (each its own key)."""
+    def check_batch_register(self, service: ServiceKey, instances: Sequence[InstanceInfo]) -> None:
+        """Every rule a persistent batch must meet: each instance's as a single registration."""
         for inst in instances:
-            self._validated(service, inst, legal=False)
+            self._validated(service, inst, legal=True)
         self._check_kind(service)
+
+    async def batch_register(self, service: ServiceKey, instances: Sequence[InstanceInfo]) -> None:
+        """Shoal's persistent batch (``PersistentInstanceRequest`` type ``batchRegisterInstance``,
+        docs/protocol.md §3.5): register or replace each instance, every one checked as a single
+        registration before anything is written. Each instance is its own key, so the batch is
+        not atomic: a store failure part-way leaves the instances already written (a retry of the
+        same batch is harmless). Instances whose stored document would not change are not written."""
+        self.check_batch_register(service, instances)
+        docs: dict[str, dict[str, Any]] = {}
         for inst in instances:
             full = NamingService._with_id(service, inst)
-            await self.instances.put(instance_name(service, full.cluster, full.ip, full.port),
-                                     instance_doc(service, full))
+            docs[instance_name(service, full.cluster, full.ip, full.port)] = instance_doc(service, full)
+        await self._write_all([(name, doc) for name, doc in docs.items() if self.instances.get(name) != doc])
+
+    async def batch_deregister(self, service: ServiceKey, instances: Sequence[InstanceInfo]) -> None:
+        """Shoal's persistent batch removal (type ``batchDeregisterInstance``): every ``ip:port``
+        listed goes, whatever its cluster, as :meth:`deregister` does; unknown ones are no-ops."""
+        for inst in instances:
+            self.naming.check_params(service, clusters=inst.cluster)
+        wanted = {(inst.ip, inst.port) for inst in instances}
+        names = [name for name, inst in self._by_service.get(service, {}).items() if (inst.ip, inst.port) in wanted]
+        await self._write_all([(name, None) for name in names])
+
+    async def _write_all(self, writes: Sequence[tuple[str, dict[str, Any] | None]]) -> None:
+        """Put (a document) or delete (None) each name, :data:`BATCH_WRITES_IN_FLIGHT` at a time;
+        every write is tried, then the first failure is raised."""
+        failures: list[BaseException] = []
+        for start in range(0, len(writes), BATCH_WRITES_IN_FLIGHT):
+            chunk = writes[start:start + BATCH_WRITES_IN_FLIGHT]
+            results = await asyncio.gather(
+                *(self.instances.put(name, doc) if doc is not None else self.instances.delete(name)
+                  for name, doc in chunk), return_exceptions=True)
+            failures.extend(r for r in results if isinstance(r, BaseException))
+        if failures:
+            raise failures[0]
 
     async def deregister(self, service: ServiceKey, ip: str, port: int, cluster: str = DEFAULT_CLUSTER) -> None:
         """Remove the persistent instance ``ip:port`` of the service, whatever its cluster (Nacos

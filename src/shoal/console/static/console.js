@@ -577,6 +577,11 @@ function refreshMembers(tbody) {
 }
 
 async function clusterPage() {
+  if (!isAdmin()) {  // the member list and the Distro figures are admin APIs: say so, not "Loading…"
+    main.replaceChildren(h("h1", {}, "Cluster"), h("p", { class: "muted", id: "cluster-admin-only" },
+      `The cluster's members and figures are shown to admins only; ${login().username || "this login"} is not one.`));
+    return;
+  }
   let figures = null;
   try { figures = await api("GET", "/nacos/v1/console/cluster/distro"); } catch (e) { flash(`Distro figures: ${e.message}`, true); }
   let members = figures ? figures.members : null;
@@ -641,6 +646,7 @@ async function render() {
   for (const id of ["nav-users", "nav-roles", "nav-permissions"]) {
     document.getElementById(id).hidden = !(authOn() && token() && isAdmin());
   }
+  document.getElementById("nav-cluster").hidden = !isAdmin();
   if (authOn() && !token() && path !== "/login") { location.hash = "#/login"; return; }
   try {
     if (path === "/login") loginPage();

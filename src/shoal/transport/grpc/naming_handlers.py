@@ -21,6 +21,10 @@ _REGISTERED = codec.ok({"type": "registerInstance"})
 _DEREGISTERED = codec.ok({"type": "deregisterInstance"})
 _BATCH_REGISTERED = codec.ok({"type": "batchRegisterInstance"})
 
+#: Shoal's persistent batch types of PersistentInstanceRequest (docs/protocol.md §3.5).
+BATCH_REGISTER = "batchRegisterInstance"
+BATCH_DEREGISTER = "batchDeregisterInstance"
+
 
 def naming_handlers(naming: NamingService, persistent: PersistentNaming | None = None,
                     fuzzy: FuzzyWatchContext | None = None) -> dict[str, Handler]:
@@ -66,16 +70,14 @@ class _NamingHandlers:
         kind = text(body, "type")
         if kind != "batchRegisterInstance":
             raise InvalidParam(f"Unsupported request type {kind}")
-        raw = body.get("instances")
-        if raw is None:
-            raw = []
-        if not isinstance(raw, list):
-            raise InvalidParam("'instances' must be a list")
-        instances = [instance_of(item, f"instances[{i}]") for i, item in enumerate(raw)]
+        raw, instances = instances_of(body)
         for i, (item, inst) in enumerate(zip(raw, instances, strict=True)):
             if isinstance(item, dict) and item.get("ephemeral") is False:
-                raise InvalidParam(f"batch registration does not allow persistent instance: instances[{i}] "
-                                   f"{inst.address}")
+                # The SDKs' own check (NamingUtils.checkInstanceIsEphemeral), docs/protocol.md §3.5;
+                # Shoal's persistent batch is a PersistentInstanceRequest.
+                raise InvalidParam(f"Batch registration does not allow persistent instance registration , "
+                                   f"Instance：instances[{i}] {inst.address}; send persistent instances in a "
+                                   f"PersistentInstanceRequest of type {BATCH_REGISTER}")
         self.naming.batch_register_instances(ctx.conn.connection_id, service, instances)
         return _BATCH_REGISTERED
 
@@ -86,6 +88,8 @@ class _NamingHandlers:
             raise InvalidParam(PERSISTENT_UNSUPPORTED)
         service = service_of(body)
         kind = text(body, "type")
+        if kind in (BATCH_REGISTER, BATCH_DEREGISTER):
+            return self.persistent_batch(service, kind, body)
         inst = instance_of(body.get("instance"), "instance")
         if kind == "registerInstance":
             self.persistent.check_register(service, inst)
@@ -94,6 +98,19 @@ class _NamingHandlers:
             self.naming.check_params(service, clusters=inst.cluster)
             return _answered(self.persistent.deregister(service, inst.ip, inst.port, inst.cluster), kind)
         raise InvalidParam(f"Unsupported request type {kind}")
+
+    def persistent_batch(self, service: ServiceKey, kind: str, body: dict[str, Any]) -> Awaitable[bytes]:
+        """Shoal's persistent batch (Nacos has none; docs/protocol.md §3.5): ``instances`` of one
+        service registered or removed in one request; an empty list changes nothing."""
+        assert self.persistent is not None
+        _, instances = instances_of(body)
+        if kind == BATCH_DEREGISTER:
+            for inst in instances:
+                self.naming.check_params(service, clusters=inst.cluster)
+        if kind == BATCH_REGISTER:
+            self.persistent.check_batch_register(service, instances)
+            return _answered(self.persistent.batch_register(service, instances), kind)
+        return _answered(self.persistent.batch_deregister(service, instances), kind)
 
     def query(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
@@ -189,6 +206,16 @@ def number(body: dict[str, Any], key: str, default: float) -> float:
     if not math.isfinite(value):
         raise InvalidParam(f"'{key}' must be a finite number")
     return float(value)
+
+
+def instances_of(body: dict[str, Any]) -> tuple[list[Any], list[InstanceInfo]]:
+    """A batch's ``instances`` (absent = none): the raw items and the parsed instances."""
+    raw = body.get("instances")
+    if raw is None:
+        return [], []
+    if not isinstance(raw, list):
+        raise InvalidParam("'instances' must be a list")
+    return raw, [instance_of(item, f"instances[{i}]") for i, item in enumerate(raw)]
 
 
 def service_of(body: dict[str, Any]) -> ServiceKey:
