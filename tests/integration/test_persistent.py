@@ -311,3 +311,49 @@ async def test_three_nodes_share_persistent_instances_checks_and_restart(
     assert status == 503 and "CP store" in body, (status, body)
     assert {h["ip"] for h in listed(survivor, "shared")} == {"10.6.0.1"}
     assert call(survivor, "POST", "/nacos/v1/ns/instance", serviceName="ap-still", ip="10.6.0.3", port=1)[0] == 200
+
+
+def _service_known(node: ServerProcess, service: str) -> bool:
+    return call(node, "GET", "/nacos/v1/ns/service", serviceName=service)[0] == 200
+
+
+async def test_deleting_a_service_on_one_node_deletes_it_on_every_node(cp_cluster: CpCluster) -> None:
+    """ServiceOperatorV2Impl.delete goes through Raft in Nacos: a service is deleted cluster-wide,
+    whether it was created through the API (a document) or made by registrations (none); one that
+    still has instances is a 400 (v2: 21009 SERVICE_DELETE_FAILURE), an unknown one 21008."""
+    cp_cluster.start_all()
+    a, b, c = cp_cluster.nodes
+    for node in cp_cluster.nodes:
+        poll_until(lambda n=node: _all_members_up(n, 3), 20, 0.1, "every member UP")  # type: ignore[misc]
+
+    # made by an ephemeral registration on A (Distro gives B and C its record), then emptied
+    assert call(a, "POST", "/nacos/v1/ns/instance", serviceName="used", ip="10.7.0.1", port=1)[0] == 200
+    for node in cp_cluster.nodes:
+        poll_until(lambda n=node: len(listed(n, "used")) == 1, 10, 0.05, f"the instance on {node.addr}")  # type: ignore[misc]
+    # while it has an instance, no node deletes it
+    status, body = call(b, "DELETE", "/nacos/v1/ns/service", serviceName="used")
+    assert status == 400 and "is not empty" in body, (status, body)
+    status, body = call(c, "DELETE", "/nacos/v2/ns/service", serviceName="used")
+    assert status == 400 and json.loads(body)["code"] == 21009, (status, body)
+    assert call(a, "DELETE", "/nacos/v1/ns/instance", serviceName="used", ip="10.7.0.1", port=1)[0] == 200
+    for node in cp_cluster.nodes:
+        poll_until(lambda n=node: listed(n, "used") == [], 10, 0.05, f"the instance gone on {node.addr}")  # type: ignore[misc]
+        assert _service_known(node, "used")
+    assert call(b, "DELETE", "/nacos/v1/ns/service", serviceName="used")[0] == 200
+    for node in (a, c):
+        poll_until(lambda n=node: not _service_known(n, "used"), 5, 0.05, f"the service gone on {node.addr}")  # type: ignore[misc]
+    status, body = call(c, "DELETE", "/nacos/v2/ns/service", serviceName="used")
+    assert status == 400 and json.loads(body)["code"] == 21008, (status, body)
+
+    # created through the API on A, with a persistent instance written on C: refused until it is empty
+    assert call(a, "POST", "/nacos/v1/ns/service", serviceName="made", metadata="team=core")[0] == 200
+    assert call(c, "POST", "/nacos/v1/ns/instance", serviceName="made", ip="10.7.0.2", port=5432,
+                ephemeral="false")[0] == 200
+    poll_until(lambda: len(listed(b, "made")) == 1, 5, 0.05, "the persistent instance on B")
+    status, body = call(b, "DELETE", "/nacos/v2/ns/service", serviceName="made")
+    assert status == 400 and json.loads(body)["code"] == 21009, (status, body)
+    assert call(b, "DELETE", "/nacos/v1/ns/instance", serviceName="made", ip="10.7.0.2", port=5432,
+                ephemeral="false")[0] == 200
+    assert call(b, "DELETE", "/nacos/v2/ns/service", serviceName="made")[0] == 200
+    for node in cp_cluster.nodes:
+        poll_until(lambda n=node: not _service_known(n, "made"), 5, 0.05, f"the service gone on {node.addr}")  # type: ignore[misc]

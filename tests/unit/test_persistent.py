@@ -24,8 +24,8 @@ from shoal.health.checker import CheckSettings, PersistentHealthChecker, http_ch
 from shoal.model.client import ClientKind
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
-from shoal.service_layer.persistent import ClusterSettings, PersistentNaming, persistent_client_id
-from shoal.testing import Registry, make_registry
+from shoal.service_layer.persistent import ClusterSettings, PersistentNaming, persistent_client_id, service_name
+from shoal.testing import Registry, make_registry, wait_until
 
 SVC = ServiceKey("public", "DEFAULT_GROUP", "db")
 
@@ -120,6 +120,49 @@ async def test_a_persistent_batch_registers_and_removes_several_instances(cp: Cp
     cp.registry.naming.register_ip_port(eph, InstanceInfo("10.0.0.5", 1))
     with pytest.raises(InvalidParam, match="ephemeral service"):
         await cp.persistent.batch_register(eph, [InstanceInfo("10.0.0.6", 1)])
+
+
+async def test_deleting_a_service_reaches_every_node_with_or_without_a_document(cp: Cp) -> None:
+    other = make_registry()
+    views = json_view(cp.store, Keyspace.INSTANCES), json_view(cp.store, Keyspace.SERVICES)
+    PersistentNaming(other.naming, *views)
+    for view in views:
+        view.start()
+        await view.wait_ready(5)
+    try:
+        # a service made by registrations (Distro gives every node its record), now empty: no document
+        made_by_use = ServiceKey("public", "DEFAULT_GROUP", "used")
+        for registry in (cp.registry, other):
+            registry.naming.register_ip_port(made_by_use, InstanceInfo("10.0.0.7", 1))
+            registry.naming.deregister_ip_port(made_by_use, "10.0.0.7", 1)
+            assert registry.services.get(made_by_use) is not None
+        await cp.persistent.delete_service(made_by_use)
+        await wait_until(lambda: other.services.get(made_by_use) is None, 5, "the other node dropping the service")
+        assert cp.registry.services.get(made_by_use) is None and cp.persistent.service_doc(made_by_use) is None
+        assert views[1].get(service_name(made_by_use)) is None  # the marker is gone from the store
+        # a node that still sees an instance (its Distro copy lags) keeps the service until it goes
+        lagging = ServiceKey("public", "DEFAULT_GROUP", "lagging")
+        cp.registry.naming.register_ip_port(lagging, InstanceInfo("10.0.0.7", 1))
+        cp.registry.naming.deregister_ip_port(lagging, "10.0.0.7", 1)
+        other.naming.register_ip_port(lagging, InstanceInfo("10.0.0.7", 1))
+        await cp.persistent.delete_service(lagging)
+        await wait_until(lambda: views[1].revision == cp.persistent.service_docs.revision, 5, "the other view")
+        assert [h["ip"] for h in hosts(other, lagging)] == ["10.0.0.7"]
+        other.naming.deregister_ip_port(lagging, "10.0.0.7", 1)
+        assert other.services.get(lagging) is None
+        # a created one (with a document)
+        made = ServiceKey("public", "DEFAULT_GROUP", "made")
+        await cp.persistent.create_service(made, 0.0, {}, ephemeral=False)
+        await wait_until(lambda: other.services.get(made) is not None, 5, "the other node seeing the service")
+        await cp.persistent.delete_service(made)
+        await wait_until(lambda: other.services.get(made) is None, 5, "the other node dropping it")
+        # still refused while it has instances, whichever node holds them
+        await cp.persistent.register(made, InstanceInfo("10.0.0.8", 1))
+        with pytest.raises(ServiceNotEmpty, match="is not empty"):
+            await cp.persistent.delete_service(made)
+    finally:
+        for view in views:
+            await view.stop()
 
 
 async def test_restart_on_the_same_store_brings_instances_back(tmp_path: Path) -> None:

@@ -48,6 +48,10 @@ PERSISTENT_CLIENT_PREFIX = "persistent@@"
 DEFAULT_HEALTH_CHECKER: dict[str, Any] = {"type": "TCP"}
 DEFAULT_CHECK_PORT = 80
 
+#: A service document holding only this key (true) marks a service being deleted: every node
+#: drops the service when it sees the marker; the deleting node removes the marker at once.
+DELETED = "deleted"
+
 #: Store writes of one persistent batch in flight at once.
 BATCH_WRITES_IN_FLIGHT = 32
 
@@ -124,8 +128,11 @@ class PersistentNaming:
         self.service_docs = services
         # service → {instance name → instance}, mirrored from the INSTANCES view
         self._by_service: dict[ServiceKey, dict[str, InstanceInfo]] = {}
+        # services deleted cluster-wide that this node still saw instances of (see _drop_record)
+        self._deleted: set[ServiceKey] = set()
         instances.subscribe(self._on_instance)
         services.subscribe(self._on_service)
+        self.bus.subscribe(ServiceChanged, self._on_service_changed)
 
     # --- reads ------------------------------------------------------------------------------
     def persistent_instances(self, service: ServiceKey) -> Mapping[str, InstanceInfo]:
@@ -137,13 +144,14 @@ class PersistentNaming:
         return list(self._by_service)
 
     def cluster_settings(self, service: ServiceKey, cluster: str) -> ClusterSettings:
-        doc = self.service_docs.get(service_name(service))
-        clusters = doc.get("clusters") if isinstance(doc, dict) else None
+        doc = self.service_doc(service)
+        clusters = doc.get("clusters") if doc is not None else None
         return ClusterSettings.from_doc(clusters.get(cluster) if isinstance(clusters, dict) else None)
 
     def service_doc(self, service: ServiceKey) -> dict[str, Any] | None:
+        """The service's document, or None (also while a deletion marker stands in for it)."""
         doc = self.service_docs.get(service_name(service))
-        return dict(doc) if isinstance(doc, dict) else None
+        return dict(doc) if isinstance(doc, dict) and not doc.get(DELETED) else None
 
     # --- persistent instances ---------------------------------------------------------------
     def _check_kind(self, service: ServiceKey) -> None:
@@ -312,14 +320,41 @@ class PersistentNaming:
         await self.service_docs.compare_and_put(name, doc, self.service_docs.mod_revision(name))
 
     async def delete_service(self, service: ServiceKey) -> None:
+        """Delete a service on every node (ServiceOperatorV2Impl.delete, whose metadata delete goes
+        through Raft and removes the service everywhere). A service with a document loses it; one
+        without (made by registrations) gets a deletion marker written and then removed, so every
+        node's watch drops its record too. A service with instances is a 400 (v2: 21009)."""
         self.naming.check_params(service)
         if self.services.get(service) is None and self.service_doc(service) is None:
             raise UnknownService(f"service {service.grouped_name} is not exist!")
         if self.index.publishers_of(service) or self._by_service.get(service):
             raise ServiceNotEmpty(f"Service {service.grouped_name} is not empty, can't be delete. "
                                   "Please unregister instance first")
-        await self.service_docs.delete(service_name(service))
-        self.services.remove(service)  # a service without a document (made by registrations)
+        name = service_name(service)
+        if self.service_doc(service) is None:
+            await self.service_docs.put(name, {"namespace": service.namespace, "group": service.group,
+                                               "service": service.name, DELETED: True})
+        await self.service_docs.delete(name)
+        self._drop_record(service)  # also when the view lags behind the store
+
+    def _drop_record(self, service: ServiceKey) -> None:
+        """A deleted service leaves this node's model. If this node still sees instances of it
+        (the deleting node saw none: this node's instance view or Distro copy lags behind, or
+        instances arrived since), it loses its metadata flag and goes once its last publisher
+        does (:meth:`_on_service_changed`)."""
+        record = self.services.get(service)
+        if record is None:
+            self._deleted.discard(service)
+        elif self.index.publishers_of(service):
+            record.has_metadata = False
+            self._deleted.add(service)
+        else:
+            self.services.remove(service)
+            self._deleted.discard(service)
+
+    def _on_service_changed(self, event: ServiceChanged) -> None:
+        if event.service in self._deleted and not self.index.publishers_of(event.service):
+            self._drop_record(event.service)
 
     # --- the feed: views → model (every node, the writer's own included) ---------------------
     def _on_instance(self, name: str, old: Any, new: Any) -> None:
@@ -367,15 +402,11 @@ class PersistentNaming:
             log.error("service document %s: malformed, ignored", name)
             return
         now = self.clock.now_ms()
-        if new is None:
-            record = self.services.get(service)
-            if record is not None:
-                if self.index.publishers_of(service):
-                    record.has_metadata = False
-                else:
-                    self.services.remove(service)
+        if new is None or new.get(DELETED):
+            self._drop_record(service)
             self.bus.publish(ServiceChanged(service, now))
             return
+        self._deleted.discard(service)
         record = self.services.get_or_create(service, now, ephemeral=bool(new.get("ephemeral", False)))
         if not self.index.publishers_of(service):  # a service with instances keeps the kind they gave it
             record.ephemeral = bool(new.get("ephemeral", False))
