@@ -353,7 +353,7 @@ class PersistentNaming:
             self._deleted.discard(service)
 
     def _on_service_changed(self, event: ServiceChanged) -> None:
-        if event.service in self._deleted and not self.index.publishers_of(event.service):
+        if self._deleted and event.service in self._deleted and not self.index.publishers_of(event.service):
             self._drop_record(event.service)
 
     # --- the feed: views → model (every node, the writer's own included) ---------------------
