@@ -1,4 +1,5 @@
-"""Serving a snapshot page of a large client: byte-exact records, and nothing per instance kept alive."""
+"""Serving a snapshot page of a large client: byte-exact records, nothing per instance kept alive,
+and stream pages bounded by ``snapshot.chunk-bytes`` whatever the size of one client."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import asyncio
 import gc
 import json
 
+import pytest
+
 from shoal.distro import records
-from shoal.distro.snapshot import INSTANCES_PER_SLICE, split_page
+from shoal.distro.snapshot import INSTANCES_PER_SLICE, split_header, split_page
 from shoal.model.client import Client, ClientKind, Publication
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
@@ -75,3 +78,80 @@ async def test_serving_a_large_client_keeps_no_per_instance_objects_alive() -> N
     decoded = [record for _owner, batch in groups for record in records.decode(batch)]
     assert decoded == [expected]
     assert peak[0] < 4 * INSTANCES_PER_SLICE < instances
+
+
+async def _stream_pages(server: object, request: dict[str, object]) -> list[tuple[dict[str, object], bytes]]:
+    pages = []
+    for _ in range(10_000):
+        body = await server.page(json.dumps(request).encode())  # type: ignore[attr-defined]
+        header, page = split_header(body)
+        pages.append((header, page))
+        if header["done"]:
+            return pages
+        request = {**request, "session": header["session"], "offset": header["next"]}
+    raise AssertionError("the stream did not end")
+
+
+async def test_stream_pages_cut_a_large_client_at_the_chunk_size() -> None:
+    """A client larger than a page is cut across pages (a page of whole clients was the size of
+    its largest client, and serving it held the loop for every copy of it); the pages' bytes
+    joined are the groups of the whole-client pages, and the loader's take_groups rebuilds them."""
+    chunk = 16_384
+    cluster = SimCluster(2, snapshot_chunk_bytes=chunk)
+    node = cluster[0]
+    big = node.connect("conn-1")
+    node.clients.replace(big, _big_client(5_000).publications, now_ms=0)
+    for i in range(30):
+        node.register(f"small-{i}", 2000 + i)
+    expected = sorted((records.client_record(c) for c in node.clients.clients.values()), key=lambda r: r[1])
+    server = node.distro.snapshots
+
+    pages = await _stream_pages(server, {"session": "", "offset": 0, "stream": True})
+    assert len(pages) > 10
+    assert all(header["stream"] is True and len(page) <= chunk for header, page in pages)
+    tail = b""
+    loaded = []
+    for _header, page in pages:
+        groups, tail = records.take_groups(tail, page)
+        loaded += [(owner, record) for owner, batch in groups for record in records.decode(batch)]
+    assert tail == b""
+    assert {owner for owner, _ in loaded} == {cluster.addresses[0]}
+    assert sorted((record for _, record in loaded), key=lambda r: r[1]) == expected
+
+    whole = await _stream_pages(server, {"session": "", "offset": 0})  # a loader without "stream"
+    assert "stream" not in whole[0][0] and max(len(page) for _, page in whole) > 10 * chunk
+    assert sorted((r for _, page in whole for _o, b in records.decode_page(page) for r in records.decode(b)),
+                  key=lambda r: r[1]) == expected
+
+
+async def test_a_stream_page_is_answered_once() -> None:
+    """A request whose offset is not where the session's stream is (a repeated or skipped page)
+    is refused: the loader starts over with a new session rather than load a gap."""
+    cluster = SimCluster(2, snapshot_chunk_bytes=1_000)
+    for i in range(50):
+        cluster[0].register(f"c{i}", i)
+    server = cluster[0].distro.snapshots
+    header, _page = split_header(await server.page(json.dumps({"offset": 0, "stream": True}).encode()))
+    assert header["done"] is False and header["next"] == 1_000
+    again = json.dumps({"session": header["session"], "offset": 0, "stream": True}).encode()
+    with pytest.raises(ValueError, match="offset 0"):
+        await server.page(again)
+
+
+async def test_a_newcomer_loads_a_client_larger_than_a_page() -> None:
+    cluster = SimCluster(2, snapshot_chunk_bytes=8_192)
+    big = cluster[0].connect("conn-1")
+    cluster[0].clients.replace(big, _big_client(3_000).publications, now_ms=0)
+    cluster[0].register("small", 80)
+    await cluster.flush()
+    newcomer = "10.9.0.9:8848"
+    for node in cluster.nodes.values():
+        node.members.set_members([(a.split(":")[0], 8848) for a in [*cluster.addresses, newcomer]])
+    node = cluster.add_node(newcomer, [*cluster.addresses, newcomer], loaded=False)
+    await node.distro.load_snapshot()
+    assert node.distro.loaded
+    assert len(cluster.calls("DistroSnapshotRequest")) > 10  # ~150 KB in pages of 8 KiB
+    copy = node.clients.get("conn-1")
+    assert copy is not None and copy.owner == cluster.addresses[0]
+    assert records.client_record(copy)[3] == records.client_record(big)[3]
+    assert node.clients.get("small") is not None

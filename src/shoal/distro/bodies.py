@@ -58,7 +58,8 @@ def report_request(body: bytes) -> None:
 
 
 def snapshot_request(body: bytes) -> None:
-    """DistroSnapshotRequest: empty, or ``{"session": str|int, "offset": int >= 0}`` (both optional)."""
+    """DistroSnapshotRequest: empty, or ``{"session": str|int, "offset": int >= 0, "stream": bool}`` (all
+    optional)."""
     if not body:
         return
     request = json_object(body, "DistroSnapshotRequest body")
@@ -66,6 +67,8 @@ def snapshot_request(body: bytes) -> None:
     if session is not None and (isinstance(session, bool) or not isinstance(session, str | int)):
         raise BadRequestBody("DistroSnapshotRequest body: 'session' must be a string")
     _int_field(request, "offset", "DistroSnapshotRequest body")
+    if not isinstance(request.get("stream", False), bool):
+        raise BadRequestBody("DistroSnapshotRequest body: 'stream' must be a boolean")
 
 
 def header_line(body: bytes, what: str) -> tuple[dict[str, Any], bytes]:

@@ -170,21 +170,33 @@ def page_pieces(groups: Iterable[tuple[str, list[list[bytes]]]]) -> list[bytes]:
 
 
 def decode_page(data: bytes) -> list[tuple[str, bytes]]:
+    groups, rest = take_groups(b"", data)
+    if rest:
+        raise syncser.SyncDecodeError("truncated snapshot page " + ("header" if len(rest) < _GROUP_HEAD.size
+                                                                   else "group"))
+    return groups
+
+
+def take_groups(tail: bytes, data: bytes) -> tuple[list[tuple[str, bytes]], bytes]:
+    """The complete groups of ``tail + data`` (a snapshot stream's bytes), and what is left of an
+    incomplete last one (the next page's bytes continue it)."""
+    if tail:
+        data = b"".join([tail, data])
     groups: list[tuple[str, bytes]] = []
     view = memoryview(data)
     pos = 0
     while pos < len(view):
         if pos + _GROUP_HEAD.size > len(view):
-            raise syncser.SyncDecodeError("truncated snapshot page header")
+            break
         owner_len, batch_len = _GROUP_HEAD.unpack_from(view, pos)
-        pos += _GROUP_HEAD.size
-        end = pos + owner_len + batch_len
+        end = pos + _GROUP_HEAD.size + owner_len + batch_len
         if end > len(view):
-            raise syncser.SyncDecodeError("truncated snapshot page group")
+            break
+        pos += _GROUP_HEAD.size
         try:
             owner = bytes(view[pos:pos + owner_len]).decode()
         except UnicodeDecodeError:
             raise syncser.SyncDecodeError("bad owner address in snapshot page") from None
         groups.append((owner, bytes(view[pos + owner_len:end])))
         pos = end
-    return groups
+    return groups, bytes(view[pos:])

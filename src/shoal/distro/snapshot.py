@@ -2,18 +2,30 @@
 
 Nacos answers SNAPSHOT with one gRPC message holding every client, which breaks past the
 10 MiB message cap. Here the first request opens a session (the client ids in the manager's
-order, held for a minute, ``snapshot.session-ttl-ms``) and every request returns one page of at
-most ``snapshot.chunk-bytes``: groups of (owner address, syncser batch), so the loader knows
-whose copy each client is. Serving never holds the event loop for long: the session's id list
-is a plain copy (no sort), and each client's record is encoded straight to bytes a slice of
-:data:`INSTANCES_PER_SLICE` instances at a time with a yield to the loop in between (a connection
-client may hold a hundred thousand); a page is those bytes in batches of
-:data:`CLIENTS_PER_GROUP` clients. No per-instance tuple outlives its slice, so serving a large
-snapshot gives the collector nothing to scan or promote (building whole records left a page's
-worth of tuples alive across collections, and a large heap's collections stalled the loop). The loader walks the
-pages of the first peer that answers and applies each as synced data; each page request waits
-at most ``snapshot.request-timeout-ms``, so a hung peer costs one such wait before the next peer
-is asked. Peers known DOWN are not asked, UP ones before SUSPICIOUS ones; after a round without
+order, held for a minute, ``snapshot.session-ttl-ms``) and every request returns one page:
+groups of (owner address, syncser batch), so the loader knows whose copy each client is.
+
+A loader that asks for a *stream* (``"stream": true``, what :class:`SnapshotLoader` sends) gets
+the session's groups as one byte stream cut into pages of at most ``snapshot.chunk-bytes``,
+whatever the size of a client: a connection client may publish a hundred thousand instances
+(10 MB encoded), and a page of whole clients was that large, so serving it held the event loop
+for every copy of it (joining the page, the Payload around it, the socket write): 60-160 ms per
+page at 1,000,000 instances in 8 clients (``bench/distro/snapshot_load.py --gc-log``). A stream
+page is bounded, so is every step of serving it; the loader keeps the tail of a group cut by a
+page until the next page completes it. A request without ``stream`` (a loader of an older
+version) gets pages of whole clients, as before.
+
+Serving never holds the event loop for long: the session's id list is a plain copy of the
+manager's keys (no sort, no filter: persistent clients, which come from the CP store, are
+skipped while paging), and each client's record is encoded straight to bytes a slice of
+:data:`INSTANCES_PER_SLICE` instances at a time with a yield to the loop in between; a group is
+those bytes in batches of at most :data:`CLIENTS_PER_GROUP` clients. No per-instance tuple
+outlives its slice, so serving a large snapshot gives the collector nothing to scan or promote
+(building whole records left a page's worth of tuples alive across collections, and a large
+heap's collections stalled the loop). The loader walks the pages of the first peer that answers
+and applies each group as synced data; each page request waits at most
+``snapshot.request-timeout-ms``, so a hung peer costs one such wait before the next peer is
+asked. Peers known DOWN are not asked, UP ones before SUSPICIOUS ones; after a round without
 success it waits ``load.retryDelayMs`` and tries again, until ``load.timeoutMs``.
 
 :class:`SnapshotServer` answers page requests; :class:`SnapshotLoader` walks a peer's pages.
@@ -25,9 +37,9 @@ import asyncio
 import itertools
 import json
 import logging
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shoal.clock import Clock
 from shoal.config import Config
@@ -56,6 +68,12 @@ ApplyBatch = Callable[[str, list[ClientRecord]], int]
 class _Session:
     ids: list[str]
     expires_ms: int
+    #: Stream sessions: the next client to encode, the stream bytes answered so far, the encoded
+    #: stream bytes not answered yet (at most a group), and whether a page is being built.
+    position: int = 0
+    sent: int = 0
+    pending: deque[bytes] = field(default_factory=deque)
+    busy: bool = False
 
 
 class SnapshotServer:
@@ -85,11 +103,12 @@ class SnapshotServer:
         session = self._sessions.get(session_id)
         if session is None:
             session_id = str(next(self._ids))
-            # a plain list (no sort: the loop is not held); persistent clients come from the CP store
-            ids = [cid for cid, c in self.clients.clients.items() if c.replicated]
-            session = self._sessions[session_id] = _Session(ids, 0)
+            # the keys only (no sort, no filter: the loop is not held); non-replicated ones are skipped later
+            session = self._sessions[session_id] = _Session(list(self.clients.clients), 0)
         session.expires_ms = now + self.session_ttl_ms
         offset = int(request.get("offset") or 0)
+        if request.get("stream") is True:
+            return await self._stream_page(session_id, session, offset)
         grouped: dict[str, list[list[bytes]]] = defaultdict(list)
         size = 0
         position = offset
@@ -97,7 +116,8 @@ class SnapshotServer:
         while position < len(session.ids) and size < self.chunk_bytes:
             client = self.clients.get(session.ids[position])
             position += 1
-            if client is None:
+            if client is None or not client.replicated:
+                await _spend(budget, 1)
                 continue
             owner = self.self_address if client.native else client.owner
             record = await _encoded_record(client, budget)
@@ -109,6 +129,71 @@ class SnapshotServer:
         header = json.dumps({"session": session_id, "next": position, "done": done, "total": len(session.ids),
                              "loading": not self.is_loaded()})
         return b"".join([header.encode(), b"\n", *_page_pieces(grouped)])  # the page's only copy
+
+    async def _stream_page(self, session_id: str, session: _Session, offset: int) -> bytes:
+        """The next at most ``chunk_bytes`` of the session's group stream; ``offset`` must be the
+        stream bytes answered so far (a page is answered once: a loader that lost one starts over)."""
+        if offset != session.sent or session.busy:
+            raise ValueError(f"snapshot session {session_id}: offset {offset} is not the stream's {session.sent}"
+                             " (or a page of it is being built)")
+        session.busy = True
+        try:
+            out: list[bytes] = []
+            size = 0
+            budget = [INSTANCES_PER_SLICE]
+            while size < self.chunk_bytes:
+                if not session.pending:
+                    if session.position >= len(session.ids):
+                        break
+                    await self._next_group(session, budget)
+                    continue
+                piece = session.pending.popleft()
+                room = self.chunk_bytes - size
+                if len(piece) > room:  # pieces are a slice of instances at most (~100 KB): cheap to cut
+                    session.pending.appendleft(piece[room:])
+                    piece = piece[:room]
+                out.append(piece)
+                size += len(piece)
+            session.sent += size
+        finally:
+            session.busy = False
+        done = session.position >= len(session.ids) and not session.pending
+        if done:
+            self._sessions.pop(session_id, None)
+        header = json.dumps({"session": session_id, "next": session.sent, "done": done, "total": len(session.ids),
+                             "loading": not self.is_loaded(), "stream": True})
+        return b"".join([header.encode(), b"\n", *out])
+
+    async def _next_group(self, session: _Session, budget: list[int]) -> None:
+        """Encode the session's next group (consecutive clients of one owner, at most
+        :data:`CLIENTS_PER_GROUP` of them and about ``chunk_bytes``) onto its pending stream."""
+        owner = ""
+        recs: list[list[bytes]] = []
+        size = 0
+        while session.position < len(session.ids) and len(recs) < CLIENTS_PER_GROUP and size < self.chunk_bytes:
+            client = self.clients.get(session.ids[session.position])
+            if client is None or not client.replicated:
+                session.position += 1
+                await _spend(budget, 1)
+                continue
+            client_owner = self.self_address if client.native else client.owner
+            if recs and client_owner != owner:
+                break
+            owner = client_owner
+            session.position += 1
+            record = await _encoded_record(client, budget)
+            recs.append(record)
+            size += sum(len(part) for part in record)
+        if recs:
+            session.pending.extend(records.page_pieces([(owner, recs)]))
+
+
+async def _spend(budget: list[int], items: int) -> None:
+    """Count ``items`` against the slice budget; yield to the loop when it is spent."""
+    budget[0] -= items
+    if budget[0] <= 0:
+        budget[0] = INSTANCES_PER_SLICE
+        await asyncio.sleep(0)  # other requests (health checks, pushes) run in between
 
 
 async def _encoded_record(client: Client, budget: list[int]) -> list[bytes]:
@@ -122,10 +207,7 @@ async def _encoded_record(client: Client, budget: list[int]) -> list[bytes]:
     for instances, part in records.client_record_parts(client.client_id, revision, publications,
                                                        INSTANCES_PER_SLICE):
         parts.append(part)
-        budget[0] -= 1 + instances
-        if budget[0] <= 0:
-            budget[0] = INSTANCES_PER_SLICE
-            await asyncio.sleep(0)  # other requests (health checks, pushes) run in between
+        await _spend(budget, 1 + instances)
     return parts
 
 
@@ -137,11 +219,20 @@ def _page_pieces(grouped: dict[str, list[list[bytes]]]) -> list[bytes]:
 
 
 def split_page(body: bytes) -> tuple[dict[str, object], list[tuple[str, bytes]]]:
-    """A page answer → (JSON header, [(owner, encoded batch)])."""
+    """A page answer of whole groups → (JSON header, [(owner, encoded batch)])."""
+    header, page = split_header(body)
+    return header, records.decode_page(page)
+
+
+def split_header(body: bytes) -> tuple[dict[str, object], bytes]:
+    """A page answer → (JSON header, page bytes)."""
     head, sep, page = body.partition(b"\n")
     if not sep:
         raise ValueError("snapshot answer has no header line")
-    return json.loads(head), records.decode_page(page)
+    header = json.loads(head)
+    if not isinstance(header, dict):
+        raise ValueError("snapshot answer's header is no JSON object")
+    return header, page
 
 
 class _PeerLoading(Exception):
@@ -205,15 +296,21 @@ class SnapshotLoader:
         session: object = ""
         offset: object = 0
         total = 0
+        tail = b""  # stream pages: the start of a group the next page completes
         while True:
-            request = json.dumps({"session": session, "offset": offset}).encode()
+            request = json.dumps({"session": session, "offset": offset, "stream": True}).encode()
             kind, body = await self.transport.call(target, SNAPSHOT_REQUEST, request,
                                                    self.config.snapshot_request_timeout_ms)
             if kind != SNAPSHOT_RESPONSE:
                 raise PeerError(f"{target} answered {kind}: {body[:200]!r}")
-            header, groups = split_page(body)
+            header, page = split_header(body)
             if header.get("loading") and not accept_loading:
                 raise _PeerLoading(target)
+            if header.get("stream") is True:
+                groups, tail = await run_blocking(records.take_groups, tail, page)
+            else:  # a server of an older version: pages of whole groups
+                groups = await run_blocking(records.decode_page, page)
+            del body, page
             for owner, batch in groups:
                 decoded = await run_blocking(records.decode, batch)
                 if owner == self.members.self_address:
@@ -222,6 +319,8 @@ class SnapshotLoader:
                 total += len(decoded)
                 await asyncio.sleep(0)  # let the loop breathe between groups
             if header.get("done"):
+                if tail:
+                    raise PeerError(f"{target}'s snapshot stream ended inside a group ({len(tail)} bytes)")
                 return total
             session, offset = header["session"], header["next"]
 
