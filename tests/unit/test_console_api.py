@@ -94,6 +94,23 @@ async def test_catalog_services_rows_counts_and_paging(console: Console) -> None
     assert past == {"count": 3, "serviceList": []}
 
 
+async def test_catalog_services_trigger_flag_follows_the_protect_threshold(console: Console) -> None:
+    """ServiceView.triggerFlag is "true" once healthy / ipCount ≤ the protection threshold, as
+    CatalogServiceV2Impl sets it (orders: 1 healthy of 3; an empty service is never triggered)."""
+    sample(console.registry)
+
+    async def flags() -> dict[str, str]:
+        out = await console.get("/nacos/v1/ns/catalog/services", pageNo=1, pageSize=10)
+        return {r["name"]: r["triggerFlag"] for r in out["serviceList"]}
+
+    assert await flags() == {"empty": "false", "orders": "false", "payments": "false"}
+    console.registry.naming.update_service(SVC, 0.4, None)
+    console.registry.naming.update_service(ServiceKey("public", "DEFAULT_GROUP", "empty"), 1.0, None)
+    assert await flags() == {"empty": "false", "orders": "true", "payments": "false"}
+    console.registry.naming.update_service(SVC, 0.3, None)
+    assert (await flags())["orders"] == "false"
+
+
 async def test_catalog_services_search_and_filters(console: Console) -> None:
     sample(console.registry)
     by_name = await console.get("/nacos/v1/ns/catalog/services", serviceNameParam="ORD", pageNo=1, pageSize=10)

@@ -40,6 +40,9 @@ class ServiceSummary:
     healthy_count: int
     enabled_count: int
     subscriber_count: int
+    #: Nacos's ServiceView.triggerFlag: healthy / ipCount ≤ the service's protection threshold
+    #: (CatalogServiceV2Impl.isProtectThreshold; a service without instances is never triggered).
+    threshold_triggered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +119,10 @@ class CatalogService:
         healthy = sum(1 for i in instances if i.healthy and i.enabled)
         enabled = sum(1 for i in instances if i.enabled)
         subscribers = len(self.naming.index.subscribers_of(service))
-        return ServiceSummary(service, len(clusters), len(instances), healthy, enabled, subscribers)
+        record = self.naming.services.get(service)
+        threshold = record.protect_threshold if record is not None else 0.0
+        triggered = bool(instances) and healthy / len(instances) <= threshold
+        return ServiceSummary(service, len(clusters), len(instances), healthy, enabled, subscribers, triggered)
 
     def _distinct_instances(self, service: ServiceKey) -> list[InstanceInfo] | set[InstanceInfo]:
         clients = self.naming.clients

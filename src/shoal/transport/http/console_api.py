@@ -60,7 +60,8 @@ STATIC_FILES = {
 def summary_json(s: ServiceSummary) -> dict[str, Any]:
     """A service-list row: Nacos's ServiceView, plus Shoal's subscriber and enabled counts."""
     return {"name": s.service.name, "groupName": s.service.group, "clusterCount": s.cluster_count,
-            "ipCount": s.ip_count, "healthyInstanceCount": s.healthy_count, "triggerFlag": "false",
+            "ipCount": s.ip_count, "healthyInstanceCount": s.healthy_count,
+            "triggerFlag": "true" if s.threshold_triggered else "false",
             "enabledInstanceCount": s.enabled_count, "subscriberCount": s.subscriber_count}
 
 

@@ -121,14 +121,9 @@ class V3NamingRoutes:
             return v2_ok(dumps(_page(details, count, page_no, page_size)))
         page = self.catalog.list_services(namespace, name_part, group_part, page_no, page_size,
                                           has_ip_count=p.boolean("ignoreEmptyService", False))
-        items = []
-        for s in page.services:
-            record = self.naming.naming.services.get(s.service)
-            threshold = record.protect_threshold if record is not None else 0.0
-            items.append({"name": s.service.name, "groupName": s.service.group, "clusterCount": s.cluster_count,
-                          "ipCount": s.ip_count, "healthyInstanceCount": s.healthy_count,
-                          "triggerFlag": "true" if s.ip_count and s.healthy_count / s.ip_count <= threshold
-                          else "false"})
+        items = [{"name": s.service.name, "groupName": s.service.group, "clusterCount": s.cluster_count,
+                  "ipCount": s.ip_count, "healthyInstanceCount": s.healthy_count,
+                  "triggerFlag": "true" if s.threshold_triggered else "false"} for s in page.services]
         return v2_ok(dumps(_page(items, page.count, page_no, page_size)))
 
     async def service_subscribers(self, request: web.Request, p: Params) -> web.StreamResponse:
