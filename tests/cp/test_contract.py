@@ -8,12 +8,17 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from shoal.cp.store import (
+    MAX_TXN_OPS,
     CpStore,
     CpView,
     EventKind,
     Keyspace,
     Resync,
+    TxnCompare,
+    TxnWrite,
     WatchEvent,
     WatchItem,
     json_view,
@@ -178,3 +183,75 @@ async def test_closing_the_store_ends_its_watches(store: CpStore) -> None:
     async with asyncio.timeout(15):
         await watcher._task  # ends by itself, no error
     assert [e[3] for e in watcher.events()] == [revision]
+
+
+async def test_a_txn_whose_compare_fails_for_one_key_writes_nothing(store: CpStore) -> None:
+    a, b, c, gone = USERS.key("a"), USERS.key("b"), USERS.key("c"), USERS.key("gone")
+    ra = await store.put(a, b"a1")
+    rc = await store.put(c, b"c1")
+    rg = await store.put(gone, b"g1")
+    before = (await store.range(USERS.prefix)).items
+    writes = [TxnWrite(a, b"a2"), TxnWrite(b, b"b1"), TxnWrite(c, b"c2"), TxnWrite(gone, None)]
+    # every compare holds but c's (someone wrote c since it was read at rc - 1)
+    failed = await store.txn([TxnCompare(a, ra), TxnCompare(b, 0), TxnCompare(c, rc - 1)], writes)
+    assert not failed.succeeded and not failed.changed
+    assert [kv.value if kv else None for kv in failed.current] == [b"a1", None, b"c1"]
+    assert [kv.mod_revision if kv else 0 for kv in failed.current] == [ra, 0, rc]
+    assert (await store.range(USERS.prefix)).items == before  # not one of the four writes
+    done = await store.txn([TxnCompare(a, ra), TxnCompare(b, 0), TxnCompare(c, rc)], writes)
+    assert done.succeeded and done.changed and done.revision > rg and done.current == ()
+    now = {kv.key: kv for kv in (await store.range(USERS.prefix)).items}
+    assert {k: kv.value for k, kv in now.items()} == {a: b"a2", b: b"b1", c: b"c2"}
+    assert all(rg < kv.mod_revision <= done.revision for kv in now.values())
+    assert (now[a].version, now[a].create_revision, now[b].version) == (2, ra, 1)
+    # a txn that changes nothing (deleting an absent key) succeeds without a revision of its own
+    idle = await store.txn([], [TxnWrite(gone, None)])
+    assert idle.succeeded and not idle.changed and idle.revision == done.revision
+
+
+async def test_a_watcher_sees_a_txn_whole_in_order(store: CpStore) -> None:
+    start = await store.put(USERS.key("old"), b"0")
+    watcher = Collector(store, USERS.prefix, start + 1)
+    try:
+        writes = [TxnWrite(USERS.key(f"u{i:03}"), str(i).encode()) for i in range(MAX_TXN_OPS - 1)]
+        done = await store.txn([TxnCompare(USERS.key("old"), start)], [*writes, TxnWrite(USERS.key("old"), None)])
+        assert done.succeeded
+        expected = [(EventKind.PUT, w.key, w.value) for w in writes] + [(EventKind.DELETE, USERS.key("old"), b"")]
+        await wait_for(lambda: len(watcher.events()) >= len(expected), what="the txn's events")
+        assert [e[:3] for e in watcher.events()] == expected
+        assert all(start < e[3] <= done.revision for e in watcher.events())
+    finally:
+        await watcher.stop()
+
+
+async def test_a_txn_holds_at_most_max_txn_ops_and_each_key_once(store: CpStore) -> None:
+    too_many = [TxnWrite(USERS.key(f"u{i}"), b"1") for i in range(MAX_TXN_OPS + 1)]
+    with pytest.raises(ValueError, match="at most"):
+        await store.txn([], too_many)
+    with pytest.raises(ValueError, match="at most"):
+        await store.txn([TxnCompare(w.key, 0) for w in too_many], too_many[:1])
+    with pytest.raises(ValueError, match="once"):
+        await store.txn([], [TxnWrite(USERS.key("x"), b"1"), TxnWrite(USERS.key("x"), None)])
+    assert (await store.range(USERS.prefix)).items == ()
+
+
+async def test_view_transact_reads_its_own_writes_or_reports_the_winners(store: CpStore) -> None:
+    view: CpView[Any] = json_view(store, USERS)
+    view.start()
+    try:
+        await view.wait_ready(15)
+        await view.put("alice", {"n": 1})
+        done = await view.transact({"alice": view.mod_revision("alice"), "bob": 0},
+                                   {"alice": {"n": 2}, "bob": {"n": 3}})
+        assert done.succeeded
+        assert (view.get("alice"), view.get("bob")) == ({"n": 2}, {"n": 3})  # no wait: caught up
+        stale = view.mod_revision("bob")
+        await store.put(USERS.key("bob"), b'{"n":4}')  # written by "another node"
+        lost = await view.transact({"alice": view.mod_revision("alice"), "bob": stale, "carol": 0},
+                                   {"alice": None, "carol": {"n": 5}})
+        assert not lost.succeeded
+        assert lost.current["bob"][1] == {"n": 4} and lost.current["bob"][0] > stale
+        assert lost.current["carol"] == (0, None) and lost.current["alice"][1] == {"n": 2}
+        assert (await store.get(USERS.key("carol"))) is None and (await store.get(USERS.key("alice"))) is not None
+    finally:
+        await view.stop()

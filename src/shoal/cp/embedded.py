@@ -7,7 +7,8 @@ calls are serialised without any lock on the loop, and the event loop never bloc
 Tables: ``kv`` (the current keys with etcd's create/mod revision and version), ``log`` (one
 row per change since the compaction revision, what :meth:`watch` replays) and ``meta``
 (the current and the compacted revision). Revisions increase by one per write that changes
-something, as in etcd; a delete of an absent key changes nothing. The log keeps the last
+something, as in etcd; a delete of an absent key changes nothing. A txn is one SQL transaction
+whose changes take consecutive revisions and reach the watchers together. The log keeps the last
 ``history`` revisions (older rows are compacted automatically); a watch that starts before
 the compacted revision gets a :class:`~shoal.cp.store.Resync` of its prefix instead.
 
@@ -25,7 +26,7 @@ import contextlib
 import logging
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -37,8 +38,12 @@ from shoal.cp.store import (
     KeyValue,
     RangeResult,
     Resync,
+    TxnCompare,
+    TxnResult,
+    TxnWrite,
     WatchEvent,
     WatchItem,
+    check_txn,
     prefix_end,
 )
 from shoal.errors import CpUnavailable
@@ -175,31 +180,66 @@ class EmbeddedStore(CpStore):
             if value is None and current is None:
                 db.execute("ROLLBACK")
                 return False, revision, None
-            revision += 1
-            db.execute("UPDATE meta SET value = ? WHERE name = 'revision'", (revision,))
-            now: KeyValue | None
-            if value is None:
-                db.execute("DELETE FROM kv WHERE key = ?", (key,))
-                db.execute("INSERT INTO log VALUES (?, ?, ?, ?)", (revision, EventKind.DELETE.value, key, b""))
-                now = None
-                event = WatchEvent(EventKind.DELETE, key, b"", revision)
-            else:
-                created = current.create_revision if current else revision
-                version = current.version + 1 if current else 1
-                db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?, ?, ?)",
-                           (key, value, created, revision, version))
-                db.execute("INSERT INTO log VALUES (?, ?, ?, ?)", (revision, EventKind.PUT.value, key, value))
-                now = KeyValue(key, value, created, revision, version)
-                event = WatchEvent(EventKind.PUT, key, value, revision)
-            if self.history and revision % 1000 == 0:
-                self._compact_locked(revision - self.history)
-            db.execute("COMMIT")
+            now, event = self._apply(key, value, current, revision + 1)
+            self._commit_revision(revision, revision + 1)
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        self._publish_threadsafe(self._unpublished(event))
-        return True, revision, now
+        self._publish_threadsafe(self._unpublished([event]))
+        return True, revision + 1, now
+
+    def _txn(self, compares: Sequence[TxnCompare], writes: Sequence[TxnWrite]) -> TxnResult:
+        """Every write if every compare holds, in one SQL transaction: nothing of it is on disk,
+        or published to a watcher, unless all of it is. Each change takes the next revision
+        (etcd gives a txn's changes one revision; nothing here relies on either)."""
+        db = self._conn
+        db.execute("BEGIN IMMEDIATE")
+        events: list[WatchEvent] = []
+        try:
+            start = self._meta("revision")
+            rows = tuple(self._row(c.key) for c in compares)
+            if any((row.mod_revision if row else 0) != c.mod_revision for row, c in zip(rows, compares, strict=True)):
+                db.execute("ROLLBACK")
+                return TxnResult(False, False, start, rows)
+            revision = start
+            for write in writes:
+                current = self._row(write.key)
+                if write.value is None and current is None:
+                    continue  # deleting an absent key changes nothing
+                revision += 1
+                events.append(self._apply(write.key, write.value, current, revision)[1])
+            if revision == start:
+                db.execute("ROLLBACK")
+                return TxnResult(True, False, start)
+            self._commit_revision(start, revision)
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        self._publish_threadsafe(self._unpublished(events))
+        return TxnResult(True, True, revision)
+
+    def _apply(self, key: str, value: bytes | None, current: KeyValue | None,
+               revision: int) -> tuple[KeyValue | None, WatchEvent]:
+        """Write one change at ``revision`` inside the open transaction: (key now, its event)."""
+        db = self._conn
+        if value is None:
+            db.execute("DELETE FROM kv WHERE key = ?", (key,))
+            db.execute("INSERT INTO log VALUES (?, ?, ?, ?)", (revision, EventKind.DELETE.value, key, b""))
+            return None, WatchEvent(EventKind.DELETE, key, b"", revision)
+        created = current.create_revision if current else revision
+        version = current.version + 1 if current else 1
+        db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?, ?, ?)", (key, value, created, revision, version))
+        db.execute("INSERT INTO log VALUES (?, ?, ?, ?)", (revision, EventKind.PUT.value, key, value))
+        return KeyValue(key, value, created, revision, version), WatchEvent(EventKind.PUT, key, value, revision)
+
+    def _commit_revision(self, before: int, after: int) -> None:
+        """Record the new revision (compacting the log each time it passes a thousand) and commit."""
+        self._conn.execute("UPDATE meta SET value = ? WHERE name = 'revision'", (after,))
+        if self.history and after // 1000 > before // 1000:
+            self._compact_locked(after - self.history)
+        self._conn.execute("COMMIT")
 
     def _compact_locked(self, revision: int) -> None:
         if revision <= self._meta("compacted"):
@@ -248,13 +288,14 @@ class EmbeddedStore(CpStore):
         events = [WatchEvent(EventKind(r[1]), r[2], bytes(r[3]), r[0]) for r in rows if r[2].startswith(prefix)]
         return events, revision, compacted
 
-    def _unpublished(self, own: WatchEvent) -> list[WatchEvent]:
-        """The events up to this process's own write ``own``: just it, unless another process
-        wrote since the last publication (then its changes come first, from the log)."""
-        if own.mod_revision == self._published + 1:
-            self._published = own.mod_revision
-            return [own]
-        return self._log_since(own.mod_revision)
+    def _unpublished(self, own: list[WatchEvent]) -> list[WatchEvent]:
+        """The events up to this process's own write (its consecutive events ``own``): just
+        them, unless another process wrote since the last publication (then its changes come
+        first, from the log)."""
+        if own[0].mod_revision == self._published + 1:
+            self._published = own[-1].mod_revision
+            return own
+        return self._log_since(own[-1].mod_revision)
 
     def _poll(self) -> list[WatchEvent]:
         revision = self._meta("revision")
@@ -300,6 +341,11 @@ class EmbeddedStore(CpStore):
     async def compare_and_put(self, key: str, value: bytes, expected_mod_revision: int) -> CasResult:
         changed, revision, current = await self._call(lambda: self._write(key, value, expected_mod_revision))
         return CasResult(changed, revision, current)
+
+    async def txn(self, compares: Sequence[TxnCompare], writes: Sequence[TxnWrite]) -> TxnResult:
+        check_txn(compares, writes)
+        compares, writes = tuple(compares), tuple(writes)
+        return await self._call(lambda: self._txn(compares, writes))
 
     async def compact(self, revision: int) -> None:
         await self._call(lambda: self._compact(revision))

@@ -1,7 +1,8 @@
 """The CP store of a cluster: an etcd v3 cluster, through etcd's own v3 JSON gateway.
 
 Why this client: etcd serves its v3 API as JSON over HTTP on the client port (the gRPC
-gateway: ``/v3/kv/range``, ``/v3/kv/put``, ``/v3/kv/deleterange``, ``/v3/kv/txn``,
+gateway: ``/v3/kv/range``, ``/v3/kv/put``, ``/v3/kv/deleterange``, ``/v3/kv/txn`` (also the
+multi-key :meth:`EtcdStore.txn`, one etcd transaction),
 ``/v3/kv/compaction``, ``/v3/auth/authenticate`` and the streaming ``/v3/watch``, keys and
 values base64, int64 as strings) in every release since 3.3. Speaking it over aiohttp, which
 Shoal already depends on, gives an asyncio-native client with no extra package and no
@@ -59,8 +60,12 @@ from shoal.cp.store import (
     KeyValue,
     RangeResult,
     Resync,
+    TxnCompare,
+    TxnResult,
+    TxnWrite,
     WatchEvent,
     WatchItem,
+    check_txn,
     prefix_end,
 )
 from shoal.errors import CpUnavailable, NacosError
@@ -466,6 +471,32 @@ class EtcdStore(CpStore):
             return CasResult(True, revision, KeyValue(key, value, created, revision, version))
         kvs = responses[0].get("response_range", {}).get("kvs") or []
         return CasResult(False, revision, _kv(kvs[0]) if kvs else None)
+
+    async def txn(self, compares: Sequence[TxnCompare], writes: Sequence[TxnWrite]) -> TxnResult:
+        """One etcd ``Txn`` through the gateway: the compares, the writes on success, a read of each
+        compared key on failure. Its limits are etcd's defaults (:func:`check_txn`): an external
+        cluster run with a lower ``--max-txn-ops`` refuses larger ones (EtcdError), whole."""
+        check_txn(compares, writes)
+        keys = [_b64(c.key.encode()) for c in compares]
+        body = {
+            "compare": [{"key": key, "target": "MOD", "result": "EQUAL", "mod_revision": str(c.mod_revision)}
+                        for key, c in zip(keys, compares, strict=True)],
+            "success": [{"request_delete_range": {"key": _b64(w.key.encode())}} if w.value is None
+                        else {"request_put": {"key": _b64(w.key.encode()), "value": _b64(w.value)}} for w in writes],
+            "failure": [{"request_range": {"key": key}} for key in keys],
+        }
+        answer = await self._call("/v3/kv/txn", body, retry_safe=False)
+        revision = _revision(answer)
+        responses = answer.get("responses") or []
+        if answer.get("succeeded"):
+            changed = any("response_put" in r or int(r.get("response_delete_range", {}).get("deleted", 0))
+                          for r in responses)
+            return TxnResult(True, changed, revision)
+        current: list[KeyValue | None] = []
+        for response in responses:
+            kvs = response.get("response_range", {}).get("kvs") or []
+            current.append(_kv(kvs[0]) if kvs else None)
+        return TxnResult(False, False, revision, tuple(current))
 
     async def compact(self, revision: int) -> None:
         try:

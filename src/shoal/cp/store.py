@@ -5,9 +5,12 @@ roles, permissions, the cluster's token key) lives in a linearizable key-value s
 single global revision counter, modelled on etcd v3:
 
 * every successful write returns the store's **revision** after it; revisions only grow;
-* :meth:`CpStore.compare_and_put` is the one conditional write: ``expected_mod_revision=0``
+* :meth:`CpStore.compare_and_put` is the conditional write of one key: ``expected_mod_revision=0``
   means *create if absent* (the cluster-wide token key, a namespace id), a positive value
   means *replace only if nobody wrote it since I read it* (optimistic updates of metadata);
+* :meth:`CpStore.txn` writes several keys all or none: every compare holds and every put and
+  delete is applied in one step, or nothing is (etcd's ``Txn``; at most :data:`MAX_TXN_OPS`
+  compares and as many writes, etcd's default ``--max-txn-ops``);
 * :meth:`CpStore.watch` streams every change under a prefix from a revision on. It resumes
   by itself after a lost connection (from the last revision it delivered) and, when the
   history it needs was compacted away, re-reads the prefix and yields one :class:`Resync`
@@ -29,7 +32,7 @@ import asyncio
 import json
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
@@ -42,6 +45,10 @@ T = TypeVar("T")
 
 #: Every key of the store starts with this; the version lets a later layout live beside it.
 ROOT = "/shoal/v1/"
+
+#: The most compares, and the most writes, one :meth:`CpStore.txn` may hold: etcd's default
+#: ``--max-txn-ops``, which an external cluster may keep, so both stores take no more.
+MAX_TXN_OPS = 128
 
 
 class Keyspace(StrEnum):
@@ -104,6 +111,49 @@ class CasResult:
     succeeded: bool
     revision: int
     current: KeyValue | None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnCompare:
+    """A condition of :meth:`CpStore.txn`: ``key``'s mod revision is ``mod_revision`` (0 = absent)."""
+
+    key: str
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnWrite:
+    """A write of :meth:`CpStore.txn`: put ``value``, or delete the key when ``value`` is None."""
+
+    key: str
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnResult:
+    """The outcome of :meth:`CpStore.txn`.
+
+    ``succeeded``: every compare held and every write was applied (else none was);
+    ``changed``: the writes changed something (a delete of an absent key changes nothing), so
+    watchers see them at or before ``revision``, the store revision after the call;
+    ``current``: when it failed, each compared key as it now is (None if absent), in the
+    order of the compares; empty on success.
+    """
+
+    succeeded: bool
+    changed: bool
+    revision: int
+    current: tuple[KeyValue | None, ...] = ()
+
+
+def check_txn(compares: Sequence[TxnCompare], writes: Sequence[TxnWrite]) -> None:
+    """The rules both stores apply to a txn (etcd's): at most :data:`MAX_TXN_OPS` compares and
+    writes, no key written twice. A breach is the caller's bug: ValueError."""
+    if len(compares) > MAX_TXN_OPS or len(writes) > MAX_TXN_OPS:
+        raise ValueError(f"a CP txn holds at most {MAX_TXN_OPS} compares and {MAX_TXN_OPS} writes "
+                         f"(got {len(compares)} and {len(writes)})")
+    if len({w.key for w in writes}) != len(writes):
+        raise ValueError("a CP txn writes each key at most once")
 
 
 class EventKind(StrEnum):
@@ -178,6 +228,13 @@ class CpStore(ABC):
         return await self.compare_and_put(key, value, 0)
 
     @abstractmethod
+    async def txn(self, compares: Sequence[TxnCompare], writes: Sequence[TxnWrite]) -> TxnResult:
+        """Apply every write if every compare holds, as one change no reader or watcher sees
+        half of; else write nothing and report the compared keys as they are (see
+        :func:`check_txn` for the limits). An error (CpUnavailable) means nothing was written,
+        or, when it says so, that the whole txn may or may not have been applied: never part."""
+
+    @abstractmethod
     async def compact(self, revision: int) -> None:
         """Drop the history before ``revision``; watches needing it get a :class:`Resync`."""
 
@@ -188,6 +245,15 @@ class CpStore(ABC):
         Resumes after reconnects from the last delivered revision + 1; if that history was
         compacted, yields a :class:`Resync` of the prefix and continues after it.
         """
+
+
+@dataclass(frozen=True, slots=True)
+class ViewTxnOutcome(Generic[T]):
+    """The outcome of :meth:`CpView.transact`: ``succeeded``, and when it did not, each compared
+    name's ``(mod revision, value)`` as the store now has it (``(0, None)``: absent)."""
+
+    succeeded: bool
+    current: Mapping[str, tuple[int, T | None]]
 
 
 class CpView(Generic[T]):
@@ -297,6 +363,24 @@ class CpView(Generic[T]):
             return False
         await self._catch_up(revision)
         return True
+
+    async def transact(self, compares: Mapping[str, int], writes: Mapping[str, T | None]) -> ViewTxnOutcome[T]:
+        """Write every name of ``writes`` (a value, or None to delete it) if every name of
+        ``compares`` still has that mod revision (0 = absent): all or nothing, one
+        :meth:`CpStore.txn`. On success the view has caught up with the writes (as :meth:`put`)."""
+        names = list(compares)
+        result = await self.store.txn(
+            [TxnCompare(self.keyspace.key(name), compares[name]) for name in names],
+            [TxnWrite(self.keyspace.key(name), None if value is None else self._encode(value))
+             for name, value in writes.items()])
+        if result.succeeded:
+            if result.changed:
+                await self._catch_up(result.revision)
+            return ViewTxnOutcome(True, {})
+        current: dict[str, tuple[int, T | None]] = {}
+        for name, kv in zip(names, result.current, strict=True):
+            current[name] = (0, None) if kv is None else (kv.mod_revision, self._decoded(kv.key, kv.value))
+        return ViewTxnOutcome(False, current)
 
     async def _catch_up(self, revision: int) -> None:
         """Wait for the view to show a write of this node, bounded: the write is in the store
