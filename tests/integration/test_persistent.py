@@ -175,6 +175,11 @@ async def test_raw_grpc_persistent_batch(servers: Callable[..., ServerProcess]) 
             "grpc-batch", "batchRegisterInstance", instance("10.5.5.4", 1), instance("10.5.5.5", 70000)))
         assert kind == "ErrorResponse" and reply["errorCode"] == 400
         assert len(listed(server, "grpc-batch")) == 3
+        # one CP store transaction: more than 128 instances are refused whole, with what to do
+        kind, reply = await client.call("PersistentInstanceRequest", batch_body(
+            "grpc-batch", "batchRegisterInstance", *(instance(f"10.5.6.{i}", 1) for i in range(1, 130))))
+        assert kind == "ErrorResponse" and reply["errorCode"] == 400 and "at most 128" in reply["message"]
+        assert len(listed(server, "grpc-batch")) == 3
         kind, reply = await client.call("PersistentInstanceRequest", batch_body(
             "grpc-batch", "batchDeregisterInstance", instance("10.5.5.1", 5432), instance("10.5.5.2", 5432)))
         assert kind == "InstanceResponse" and reply["type"] == "batchDeregisterInstance"

@@ -24,7 +24,16 @@ from shoal.health.checker import CheckSettings, PersistentHealthChecker, http_ch
 from shoal.model.client import ClientKind
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
-from shoal.service_layer.persistent import ClusterSettings, PersistentNaming, persistent_client_id, service_name
+from shoal.service_layer.naming import NamingService
+from shoal.service_layer.persistent import (
+    MAX_BATCH,
+    ClusterSettings,
+    PersistentNaming,
+    instance_doc,
+    instance_name,
+    persistent_client_id,
+    service_name,
+)
 from shoal.testing import Registry, make_registry, wait_until
 
 SVC = ServiceKey("public", "DEFAULT_GROUP", "db")
@@ -163,6 +172,27 @@ async def test_deleting_a_service_reaches_every_node_with_or_without_a_document(
     finally:
         for view in views:
             await view.stop()
+
+
+async def test_a_persistent_batch_is_one_transaction_all_or_nothing(cp: Cp) -> None:
+    """The batch is one CP txn under compares of every key it read: worked out from a lagging view
+    (one instance changed since), its first txn fails and writes nothing, the next stores all of
+    it; a batch over the txn limit is refused before any write (docs/protocol.md §3.5)."""
+    views = cp.persistent.instances
+    x, y = InstanceInfo("10.0.1.1", 1), InstanceInfo("10.0.1.2", 2)
+    await cp.persistent.batch_register(SVC, [x])
+    await views.stop()  # this node's view lags from here on
+    name_x = instance_name(SVC, "DEFAULT", x.ip, x.port)
+    await cp.store.put(Keyspace.INSTANCES.key(name_x), json.dumps({**views.get(name_x), "weight": 5.0}).encode())
+    await cp.persistent.batch_register(SVC, [x, y])
+    stored = {Keyspace.INSTANCES.name_of(kv.key): json.loads(kv.value)
+              for kv in (await cp.store.range(Keyspace.INSTANCES.prefix)).items}
+    assert stored == {instance_name(SVC, "DEFAULT", i.ip, i.port): instance_doc(SVC, NamingService._with_id(SVC, i))
+                      for i in (x, y)}
+    revision = (await cp.store.range("")).revision
+    with pytest.raises(InvalidParam, match=f"at most {MAX_BATCH}"):
+        await cp.persistent.batch_register(SVC, [InstanceInfo(f"10.0.2.{i}", 1) for i in range(1, MAX_BATCH + 2)])
+    assert (await cp.store.range("")).revision == revision
 
 
 async def test_restart_on_the_same_store_brings_instances_back(tmp_path: Path) -> None:

@@ -23,15 +23,14 @@ persistent unless v2 says ``ephemeral=true``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.clock import Clock
-from shoal.cp.store import CpView
-from shoal.errors import InvalidParam, NotFound, ServiceAlreadyExists, ServiceNotEmpty, UnknownService
+from shoal.cp.store import MAX_TXN_OPS, CpView
+from shoal.errors import Conflict, InvalidParam, NotFound, ServiceAlreadyExists, ServiceNotEmpty, UnknownService
 from shoal.model.client import Client, ClientKind, Publication
 from shoal.model.clients import ClientManager
 from shoal.model.events import EventBus, ServiceChanged
@@ -52,8 +51,17 @@ DEFAULT_CHECK_PORT = 80
 #: drops the service when it sees the marker; the deleting node removes the marker at once.
 DELETED = "deleted"
 
-#: Store writes of one persistent batch in flight at once.
-BATCH_WRITES_IN_FLIGHT = 32
+#: The most instances one persistent batch may hold: it is one CP store txn, and etcd takes at
+#: most ``--max-txn-ops`` (128 by default) writes in one. A larger batch is refused whole (400).
+MAX_BATCH = MAX_TXN_OPS
+#: How often a persistent batch whose compares failed is worked out again before a 409.
+BATCH_ATTEMPTS = 5
+
+
+def _check_batch_size(count: int, what: str = "instances") -> None:
+    if count > MAX_BATCH:
+        raise InvalidParam(f"a persistent batch holds at most {MAX_BATCH} instances (one CP store transaction); "
+                           f"got {count} {what}: split it into several requests")
 
 
 def persistent_client_id(service: ServiceKey) -> str:
@@ -179,7 +187,9 @@ class PersistentNaming:
         await self.instances.put(instance_name(service, full.cluster, full.ip, full.port), instance_doc(service, full))
 
     def check_batch_register(self, service: ServiceKey, instances: Sequence[InstanceInfo]) -> None:
-        """Every rule a persistent batch must meet: each instance's as a single registration."""
+        """Every rule a persistent batch must meet: at most :data:`MAX_BATCH` instances, and each
+        instance's rules as a single registration."""
+        _check_batch_size(len(instances))
         for inst in instances:
             self._validated(service, inst, legal=True)
         self._check_kind(service)
@@ -187,37 +197,42 @@ class PersistentNaming:
     async def batch_register(self, service: ServiceKey, instances: Sequence[InstanceInfo]) -> None:
         """Shoal's persistent batch (``PersistentInstanceRequest`` type ``batchRegisterInstance``,
         docs/protocol.md §3.5): register or replace each instance, every one checked as a single
-        registration before anything is written. Each instance is its own key, so the batch is
-        not atomic: a store failure part-way leaves the instances already written (a retry of the
-        same batch is harmless). Instances whose stored document would not change are not written."""
+        registration before anything is written, all or nothing: one store txn whose compares
+        hold each instance's key at the mod revision it was read at, and whose puts are the
+        instances whose stored document would change. When a compare fails (another writer got
+        there first, or this node's view lags), nothing was written; the batch is worked out
+        again from the keys as the store reported them, up to :data:`BATCH_ATTEMPTS` times."""
         self.check_batch_register(service, instances)
         docs: dict[str, dict[str, Any]] = {}
         for inst in instances:
             full = NamingService._with_id(service, inst)
             docs[instance_name(service, full.cluster, full.ip, full.port)] = instance_doc(service, full)
-        await self._write_all([(name, doc) for name, doc in docs.items() if self.instances.get(name) != doc])
+        known: Mapping[str, tuple[int, Any]] = {
+            name: (self.instances.mod_revision(name), self.instances.get(name)) for name in docs}
+        for _ in range(BATCH_ATTEMPTS):
+            writes = {name: doc for name, doc in docs.items() if known[name][1] != doc}
+            if not writes:
+                return
+            outcome = await self.instances.transact({name: mod for name, (mod, _) in known.items()}, writes)
+            if outcome.succeeded:
+                return
+            known = outcome.current
+        raise Conflict(f"persistent batch of {service.grouped_name}: its instances changed under it "
+                       f"{BATCH_ATTEMPTS} times in a row; nothing was written, retry")
 
     async def batch_deregister(self, service: ServiceKey, instances: Sequence[InstanceInfo]) -> None:
         """Shoal's persistent batch removal (type ``batchDeregisterInstance``): every ``ip:port``
-        listed goes, whatever its cluster, as :meth:`deregister` does; unknown ones are no-ops."""
+        listed goes, whatever its cluster, as :meth:`deregister` does; unknown ones are no-ops.
+        All or nothing: one store txn of deletes."""
+        _check_batch_size(len(instances))
         for inst in instances:
             self.naming.check_params(service, clusters=inst.cluster)
         wanted = {(inst.ip, inst.port) for inst in instances}
         names = [name for name, inst in self._by_service.get(service, {}).items() if (inst.ip, inst.port) in wanted]
-        await self._write_all([(name, None) for name in names])
-
-    async def _write_all(self, writes: Sequence[tuple[str, dict[str, Any] | None]]) -> None:
-        """Put (a document) or delete (None) each name, :data:`BATCH_WRITES_IN_FLIGHT` at a time;
-        every write is tried, then the first failure is raised."""
-        failures: list[BaseException] = []
-        for start in range(0, len(writes), BATCH_WRITES_IN_FLIGHT):
-            chunk = writes[start:start + BATCH_WRITES_IN_FLIGHT]
-            results = await asyncio.gather(
-                *(self.instances.put(name, doc) if doc is not None else self.instances.delete(name)
-                  for name, doc in chunk), return_exceptions=True)
-            failures.extend(r for r in results if isinstance(r, BaseException))
-        if failures:
-            raise failures[0]
+        if not names:
+            return
+        _check_batch_size(len(names), "stored instances to remove")
+        await self.instances.transact({}, dict.fromkeys(names))
 
     async def deregister(self, service: ServiceKey, ip: str, port: int, cluster: str = DEFAULT_CLUSTER) -> None:
         """Remove the persistent instance ``ip:port`` of the service, whatever its cluster (Nacos
