@@ -155,3 +155,15 @@ async def test_a_newcomer_loads_a_client_larger_than_a_page() -> None:
     assert copy is not None and copy.owner == cluster.addresses[0]
     assert records.client_record(copy)[3] == records.client_record(big)[3]
     assert node.clients.get("small") is not None
+
+
+def test_the_sole_client_id_of_a_batch_is_read_without_decoding_it() -> None:
+    client = _big_client(10)
+    one = records.encode([records.client_record(client)])
+    assert records.sole_client_id(one) == "conn-1"
+    long_id = (records.OP_CHANGE, "é" * 100, 5, [])
+    assert records.sole_client_id(records.encode([long_id])) == "é" * 100
+    assert records.sole_client_id(records.encode([long_id, long_id])) is None
+    assert records.sole_client_id(records.encode([])) is None
+    assert records.sole_client_id(one[:8]) is None
+    assert records.sole_client_id(b"garbage") is None

@@ -169,6 +169,30 @@ def page_pieces(groups: Iterable[tuple[str, list[list[bytes]]]]) -> list[bytes]:
     return out
 
 
+def sole_client_id(batch: bytes) -> str | None:
+    """The client id of a batch holding exactly one record, read from the record's head without
+    decoding the rest (a client with 100,000 instances takes ~70 ms to decode); None for any other
+    batch or bytes that do not read as one (a full :func:`decode` judges those)."""
+    view = memoryview(batch)
+    if len(view) < 7 or bytes(view[:4]) != MAGIC or view[4] != FORMAT_VERSION or view[5] != 1:
+        return None
+    pos = 7  # past the count (1) and the record's op byte
+    length = shift = 0
+    while pos < len(view) and shift < 35:
+        byte = view[pos]
+        pos += 1
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            if pos + length > len(view):
+                return None
+            try:
+                return bytes(view[pos:pos + length]).decode()
+            except UnicodeDecodeError:
+                return None
+    return None
+
+
 def decode_page(data: bytes) -> list[tuple[str, bytes]]:
     groups, rest = take_groups(b"", data)
     if rest:
