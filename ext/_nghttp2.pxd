@@ -146,6 +146,20 @@ cdef extern from "nghttp2/nghttp2.h":
 
     int nghttp2_session_server_new2(nghttp2_session **session_ptr, const nghttp2_session_callbacks *callbacks,
                                     void *user_data, const nghttp2_option *option)
+
+    # custom allocator (nghttp2_session_server_new3): ext/h2grpc.pyx shares one outbound frame buffer
+    ctypedef void *(*nghttp2_malloc)(size_t size, void *mem_user_data) noexcept
+    ctypedef void (*nghttp2_free)(void *ptr, void *mem_user_data) noexcept
+    ctypedef void *(*nghttp2_calloc)(size_t nmemb, size_t size, void *mem_user_data) noexcept
+    ctypedef void *(*nghttp2_realloc)(void *ptr, size_t size, void *mem_user_data) noexcept
+    ctypedef struct nghttp2_mem:
+        void *mem_user_data
+        nghttp2_malloc malloc
+        nghttp2_free free
+        nghttp2_calloc calloc
+        nghttp2_realloc realloc
+    int nghttp2_session_server_new3(nghttp2_session **session_ptr, const nghttp2_session_callbacks *callbacks,
+                                    void *user_data, const nghttp2_option *option, nghttp2_mem *mem)
     void nghttp2_session_del(nghttp2_session *session)
     ssize_t nghttp2_session_mem_recv(nghttp2_session *session, const uint8_t *data, size_t inlen)
     ssize_t nghttp2_session_mem_send(nghttp2_session *session, const uint8_t **data_ptr)

@@ -54,6 +54,7 @@ from _nghttp2 cimport *
 from cpython.bytearray cimport (PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_GET_SIZE,
                                  PyByteArray_Resize)
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t, uint8_t, uint32_t
 
@@ -66,6 +67,7 @@ EV_FAILED = 5
 cdef enum:
     _PREFACE_LEN = 24  # "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", skipped by H2Session._scan
     _SMALL = 1024      # output pieces shorter than this are copied together; longer ones are not copied
+    _FRAMEBUF_CHUNK = 16394  # NGHTTP2_FRAMEBUF_CHUNKLEN: frame header + pad byte + 16384 payload bytes
 
 # gRPC status codes used here
 DEADLINE_EXCEEDED = 4
@@ -73,6 +75,60 @@ RESOURCE_EXHAUSTED = 8
 UNIMPLEMENTED = 12
 INTERNAL = 13
 UNAVAILABLE = 14
+
+
+# --- one outbound frame buffer for every session ---------------------------------------------
+# Each nghttp2 session allocates a 16 KB buffer (its first "framebufs" chunk) that it serializes
+# every outgoing frame into, and that it uses only inside nghttp2_session_mem_send: the frame is
+# packed there, handed to us and copied out (``output_parts`` copies every piece at once, and the
+# header of a NO_COPY DATA frame in ``_send_data``) before the next one is packed, and once
+# mem_send has returned 0 the session holds nothing in it. Touched, that is a 4 KB page per
+# connection (a fifth of an idle connection's memory: issue 10 wants <= 20 KB each at 10,000).
+# So all sessions get the same static buffer through nghttp2's allocator hooks: sessions are only
+# driven while holding the GIL and no Python code runs inside mem_send, so only one session uses
+# it at a time (``output_parts`` refuses to be re-entered, and a session whose mem_send failed,
+# which may have left a frame half sent in it, never calls mem_send again). Further chunks (a
+# header block over 16 KB) are ordinary per-session allocations.
+cdef char _framebuf[_FRAMEBUF_CHUNK]
+cdef bint _framebuf_offered = False  # set while a session is created: its first chunk is _framebuf
+cdef bint _framebuf_taken = False    # that session took it
+cdef bint _sending = False           # some session is inside output_parts
+
+
+cdef void *_mem_malloc(size_t size, void *mem_user_data) noexcept nogil:
+    return malloc(size)
+
+
+cdef void _mem_free(void *ptr, void *mem_user_data) noexcept nogil:
+    if ptr != <void*>_framebuf:
+        free(ptr)
+
+
+cdef void *_mem_calloc(size_t nmemb, size_t size, void *mem_user_data) noexcept nogil:
+    return calloc(nmemb, size)
+
+
+cdef void *_mem_realloc(void *ptr, size_t size, void *mem_user_data) noexcept nogil:
+    global _framebuf_offered, _framebuf_taken
+    cdef void *fresh
+    if ptr == NULL and _framebuf_offered and size == _FRAMEBUF_CHUNK:
+        _framebuf_offered = False
+        _framebuf_taken = True
+        return <void*>_framebuf
+    if ptr == <void*>_framebuf:  # never done by nghttp2 1.52 for this chunk; a private copy if it ever is
+        fresh = malloc(size)
+        if fresh != NULL:
+            memcpy(fresh, ptr, size if size < _FRAMEBUF_CHUNK else _FRAMEBUF_CHUNK)
+        return fresh
+    return realloc(ptr, size)
+
+
+cdef nghttp2_mem _mem
+_mem.mem_user_data = NULL
+_mem.malloc = _mem_malloc
+_mem.free = _mem_free
+_mem.calloc = _mem_calloc
+_mem.realloc = _mem_realloc
 
 
 class H2Error(Exception):
@@ -332,6 +388,8 @@ cdef class H2Session:
     # output being assembled by output_parts(): finished parts, and small pieces still being joined
     cdef list _parts
     cdef bytearray _small
+    cdef readonly bint shares_framebuf  # its outbound frame buffer is the process-wide one
+    cdef bint _send_failed              # nghttp2_session_mem_send failed: never call it again
 
     def __cinit__(self, Py_ssize_t max_message=4 * 1024 * 1024, int max_concurrent_streams=1000,
                   int max_header_list=16384, int window=1024 * 1024, *, uint64_t reset_burst=1000,
@@ -375,7 +433,12 @@ cdef class H2Session:
         nghttp2_option_set_max_outbound_ack(opt, max_outbound_ack)
         nghttp2_option_set_max_settings(opt, max_settings)
         nghttp2_option_set_stream_reset_rate_limit(opt, reset_burst, reset_rate)
-        rv = nghttp2_session_server_new2(&self.session, cbs, <void*>self, opt)
+        global _framebuf_offered, _framebuf_taken
+        _framebuf_offered = True
+        _framebuf_taken = False
+        rv = nghttp2_session_server_new3(&self.session, cbs, <void*>self, opt, &_mem)
+        _framebuf_offered = False
+        self.shares_framebuf = _framebuf_taken
         nghttp2_option_del(opt)
         nghttp2_session_callbacks_del(cbs)
         if rv != 0:
@@ -668,22 +731,33 @@ cdef class H2Session:
         """Everything nghttp2 wants to write now, as a list of buffers to write in order (empty
         when nothing): frame headers and small frames joined in bytearrays, message bytes of
         large messages as the queued bytes objects or memoryview slices of them (not copied)."""
+        global _sending
         cdef const uint8_t *data
         cdef ssize_t n
         cdef list parts = []
+        if self._send_failed:
+            raise H2Error("the session failed while sending")
+        if _sending:  # see _framebuf: one session at a time
+            raise RuntimeError("H2Session.output_parts re-entered (sessions must be driven from one thread)")
+        _sending = True
         self._parts = parts
         self._small = None
         try:
             while True:
                 n = nghttp2_session_mem_send(self.session, &data)
                 if n < 0:
+                    self._send_failed = True
                     raise H2Error(nghttp2_strerror(<int>n).decode())
                 if n == 0:
                     break
                 self._emit(<const char*>data, n)
             if self._small is not None:
                 parts.append(self._small)
+        except BaseException:
+            self._send_failed = True  # a frame may be left half sent in the shared buffer
+            raise
         finally:
+            _sending = False
             self._parts = None
             self._small = None
         return parts

@@ -313,3 +313,40 @@ def test_a_large_answer_is_written_from_the_message_itself_not_a_copy() -> None:
     _, data, trailers = pair.response(sid)
     assert data == frame(message) and trailers["grpc-status"] == "0"
     assert pair.server.output_parts() == []
+
+
+def test_sessions_sharing_one_frame_buffer_keep_their_own_output() -> None:
+    # Every session serializes its frames into one process-wide buffer (16 KB less per idle
+    # connection): interleaved sessions must still each send exactly their own frames, also a
+    # trailer too long for one buffer chunk (the extra chunks are the session's own).
+    pairs = [Pair() for _ in range(3)]
+    assert all(p.server.shares_framebuf for p in pairs)
+    sids = []
+    for i, pair in enumerate(pairs):
+        sid = pair.open()
+        pair.client.send_data(sid, frame(b"q%d" % i), end_stream=True)
+        pair.exchange()
+        sids.append(sid)
+    long_message = "x" * 20000
+    for i, (pair, sid) in enumerate(zip(pairs, sids)):
+        if i == 1:
+            pair.server.send_message(sid, b"answer %d" % i)
+            pair.server.send_trailers(sid, 13, long_message)
+        else:
+            pair.server.reply(sid, b"answer %d" % i)
+    outputs = [pair.server.pending_output() for pair in pairs]  # all packed before any is read
+    for i, (pair, sid, out) in enumerate(zip(pairs, sids, outputs)):
+        pair.client_events += pair.client.receive_data(out)
+        _, data, trailers = pair.response(sid)
+        assert data == frame(b"answer %d" % i)
+        assert trailers["grpc-status"] == ("13" if i == 1 else "0")
+        if i == 1:
+            assert trailers["grpc-message"] == long_message
+    del pairs  # freeing sessions must not free the shared buffer: new ones still work
+    pair = Pair()
+    sid = pair.open()
+    pair.client.send_data(sid, frame(b"again"), end_stream=True)
+    pair.exchange()
+    pair.server.reply(sid, b"fine")
+    pair.exchange()
+    assert pair.response(sid)[1] == frame(b"fine")

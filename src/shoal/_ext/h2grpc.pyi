@@ -23,6 +23,7 @@ class H2Session:
     goaway_code: int
     abuse: str | None
     preface_received: bool
+    shares_framebuf: bool
     read_buffered: int
     def __init__(self, max_message: int = ..., max_concurrent_streams: int = ..., max_header_list: int = ...,
                  window: int = ..., *, reset_burst: int = ..., reset_rate: int = ..., max_outbound_ack: int = ...,
