@@ -328,14 +328,14 @@ def test_sessions_sharing_one_frame_buffer_keep_their_own_output() -> None:
         pair.exchange()
         sids.append(sid)
     long_message = "x" * 20000
-    for i, (pair, sid) in enumerate(zip(pairs, sids)):
+    for i, (pair, sid) in enumerate(zip(pairs, sids, strict=True)):
         if i == 1:
             pair.server.send_message(sid, b"answer %d" % i)
             pair.server.send_trailers(sid, 13, long_message)
         else:
             pair.server.reply(sid, b"answer %d" % i)
     outputs = [pair.server.pending_output() for pair in pairs]  # all packed before any is read
-    for i, (pair, sid, out) in enumerate(zip(pairs, sids, outputs)):
+    for i, (pair, sid, out) in enumerate(zip(pairs, sids, outputs, strict=True)):
         pair.client_events += pair.client.receive_data(out)
         _, data, trailers = pair.response(sid)
         assert data == frame(b"answer %d" % i)
