@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shoal import jsonfast
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 
 HEART_BEAT_INTERVAL_KEY = "preserved.heart.beat.interval"
@@ -66,7 +67,13 @@ class InstanceInfo:
         return out
 
     def to_json(self, service: ServiceKey, ephemeral: bool = True) -> str:
-        return json.dumps(self.to_nacos(service, ephemeral), ensure_ascii=False, separators=(",", ":"))
+        # orjson (jsonfast): a view of 100 instances is rebuilt after every change of its service and
+        # read on the next query; the standard library took ~8 µs an instance, most of such a query.
+        value = self.to_nacos(service, ephemeral)
+        try:
+            return jsonfast.dumps(value).decode()
+        except (TypeError, ValueError):  # only the standard library writes it (a lone surrogate): as before
+            return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
     def with_health(self, healthy: bool) -> InstanceInfo:
         return InstanceInfo(
