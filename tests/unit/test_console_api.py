@@ -180,6 +180,7 @@ async def test_catalog_service_detail(console: Console) -> None:
     assert out["clusters"][0]["serviceName"] == "DEFAULT_GROUP@@orders"
     text = await console.get("/nacos/v1/ns/catalog/service", 404, serviceName="nope")
     assert "DEFAULT_GROUP@@nope" in text
+    assert "serviceName" in await console.get("/nacos/v1/ns/catalog/service", 400)
 
 
 # --- v1 service/subscribers and service/names -----------------------------------------------------------
@@ -236,6 +237,11 @@ async def test_v2_publisher_and_subscriber_lists(console: Console) -> None:
                             {"clientId": "s1", "ip": "10.0.0.9", "port": 0}]
     missing = await console.get("/nacos/v2/ns/client/service/subscriber/list", 404, serviceName="nope")
     assert missing["code"] == 20004
+    for path in ("/nacos/v2/ns/client/service/publisher/list", "/nacos/v2/ns/client/service/subscriber/list"):
+        bad = await console.get(path, 400)
+        assert bad["code"] == V2Code.PARAMETER_MISSING, (path, bad)
+    bad_port = await console.get("/nacos/v2/ns/client/service/publisher/list", 400, serviceName="orders", port="x")
+    assert bad_port["code"] == V2Code.PARAMETER_VALIDATE_ERROR, bad_port
 
 
 # --- the console's files ------------------------------------------------------------------------------
