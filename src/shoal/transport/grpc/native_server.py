@@ -93,7 +93,7 @@ class _Call:
     sink: NativeStreamSink | None = None
     answered: bool = False
     deadline: asyncio.TimerHandle | None = None
-    deadline_at: float = 0.0  # loop time; its timer is armed only if the call outlives its event batch
+    timeout: str = ""  # its grpc-timeout header, parsed (and a timer armed) only if it outlives its event batch
     task: asyncio.Task[None] | None = None
 
 
@@ -252,13 +252,13 @@ class H2Connection(asyncio.Protocol):
     def _arm_deadlines(self) -> None:
         """A unary call answered in the batch that opened it (the usual case: HEADERS and DATA in
         one read) needs no timer; every other call with a grpc-timeout gets one now."""
-        now = self.loop.time()
         to_arm, self._to_arm = self._to_arm or [], None
         for call in to_arm:
             if self.calls.get(call.stream_id) is not call or (call.unary and call.answered and call.task is None):
                 continue
-            call.deadline = self.loop.call_later(max(0.0, call.deadline_at - now), self._deadline_passed,
-                                                 call.stream_id)
+            timeout = parse_grpc_timeout(call.timeout)  # from the end of the batch that opened the call
+            if timeout is not None:
+                call.deadline = self.loop.call_later(timeout, self._deadline_passed, call.stream_id)
 
     def _handle_events(self, events: list[tuple[int, int, Any, Any]]) -> None:
         """Act on the session's events in order. Once the answers not yet written pass
@@ -327,9 +327,9 @@ class H2Connection(asyncio.Protocol):
             self.session.send_trailers(stream_id, h2grpc.INTERNAL, f"bad content-type {content_type!r}")
             return
         self.calls[stream_id] = call
-        timeout = parse_grpc_timeout(headers.get("grpc-timeout", ""))
-        if timeout is not None:
-            call.deadline_at = self.loop.time() + timeout
+        timeout = headers.get("grpc-timeout")
+        if timeout:
+            call.timeout = timeout
             if self._to_arm is None:
                 self._to_arm = []
             self._to_arm.append(call)
