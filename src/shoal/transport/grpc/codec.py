@@ -13,6 +13,7 @@ from typing import Any
 
 from shoal import jsonfast
 from shoal.errors import BadRequestBody
+from shoal.kernels.payload import encode as encode_payload
 from shoal.transport.grpc._proto import Metadata, Payload
 
 _OK_HEAD = b'{"resultCode":200,"errorCode":0,"success":true'
@@ -69,6 +70,53 @@ def ok_service_info(parts: tuple[bytes, int, bytes], fields: Mapping[str, Any] |
     head = _OK_HEAD + b"," + jsonfast.dumps(fields)[1:-1] if fields else _OK_HEAD
     prefix, ref, suffix = parts
     return b"".join((head, b',"serviceInfo":', prefix, b"%d" % ref, suffix, b"}"))
+
+
+class Encoded:
+    """A whole answer Payload that its handler encoded itself: ``SdkServer.unary`` sends ``data`` as is."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+class ServiceInfoAnswers:
+    """Encoded ``response_type`` answers carrying a cached ServiceInfo (``NamingService.query_parts``).
+
+    The ServiceInfo of a service and reader is cached as ``(prefix, suffix)`` bytes around its
+    lastRefTime, which every answer must advance. The whole answer Payload of one ``(prefix,
+    suffix)`` is encoded once; later answers are that Payload with their own lastRefTime written over
+    the old digits (same count of digits: same length, so the same length prefixes): one copy of a
+    ~37 KB answer (100 hosts) instead of the body's join plus the Payload encoding's copy. The
+    templates are dropped all at once when they pass ``max_bytes`` (a changed service's old template
+    lingers until then)."""
+
+    def __init__(self, response_type: str, max_bytes: int = 16 << 20) -> None:
+        self.response_type = response_type
+        self.max_bytes = max_bytes
+        self._templates: dict[tuple[bytes, bytes], tuple[memoryview, int, int]] = {}
+        self._bytes = 0
+
+    def answer(self, parts: tuple[bytes, int, bytes]) -> Encoded:
+        prefix, ref, suffix = parts
+        digits = b"%d" % ref
+        key = (prefix, suffix)
+        template = self._templates.get(key)
+        if template is not None:
+            data, at, width = template
+            if width == len(digits):
+                return Encoded(b"".join((data[:at], digits, data[at + width:])))
+        encoded = encode_payload(self.response_type, ok_service_info(parts))
+        at = len(encoded) - len(suffix) - 1 - len(digits)  # the body is the Payload's last field
+        if len(encoded) <= self.max_bytes and encoded[at:at + len(digits)] == digits and \
+                encoded.endswith(suffix + b"}"):
+            if self._bytes + len(encoded) > self.max_bytes:
+                self._templates.clear()
+                self._bytes = 0
+            self._templates[key] = (memoryview(encoded), at, len(digits))
+            self._bytes += len(encoded)
+        return Encoded(encoded)
 
 
 def error(result_code: int, error_code: int, message: str, fields: Mapping[str, Any] | None = None) -> bytes:

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from shoal.transport.grpc.codec import Encoded
 from shoal.transport.grpc.connections import Connection
 
 
@@ -22,11 +23,12 @@ class RequestContext:
 
 class Handler(NamedTuple):
     """A unary handler: the response type it answers with (also used for typed filter
-    failures) and a function from the JSON body to the response body JSON (UTF-8 bytes). Most
+    failures) and a function from the JSON body to the response body JSON (UTF-8 bytes), or to the
+    whole answer Payload already encoded (``codec.Encoded``, the query's cached answers). Most
     handlers are synchronous; one that must wait (a CP store write) returns an awaitable of the body."""
 
     response_type: str
-    handle: Callable[[RequestContext, dict[str, Any]], bytes | Awaitable[bytes]]
+    handle: Callable[[RequestContext, dict[str, Any]], bytes | Encoded | Awaitable[bytes]]
 
 
 # Requests that only peers may send (docs/protocol.md §1.6 step 1): refused on the SDK port.

@@ -21,6 +21,8 @@ _REGISTERED = codec.ok({"type": "registerInstance"})
 _DEREGISTERED = codec.ok({"type": "deregisterInstance"})
 _BATCH_REGISTERED = codec.ok({"type": "batchRegisterInstance"})
 
+QUERY_RESPONSE = "QueryServiceResponse"
+
 #: Shoal's persistent batch types of PersistentInstanceRequest (docs/protocol.md §3.5).
 BATCH_REGISTER = "batchRegisterInstance"
 BATCH_DEREGISTER = "batchDeregisterInstance"
@@ -35,7 +37,7 @@ def naming_handlers(naming: NamingService, persistent: PersistentNaming | None =
         "InstanceRequest": Handler("InstanceResponse", h.instance),
         "BatchInstanceRequest": Handler("BatchInstanceResponse", h.batch_instance),
         "PersistentInstanceRequest": Handler("InstanceResponse", h.persistent_instance),
-        "ServiceQueryRequest": Handler("QueryServiceResponse", h.query),
+        "ServiceQueryRequest": Handler(QUERY_RESPONSE, h.query),
         "SubscribeServiceRequest": Handler("SubscribeServiceResponse", h.subscribe),
         "ServiceListRequest": Handler("ServiceListResponse", h.list_services),
     }
@@ -52,6 +54,7 @@ class _NamingHandlers:
         self.naming = naming
         self.persistent = persistent
         self.fuzzy = fuzzy
+        self.query_answers = codec.ServiceInfoAnswers(QUERY_RESPONSE)
 
     def instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
@@ -112,10 +115,10 @@ class _NamingHandlers:
             return _answered(self.persistent.batch_register(service, instances), kind)
         return _answered(self.persistent.batch_deregister(service, instances), kind)
 
-    def query(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
+    def query(self, ctx: RequestContext, body: dict[str, Any]) -> codec.Encoded:
         service = service_of(body)
         healthy_only = flag(body, "healthyOnly", False) or flag(body, "healthOnly", False)
-        return codec.ok_service_info(self.naming.query_parts(service, text(body, "cluster"), healthy_only))
+        return self.query_answers.answer(self.naming.query_parts(service, text(body, "cluster"), healthy_only))
 
     def subscribe(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)

@@ -118,6 +118,9 @@ class SdkServer:
             code = NacosError.code
             reply_type, body = "ErrorResponse", codec.error(code, code, "server error")
         if not isinstance(body, bytes):
+            if isinstance(body, codec.Encoded):  # the handler encoded the whole answer itself
+                self.metrics.request("grpc", label, code, time.perf_counter() - started)
+                return body.data
             return self._answer_later(type_name, label, reply_type, body, peer, started)
         self.metrics.request("grpc", label, code, time.perf_counter() - started)
         return encode(reply_type, body)
@@ -138,7 +141,7 @@ class SdkServer:
         return encode(reply_type, body)
 
     def _dispatch(self, peer: str, type_name: str, headers: dict[str, str], raw: bytes,
-                  handler: Handler | None) -> tuple[str, bytes | Awaitable[bytes], int]:
+                  handler: Handler | None) -> tuple[str, bytes | codec.Encoded | Awaitable[bytes], int]:
         try:
             if self.source == "sdk" and type_name in CLUSTER_ONLY_TYPES:
                 raise BadRequestBody(f" invoke {type_name} from sdk is forbidden")
