@@ -73,3 +73,50 @@ def test_cp_flags_reach_the_settings() -> None:
     config, _report = _server_config(args)
     assert (config.cp_endpoints, config.cp_tls_ca, config.cp_tls_cert, config.cp_tls_key) == (
         "a:1,b:2", "ca.pem", "c.pem", "k.pem")
+
+
+PEER = "nacos.remote.peer.rpc.tls"
+
+
+def _peer_tls(**extra: str) -> dict[str, str]:
+    return {f"{PEER}.enableTls": "true", f"{PEER}.certChainFile": "/pki/node.crt",
+            f"{PEER}.certPrivateKey": "/pki/node.key", **extra}
+
+
+def test_cluster_tls_carries_over_to_the_managed_members(tmp_path: Path) -> None:
+    mutual = build_cp(_config(tmp_path, **_peer_tls(**{f"{PEER}.trustCollectionCertFile": "/pki/ca.crt",
+                                                         f"{PEER}.mutualAuthEnable": "true"})),
+                      MEMBERS, "127.0.0.1:18858")
+    assert mutual.supervisor is not None and isinstance(mutual.store, EtcdStore)
+    assert mutual.store.endpoints == ["https://127.0.0.1:17858", "https://127.0.0.1:17848", "https://127.0.0.1:17868"]
+    cmd = mutual.supervisor.command()
+    assert not [arg for arg in cmd if arg.startswith("http://")]
+    assert cmd[cmd.index("--listen-client-urls") + 1] == "https://127.0.0.1:17858"
+    assert cmd[cmd.index("--listen-peer-urls") + 1] == "https://127.0.0.1:17859"
+    for flag, value in (("--cert-file", "/pki/node.crt"), ("--key-file", "/pki/node.key"),
+                        ("--trusted-ca-file", "/pki/ca.crt"), ("--peer-cert-file", "/pki/node.crt"),
+                        ("--peer-key-file", "/pki/node.key"), ("--peer-trusted-ca-file", "/pki/ca.crt")):
+        assert cmd[cmd.index(flag) + 1] == value, flag
+    assert "--client-cert-auth" in cmd and "--peer-client-cert-auth" in cmd
+
+    # no mutual auth asked for: clients need no certificate (etcd would require one with a CA file)
+    one_way = build_cp(_config(tmp_path, **_peer_tls(**{f"{PEER}.trustCollectionCertFile": "/pki/ca.crt"})),
+                       MEMBERS, "127.0.0.1:18858").supervisor
+    assert one_way is not None
+    cmd = one_way.command()
+    assert "--client-cert-auth" not in cmd and "--trusted-ca-file" not in cmd and "--peer-client-cert-auth" in cmd
+
+    plain = build_cp(_config(tmp_path), MEMBERS, "127.0.0.1:18858").supervisor
+    assert plain is not None and not [arg for arg in plain.command() if "https" in arg or "cert" in arg]
+
+
+@pytest.mark.parametrize(("extra", "problem"), [
+    ({}, f"{PEER}.trustCollectionCertFile is needed"),
+    ({f"{PEER}.trustCollectionCertFile": "/pki/ca.crt", f"{PEER}.certPrivateKeyPassword": "pw"},
+     "cannot read an encrypted key"),
+    ({f"{PEER}.trustCollectionCertFile": "/pki/ca.crt", "shoal.cp.tls.ca": "/pki/ca.crt"},
+     "shoal.cp.tls.* is for an external etcd"),
+])
+def test_cluster_tls_etcd_cannot_take_is_a_config_error(tmp_path: Path, extra: dict[str, str], problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem.replace(".", r"\.").replace("*", r"\*")):
+        build_cp(_config(tmp_path, **_peer_tls(**extra)), MEMBERS, "127.0.0.1:18858")

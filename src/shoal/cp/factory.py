@@ -3,6 +3,8 @@
 ``shoal.cp.mode`` picks the implementation; empty means *embedded* for a standalone node,
 *etcd* when ``shoal.cp.endpoints`` is set, else *managed-etcd* (one supervised etcd member per
 node, see :mod:`shoal.cp.supervisor`, and an :class:`~shoal.cp.etcd.EtcdStore` on all of them).
+With the cluster TLS settings on (``nacos.remote.peer.rpc.tls.*``) the managed members and the
+node's client to them use TLS with that material (:func:`managed_tls`); never plaintext then.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from shoal.config import Config
 from shoal.cp.embedded import EmbeddedStore
 from shoal.cp.etcd import EtcdStore
 from shoal.cp.store import CpStore
-from shoal.cp.supervisor import EtcdSupervisor, plan_members
-from shoal.errors import ConfigError
+from shoal.cp.supervisor import EtcdSupervisor, EtcdTls, plan_members
+from shoal.errors import ConfigError, TlsConfigError
+from shoal.tls import peer_settings
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +72,8 @@ def build_cp(config: Config, members: Sequence[tuple[str, int]] = (), self_addre
     if mode == "etcd":
         endpoints = [e.strip() for e in config.cp_endpoints.split(",") if e.strip()]
         return CpRuntime(mode, _etcd_store(config, endpoints))
-    planned = plan_members(members, config.cp_client_port_offset, config.cp_peer_port_offset)
+    tls = managed_tls(config)
+    planned = plan_members(members, config.cp_client_port_offset, config.cp_peer_port_offset, tls=tls is not None)
     by_address = {f"{host}:{port}": m for (host, port), m in zip(members, planned, strict=True)}
     me = by_address.get(self_address)
     if me is None:
@@ -77,8 +81,38 @@ def build_cp(config: Config, members: Sequence[tuple[str, int]] = (), self_addre
     supervisor = EtcdSupervisor(me, planned, config.data_dir, config.cp_etcd_binary,
                                 history_revisions=config.cp_history_revisions,
                                 log_max_bytes=config.cp_etcd_log_max_bytes, log_keep=config.cp_etcd_log_count,
-                                log_check_interval_ms=config.cp_etcd_log_check_interval_ms)
-    return CpRuntime(mode, _etcd_store(config, supervisor.endpoints), supervisor)
+                                log_check_interval_ms=config.cp_etcd_log_check_interval_ms, tls=tls)
+    if tls is None:
+        return CpRuntime(mode, _etcd_store(config, supervisor.endpoints), supervisor)
+    # https URLs, verified against the cluster's CA; the node always shows its certificate (the
+    # members require one when mutual auth is asked for)
+    store = EtcdStore(supervisor.client_urls, request_timeout_ms=config.cp_request_timeout_ms,
+                      ca_file=tls.trusted_ca_file, cert_file=tls.cert_file, key_file=tls.key_file,
+                      user=config.cp_user, password=config.cp_password)
+    return CpRuntime(mode, store, supervisor)
+
+
+def managed_tls(config: Config) -> EtcdTls | None:
+    """The TLS the managed etcd members serve (None: the cluster settings ask for none).
+
+    Raises TlsConfigError (exit 2) when the cluster TLS settings cannot be carried over to etcd:
+    etcd reads no encrypted key, and its members verify each other against a CA file, so the
+    trust collection is needed even without mutual auth. Files were already checked by NodeTls."""
+    settings = peer_settings(config)
+    if settings is None:
+        return None
+    if config.cp_tls_ca or config.cp_tls_cert:
+        raise TlsConfigError("shoal.cp.tls.* is for an external etcd (--cp-endpoints); the managed etcd members "
+                             f"use the cluster TLS settings {settings.prefix}.*")
+    if not settings.trust_file:
+        raise TlsConfigError(f"{settings.trust_prop} is needed with {settings.prefix}.enableTls=true in the "
+                             "managed-etcd CP mode: the etcd members verify each other's certificates against it "
+                             "(or use an external etcd with --cp-endpoints)")
+    if settings.private_key_password:
+        raise TlsConfigError(f"{settings.password_prop}: the managed etcd members cannot read an encrypted key; "
+                             f"give {settings.key_prop} an unencrypted key (mode 0600) or use an external etcd "
+                             "with --cp-endpoints")
+    return EtcdTls(settings.cert_chain_file, settings.private_key_file, settings.trust_file, settings.mutual)
 
 
 def _etcd_store(config: Config, endpoints: Sequence[str]) -> EtcdStore:

@@ -18,6 +18,13 @@ Every node of a member list ``h1:p1,h2:p2,...`` (main ports) runs one etcd membe
   with a cluster token derived from that list, so nodes given different lists cannot merge.
   With an existing data dir etcd ignores the bootstrap flags and rejoins with its own state.
 
+With :class:`EtcdTls` (a node with ``nacos.remote.peer.rpc.tls.enableTls=true``, see
+:func:`shoal.cp.factory.build_cp`) every member serves its peer and client URLs over TLS only
+(``https``) with the node's cluster certificate, key and trust collection: members always
+verify each other's certificates (etcd requires a client certificate on a listener as soon as
+it is given a CA file), and clients must show one signed by that CA when the cluster settings
+ask for mutual auth. Plaintext is then never offered on either port.
+
 The supervisor starts the binary (Debian's ``etcd`` 3.4, ``/usr/bin/etcd``) as an asyncio
 subprocess in its own session, restarts it with exponential back-off whenever it exits
 unasked (reset after it stayed up a while), and on :meth:`EtcdSupervisor.stop` sends SIGTERM,
@@ -54,6 +61,25 @@ PEER_PORT_OFFSET = -999
 
 
 @dataclass(frozen=True, slots=True)
+class EtcdTls:
+    """PEM files the managed members serve TLS with (unencrypted key: etcd takes no password)."""
+
+    cert_file: str
+    key_file: str
+    trusted_ca_file: str
+    #: clients of the client URLs must show a certificate signed by ``trusted_ca_file``
+    client_cert_auth: bool
+
+    def flags(self) -> list[str]:
+        """etcd's TLS flags for both listeners."""
+        client = ["--cert-file", self.cert_file, "--key-file", self.key_file]
+        if self.client_cert_auth:  # a CA file alone already makes etcd require client certificates
+            client += ["--trusted-ca-file", self.trusted_ca_file, "--client-cert-auth"]
+        return [*client, "--peer-cert-file", self.cert_file, "--peer-key-file", self.key_file,
+                "--peer-trusted-ca-file", self.trusted_ca_file, "--peer-client-cert-auth"]
+
+
+@dataclass(frozen=True, slots=True)
 class EtcdMember:
     """One etcd member derived from a Shoal member's main address."""
 
@@ -61,14 +87,19 @@ class EtcdMember:
     host: str
     client_port: int
     peer_port: int
+    tls: bool = False
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
 
     @property
     def client_url(self) -> str:
-        return f"http://{_url_host(self.host)}:{self.client_port}"
+        return f"{self.scheme}://{_url_host(self.host)}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://{_url_host(self.host)}:{self.peer_port}"
+        return f"{self.scheme}://{_url_host(self.host)}:{self.peer_port}"
 
     @property
     def endpoint(self) -> str:
@@ -89,15 +120,16 @@ def _is_ip(host: str) -> bool:
 
 
 def plan_members(members: Sequence[tuple[str, int]], client_offset: int = CLIENT_PORT_OFFSET,
-                 peer_offset: int = PEER_PORT_OFFSET) -> list[EtcdMember]:
-    """The etcd members of a Shoal member list of ``(host, main port)``, in list order."""
+                 peer_offset: int = PEER_PORT_OFFSET, tls: bool = False) -> list[EtcdMember]:
+    """The etcd members of a Shoal member list of ``(host, main port)``, in list order
+    (``tls``: their URLs are https)."""
     planned = []
     for host, port in members:
         client, peer = port + client_offset, port + peer_offset
         if not (0 < client < 65536 and 0 < peer < 65536):
             raise ValueError(f"member {host}:{port}: etcd ports {client}/{peer} are out of range")
         safe = "".join(c if c.isalnum() or c in "-." else "-" for c in host)
-        planned.append(EtcdMember(f"shoal-{safe}-{port}", host, client, peer))
+        planned.append(EtcdMember(f"shoal-{safe}-{port}", host, client, peer, tls))
     return planned
 
 
@@ -125,9 +157,13 @@ class EtcdSupervisor:
         log_max_bytes: int = 64 * 1024 * 1024,
         log_keep: int = 2,
         log_check_interval_ms: int = 30_000,
+        tls: EtcdTls | None = None,
     ) -> None:
         if me not in cluster:
             raise ValueError(f"etcd member {me.name} is not in its own cluster list")
+        if any(m.tls != (tls is not None) for m in cluster):
+            raise ValueError("etcd members planned with https URLs need EtcdTls, and only they")
+        self.tls = tls
         self.me = me
         self.cluster = list(cluster)
         self.data_dir = Path(data_dir)
@@ -174,17 +210,23 @@ class EtcdSupervisor:
         """Client endpoints of the whole cluster, this member first."""
         return [self.me.endpoint] + [m.endpoint for m in self.cluster if m != self.me]
 
+    @property
+    def client_urls(self) -> list[str]:
+        """Client URLs of the whole cluster (http or https), this member first."""
+        return [self.me.client_url] + [m.client_url for m in self.cluster if m != self.me]
+
     def command(self) -> list[str]:
         """The etcd command line of this member."""
         me = self.me
         listen = me.host if _is_ip(me.host) else "0.0.0.0"  # etcd binds IPs only
+        scheme = me.scheme
         return [
             self.binary,
             "--name", me.name,
             "--data-dir", str(self.etcd_dir),
-            "--listen-client-urls", f"http://{_url_host(listen)}:{me.client_port}",
+            "--listen-client-urls", f"{scheme}://{_url_host(listen)}:{me.client_port}",
             "--advertise-client-urls", me.client_url,
-            "--listen-peer-urls", f"http://{_url_host(listen)}:{me.peer_port}",
+            "--listen-peer-urls", f"{scheme}://{_url_host(listen)}:{me.peer_port}",
             "--initial-advertise-peer-urls", me.peer_url,
             "--initial-cluster", ",".join(f"{m.name}={m.peer_url}" for m in self.cluster),
             "--initial-cluster-token", cluster_token(self.cluster),
@@ -197,6 +239,7 @@ class EtcdSupervisor:
             "--experimental-watch-progress-notify-interval", WATCH_PROGRESS_INTERVAL,
             "--logger", "zap",
             "--log-outputs", "stderr",
+            *(self.tls.flags() if self.tls is not None else []),
         ]
 
     # --- lifecycle ------------------------------------------------------------------------------
