@@ -154,11 +154,21 @@ def parse_metadata_text(value: str, name: str = "metadata") -> dict[str, str]:
     return out
 
 
+def refuse_declared_oversize(request: web.Request) -> None:
+    """Raise :class:`PayloadTooLarge` before reading a body whose ``Content-Length`` is already over
+    the limit: buffering it up to the limit first would cost the node that much memory per request
+    for nothing (aiohttp then reads the rest of such a body into the void before closing)."""
+    declared = request.content_length
+    if declared is not None and declared > request.client_max_size:
+        raise PayloadTooLarge(f"request body is larger than {request.client_max_size} bytes")
+
+
 async def read_params(request: web.Request) -> Params:
     """The parameters of a request; the form body is read only when there is one."""
     query = request.query
     if not request.body_exists or request.content_type not in FORM_TYPES:
         return Params(query)
+    refuse_declared_oversize(request)
     try:
         form: MultiDictProxy[Any] = await request.post()
     except (ValueError, UnicodeDecodeError, AssertionError) as exc:

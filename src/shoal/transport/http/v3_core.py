@@ -24,7 +24,7 @@ from shoal.transport.http.api import dumps, v2_ok
 from shoal.transport.http.loader import LoaderRoutes
 from shoal.transport.http.namespaces import NamespaceRoutes
 from shoal.transport.http.operator import set_log_level
-from shoal.transport.http.params import Params
+from shoal.transport.http.params import Params, refuse_declared_oversize
 from shoal.transport.http.v3 import Handler, Route, body, failure
 
 BASE = "/nacos/v3/admin/core"
@@ -123,6 +123,7 @@ class V3CoreRoutes:
 async def _log_request(request: web.Request, p: Params) -> tuple[str, str]:
     if not (request.body_exists and request.content_type == "application/json"):
         return p.required("logName"), p.required("logLevel")
+    refuse_declared_oversize(request)
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
