@@ -104,14 +104,11 @@ class _NamingHandlers:
 
     def persistent_batch(self, service: ServiceKey, kind: str, body: dict[str, Any]) -> Awaitable[bytes]:
         """Shoal's persistent batch (Nacos has none; docs/protocol.md §3.5): ``instances`` of one
-        service registered or removed in one request; an empty list changes nothing."""
+        service registered or removed in one request; an empty list changes nothing. The service
+        layer checks the whole batch before it writes anything."""
         assert self.persistent is not None
         _, instances = instances_of(body)
-        if kind == BATCH_DEREGISTER:
-            for inst in instances:
-                self.naming.check_params(service, clusters=inst.cluster)
         if kind == BATCH_REGISTER:
-            self.persistent.check_batch_register(service, instances)
             return _answered(self.persistent.batch_register(service, instances), kind)
         return _answered(self.persistent.batch_deregister(service, instances), kind)
 
