@@ -32,7 +32,7 @@ test: $(DEV_STAMP)
 
 ## unit: the in-process suites (unit, kernels, in-memory cluster): no server processes
 unit: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q -ra tests/unit tests/kernels tests/cluster $(ARGS)
+	$(BIN)/python -m pytest -q -ra tests/unit tests/kernels tests/transport tests/cluster $(ARGS)
 
 ## integration: the real-process suite (tests/integration, marked `integration`)
 integration: $(DEV_STAMP)

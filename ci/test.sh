@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole suite: lint and types over src/, every test with the compiled kernels, then the
 # kernel, unit and in-memory cluster tests again on the pure-Python twins (SHOAL_NO_EXTENSIONS=1),
-# the same set as `make unit` (no server processes: -m "not integration" excludes those anywhere),
+# the same set as `make unit` (no server processes: -m "not integration" excludes those anywhere;
+# tests/transport is the compiled gRPC transport, whose pure-Python counterpart is grpc.aio, run below),
 # and the real-process integration tests again with the gRPC ports on grpc.aio (the default is native).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -6,18 +6,14 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import h2.config as h2_config
+import h2.connection
+import h2.events
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from shoal.kernels import NO_EXTENSIONS
-
-if NO_EXTENSIONS:
-    pytest.skip("SHOAL_NO_EXTENSIONS is set: h2grpc has no pure-Python twin", allow_module_level=True)
-h2grpc = pytest.importorskip("shoal._ext.h2grpc")
-h2_config = pytest.importorskip("h2.config")
-import h2.connection  # noqa: E402
-import h2.events  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from shoal._ext import h2grpc
 
 pytestmark = pytest.mark.c_extension
 PATH = "/Request/request"

@@ -1,0 +1,11 @@
+"""The compiled gRPC transport (``shoal._ext.h2grpc``) in memory.
+
+It has no pure-Python twin of its own: with ``SHOAL_NO_EXTENSIONS=1`` the node runs its gRPC ports
+on grpc.aio instead (``tests/unit/test_transport_selection.py``), and the real-process suite runs
+on both transports. So this folder is not part of the pure-Python pass (``ci/test.sh``), and a run
+with the variable set does not collect it.
+"""
+
+from shoal.kernels import NO_EXTENSIONS
+
+collect_ignore_glob = ["test_*.py"] if NO_EXTENSIONS else []

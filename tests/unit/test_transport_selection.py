@@ -1,0 +1,39 @@
+"""Which transport the gRPC ports run on (``shoal.remote.transport``), in both kernel modes: the
+compiled h2grpc transport by default, grpc.aio when ``SHOAL_NO_EXTENSIONS`` is set, and a clear
+ConfigError for a choice that cannot run here."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+import pytest
+
+from shoal.config import Config
+from shoal.errors import ConfigError
+from shoal.kernels import NO_EXTENSIONS
+from shoal.transport.grpc.transports import GRPCIO, NATIVE, native_available, transport_name
+
+
+def test_the_default_follows_the_kernel_mode() -> None:
+    assert native_available() is not NO_EXTENSIONS
+    assert transport_name(Config()) == (GRPCIO if NO_EXTENSIONS else NATIVE)
+
+
+def test_grpcio_can_always_be_chosen() -> None:
+    assert transport_name(dataclasses.replace(Config(), remote_transport=GRPCIO)) == GRPCIO
+
+
+def test_native_is_refused_clearly_where_it_cannot_run_and_loads_where_it_can() -> None:
+    native = dataclasses.replace(Config(), remote_transport=NATIVE)
+    if NO_EXTENSIONS:
+        with pytest.raises(ConfigError, match="needs the h2grpc extension"):
+            transport_name(native)
+    else:
+        assert transport_name(native) == NATIVE
+        assert hasattr(importlib.import_module("shoal._ext.h2grpc"), "H2Session")
+
+
+def test_an_unknown_transport_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="must be native or grpcio"):
+        transport_name(dataclasses.replace(Config(), remote_transport="quic"))
