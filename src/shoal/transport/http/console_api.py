@@ -57,12 +57,16 @@ STATIC_FILES = {
 }
 
 
-def summary_json(s: ServiceSummary) -> dict[str, Any]:
-    """A service-list row: Nacos's ServiceView, plus Shoal's subscriber and enabled counts."""
+def service_view_json(s: ServiceSummary) -> dict[str, Any]:
+    """Nacos's ServiceView of a service-list row (the v3 admin list answers exactly this)."""
     return {"name": s.service.name, "groupName": s.service.group, "clusterCount": s.cluster_count,
             "ipCount": s.ip_count, "healthyInstanceCount": s.healthy_count,
-            "triggerFlag": "true" if s.threshold_triggered else "false",
-            "enabledInstanceCount": s.enabled_count, "subscriberCount": s.subscriber_count}
+            "triggerFlag": "true" if s.threshold_triggered else "false"}
+
+
+def summary_json(s: ServiceSummary) -> dict[str, Any]:
+    """A console service-list row: Nacos's ServiceView, plus Shoal's subscriber and enabled counts."""
+    return {**service_view_json(s), "enabledInstanceCount": s.enabled_count, "subscriberCount": s.subscriber_count}
 
 
 def instances_json(found: ServiceInstances) -> list[dict[str, Any]]:

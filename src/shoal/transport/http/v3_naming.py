@@ -20,7 +20,7 @@ from shoal.errors import InvalidParam, MissingParam, NacosError
 from shoal.model.keys import ServiceKey
 from shoal.service_layer.catalog import CatalogService
 from shoal.transport.http.api import Api, dumps, v2_ok
-from shoal.transport.http.console_api import detail_info_json
+from shoal.transport.http.console_api import detail_info_json, service_view_json
 from shoal.transport.http.naming import NamingRoutes
 from shoal.transport.http.operator import OperatorRoutes
 from shoal.transport.http.params import Params
@@ -121,9 +121,7 @@ class V3NamingRoutes:
             return v2_ok(dumps(_page(details, count, page_no, page_size)))
         page = self.catalog.list_services(namespace, name_part, group_part, page_no, page_size,
                                           has_ip_count=p.boolean("ignoreEmptyService", False))
-        items = [{"name": s.service.name, "groupName": s.service.group, "clusterCount": s.cluster_count,
-                  "ipCount": s.ip_count, "healthyInstanceCount": s.healthy_count,
-                  "triggerFlag": "true" if s.threshold_triggered else "false"} for s in page.services]
+        items = [service_view_json(s) for s in page.services]
         return v2_ok(dumps(_page(items, page.count, page_no, page_size)))
 
     async def service_subscribers(self, request: web.Request, p: Params) -> web.StreamResponse:
