@@ -36,7 +36,7 @@ class ModelStack:
         """Wire a fresh, empty model for ``config`` reading time from ``clock``."""
         bus = EventBus()
         clients = ClientManager(bus)
-        services = ServiceManager()
+        services = ServiceManager(bus)
         index = ServiceIndex(bus, clock.now_ms)
         storage = ServiceStorage(bus, index, clients.clients, services)
         naming = NamingService(config, clock, bus, clients, services, index, storage)

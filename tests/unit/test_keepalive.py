@@ -43,7 +43,7 @@ def setup(tmp_path: Path, **overrides: object) -> tuple[ManualClock, ConnectionM
     manager = ConnectionManager(config, clock, limits)
     bus = EventBus()
     clients = ClientManager(bus)
-    services = ServiceManager()
+    services = ServiceManager(bus)
     index = ServiceIndex(bus, clock.now_ms)
     naming = NamingService(config, clock, bus, clients, services, index,
                            ServiceStorage(bus, index, clients.clients, services))

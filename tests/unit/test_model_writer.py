@@ -127,3 +127,84 @@ def test_only_the_model_writer_builds_client_events() -> None:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names:
                 writers.add(path.relative_to(root).as_posix())
     assert writers == {"model/clients.py"}
+
+
+#: Replicated fields of a client that only the client manager writes, and of a service record
+#: that only the service manager writes (each write there publishes its event).
+CLIENT_FIELDS = {"publications", "subscriptions", "native", "owner", "last_renew_ms", "revision"}
+SERVICE_FIELDS = {"ephemeral", "protect_threshold", "metadata", "has_metadata"}
+
+
+def _field_writes(tree: ast.AST, fields: set[str]) -> list[tuple[int, str]]:
+    """(line, field) of every ``x.field = …`` / ``x.field += …`` whose ``x`` is not ``self``, and
+    of every in-place change of such a field (``x.field[k] = …``, ``x.field.pop(…)``…)."""
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("pop", "update", "clear", "setdefault", "popitem")):
+            targets = [node.func.value]
+        for target in targets:
+            while isinstance(target, ast.Subscript):
+                target = target.value
+            if (isinstance(target, ast.Attribute) and target.attr in fields
+                    and not (isinstance(target.value, ast.Name) and target.value.id == "self")):
+                found.append((node.lineno, target.attr))
+    return found
+
+
+def test_only_the_model_writers_change_replicated_client_and_service_fields() -> None:
+    root = Path(shoal.__file__).parent
+    writers: dict[str, list[tuple[int, str]]] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fields, owner in ((CLIENT_FIELDS, "model/clients.py"), (SERVICE_FIELDS, "model/services.py")):
+            if rel != owner:
+                writers.setdefault(rel, []).extend(_field_writes(tree, fields))
+    assert {rel: lines for rel, lines in writers.items() if lines} == {}
+
+
+def test_the_scan_sees_each_kind_of_write() -> None:
+    source = ("client.native = True\nrecord.metadata['k'] = 'v'\nc.revision += 1\nr.metadata.update(x)\n"
+              "self.native = False\nother.name = 1\n")
+    assert _field_writes(ast.parse(source), CLIENT_FIELDS | SERVICE_FIELDS) == [
+        (1, "native"), (2, "metadata"), (3, "revision"), (4, "metadata")]
+
+
+def test_ownership_mutators_publish_only_real_changes(registry: Registry) -> None:
+    from shoal.model.events import ClientOwnershipChanged
+
+    client = registry.connect("c")
+    events: list[Any] = []
+    registry.bus.subscribe(ClientOwnershipChanged, events.append)
+    assert registry.clients.set_native(client, False) and not client.native
+    assert not registry.clients.set_native(client, False)
+    assert registry.clients.set_owner(client, "10.0.0.2:8848") and client.owner == "10.0.0.2:8848"
+    assert not registry.clients.set_owner(client, "10.0.0.2:8848")
+    registry.clients.renew(client, 99)
+    assert client.last_renew_ms == 99
+    assert [e.client for e in events] == [client, client]
+
+
+def test_service_record_update_publishes_service_changed_once_per_change(registry: Registry) -> None:
+    registry.services.get_or_create(A, now_ms=1)
+    events = record(registry)
+    assert registry.services.update(A, 50, protect_threshold=0.5, metadata={"k": "v"}, has_metadata=True)
+    record_a = registry.services.get(A)
+    assert record_a is not None and record_a.protect_threshold == 0.5 and record_a.metadata == {"k": "v"}
+    assert record_a.has_metadata and record_a.ephemeral
+    assert [(type(e), e.changed_at_ms) for e in events] == [(ServiceChanged, 50)]
+    assert record_a.last_change_ms == 50  # the views saw it
+    events.clear()
+    assert not registry.services.update(A, 60, protect_threshold=0.5, metadata={"k": "v"})  # nothing new
+    assert not registry.services.update(B, 60, ephemeral=False)  # no such record
+    assert events == []
+    assert registry.services.update(A, 70, ephemeral=False)
+    assert not record_a.ephemeral and len(events) == 1

@@ -126,7 +126,7 @@ class IpPortHandoff:
             if mine:
                 self.pending.discard(client.client_id)
                 if not client.native:
-                    client.native = True
+                    self.clients.set_native(client, True)
                     self.enqueue(client.client_id, records.OP_CHANGE)
             elif client.native:  # hand it over; it stays ours until the new owner confirms
                 self.pending.add(client.client_id)
@@ -142,7 +142,7 @@ class IpPortHandoff:
         the client (if this node holds a copy) becomes native here, pending handoff."""
         client = self.clients.get(f"{tag}#true")
         if client is not None and client.kind is ClientKind.IP_PORT:
-            client.native = True
+            self.clients.set_native(client, True)
             self.note(client)
 
     def take_over(self, client: Client) -> None:
@@ -150,7 +150,7 @@ class IpPortHandoff:
         every peer (the sender's pending copy becomes a copy of ours)."""
         if client.kind is not ClientKind.IP_PORT or client.native or not self.mapper.responsible_client(client):
             return
-        client.native = True
+        self.clients.set_native(client, True)
         self.pending.discard(client.client_id)
         self.enqueue(client.client_id, records.OP_CHANGE)
 

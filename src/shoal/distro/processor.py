@@ -98,14 +98,14 @@ class DistroProcessor:
         if client is not None and client.native:
             if not self._yields_to(client, sender):
                 return 0  # ours: a peer's copy never overwrites it
-            client.native = False  # pending handoff confirmed: ours becomes a copy of the responsible node's
+            self.clients.set_native(client, False)  # pending handoff confirmed: ours is a copy of the responsible's
             self.handoff.confirmed(client_id)
         if client is None:
             client = Client(client_id, records.kind_of(client_id), native=False, created_ms=self.clock.now_ms(),
                             owner=sender, last_renew_ms=now_mono, last_updated_ms=now_mono)
             self.clients.add(client)
-        client.owner = sender
-        client.last_renew_ms = now_mono
+        self.clients.set_owner(client, sender)
+        self.clients.renew(client, now_mono)
         wanted = records.publications_of(record)
         now_wall = self.clock.now_ms()
         for service in wanted:
@@ -128,7 +128,7 @@ class DistroProcessor:
         if client is None or (client.native and not self._yields_to(client, sender)):
             return 0
         if client.native:
-            client.native = False
+            self.clients.set_native(client, False)
             self.handoff.confirmed(client_id)
         self.clients.remove(client_id, REASON_DELETED_BY_OWNER)
         self.bus.publish(DistroSyncApplied(client.owner, client_id, "delete"))

@@ -56,7 +56,14 @@ from shoal.distro.transport import PeerError, PeerTransport, PeerUnavailable
 from shoal.kernels import verify as kernel
 from shoal.model.client import Client, ClientKind
 from shoal.model.clients import ClientManager
-from shoal.model.events import ClientChanged, ClientConnected, ClientReleased, DistroSyncApplied, EventBus
+from shoal.model.events import (
+    ClientChanged,
+    ClientConnected,
+    ClientOwnershipChanged,
+    ClientReleased,
+    DistroSyncApplied,
+    EventBus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +235,7 @@ class DigestIndex:
         """Follow the model's client events."""
         bus.subscribe(ClientConnected, lambda e: self.touch(e.client))
         bus.subscribe(ClientChanged, lambda e: self.touch(e.client))
+        bus.subscribe(ClientOwnershipChanged, lambda e: self.touch(e.client))
         bus.subscribe(ClientReleased, lambda e: self.drop(e.client.client_id))
         bus.subscribe(DistroSyncApplied, lambda e: self.touch_id(e.client_id))
 
@@ -581,12 +589,12 @@ class VerifyReceiver:
     def _renew_id(self, client_id: str, now: int) -> None:
         client = self.clients.get(client_id)
         if client is not None:
-            client.last_renew_ms = now
+            self.clients.renew(client, now)
             if self.on_renew is not None and (self.renew_kinds is None or client.kind in self.renew_kinds):
                 self.on_renew(client, now)
 
     def _renew(self, client: Client, now: int) -> None:
-        client.last_renew_ms = now
+        self.clients.renew(client, now)
         if self.on_renew is not None:
             self.on_renew(client, now)
 

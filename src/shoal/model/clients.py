@@ -1,10 +1,11 @@
 """The client manager (Nacos ClientManagerDelegate) and the model's one write path.
 
 Every change of a client — added, released, a publication stored / removed / replaced, a
-health flip, a subscription — goes through a method here, which changes the client *and*
-publishes the matching model event. Nothing else edits ``Client.publications`` or
-``Client.subscriptions`` or publishes client events, so the indexes, push, the beat table,
-Distro and the change log always see a write, and always with what it removed.
+health flip, a subscription, who holds it (``native``, ``owner``) — goes through a method
+here, which changes the client *and* publishes the matching model event. Nothing else edits
+``Client.publications``, ``Client.subscriptions``, ``native``, ``owner`` or ``last_renew_ms``
+or publishes client events, so the indexes, push, the beat table, Distro and the change log
+always see a write, and always with what it removed.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from shoal.model.events import (
     ClientChanged,
     ClientConnected,
     ClientDeregisteredService,
+    ClientOwnershipChanged,
     ClientRegisteredService,
     ClientReleased,
     ClientSubscribedService,
@@ -68,6 +70,30 @@ class ClientManager:
         if client is not None:
             self._bus.publish(ClientReleased(client, reason))
         return client
+
+    # --- who holds a client --------------------------------------------------------------
+    def set_native(self, client: Client, native: bool) -> bool:
+        """Make this node hold the client's authoritative state (True) or a copy of it (False);
+        False when unchanged. Publishes ClientOwnershipChanged (the verify digests regroup it)."""
+        if client.native == native:
+            return False
+        client.native = native
+        self._bus.publish(ClientOwnershipChanged(client))
+        return True
+
+    def set_owner(self, client: Client, owner: str) -> bool:
+        """Record the node a synced copy comes from; False when unchanged. Publishes
+        ClientOwnershipChanged."""
+        if client.owner == owner:
+            return False
+        client.owner = owner
+        self._bus.publish(ClientOwnershipChanged(client))
+        return True
+
+    def renew(self, client: Client, now_mono_ms: int) -> None:
+        """A synced copy's owner vouched for it now (a sync record or a verify round). No event:
+        nothing indexes the renewal time; the expiry scan reads it."""
+        client.last_renew_ms = now_mono_ms
 
     # --- publications -------------------------------------------------------------------
     def publish(self, client: Client, service: ServiceKey, publication: Publication, now_ms: int) -> bool:

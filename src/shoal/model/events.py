@@ -8,9 +8,10 @@ returns only after every subscriber has run, so indexes are consistent before a 
 answered. Subscribers must be quick and must not await; slow work is queued by them.
 
 Who publishes what: every client event (connected / released, register / deregister, health,
-subscribe / unsubscribe, changed) comes from the one model writer,
+subscribe / unsubscribe, changed, ownership) comes from the one model writer,
 :class:`shoal.model.clients.ClientManager`; ``ServiceChanged`` comes from the model's own
-reactions (the service index) and from service-record updates; ``DistroSyncApplied`` from the
+reactions (the service index), from service-record updates (``ServiceManager.update``) and from
+the service layer; ``DistroSyncApplied`` from the
 Distro processor.
 """
 
@@ -39,6 +40,13 @@ class ClientChanged:
 @dataclass(frozen=True, slots=True)
 class ClientConnected:
     """A client was added to the client manager (a connection, an ip:port or a synced copy)."""
+
+    client: Client
+
+
+@dataclass(frozen=True, slots=True)
+class ClientOwnershipChanged:
+    """Who holds a client changed: ``native`` flipped (a handoff) or a copy's ``owner`` moved."""
 
     client: Client
 

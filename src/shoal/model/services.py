@@ -45,9 +45,11 @@ class ServiceRecord:
 
 
 class ServiceManager:
-    """Which services exist, by namespace and group, with stable (sorted) listing order."""
+    """Which services exist, by namespace and group, with stable (sorted) listing order — and
+    the only writer of a service record's fields (:meth:`update`), which publishes the change."""
 
-    def __init__(self) -> None:
+    def __init__(self, bus: EventBus) -> None:
+        self._bus = bus
         self._services: dict[ServiceKey, ServiceRecord] = {}
         self._by_group: dict[tuple[str, str], dict[str, ServiceRecord]] = {}
         self._sorted: dict[tuple[str, str], list[str]] = {}
@@ -69,6 +71,35 @@ class ServiceManager:
             self._by_group.setdefault((key.namespace, key.group), {})[key.name] = record
             self._sorted.pop((key.namespace, key.group), None)
         return record
+
+    def update(self, key: ServiceKey, wall_ms: int, *, ephemeral: bool | None = None,
+               protect_threshold: float | None = None, metadata: Mapping[str, str] | None = None,
+               has_metadata: bool | None = None) -> bool:
+        """Set the given fields of the service's record (None: left as is); False when the
+        record is missing or nothing changed.
+
+        Publishes ServiceChanged (views drop, subscribers are pushed: the kind, threshold and
+        metadata shape what a reader gets) once per call that changed anything.
+        """
+        record = self._services.get(key)
+        if record is None:
+            return False
+        changed = False
+        if ephemeral is not None and record.ephemeral != ephemeral:
+            record.ephemeral = ephemeral
+            changed = True
+        if protect_threshold is not None and record.protect_threshold != protect_threshold:
+            record.protect_threshold = protect_threshold
+            changed = True
+        if metadata is not None and record.metadata != metadata:
+            record.metadata = dict(metadata)
+            changed = True
+        if has_metadata is not None and record.has_metadata != has_metadata:
+            record.has_metadata = has_metadata
+            changed = True
+        if changed:
+            self._bus.publish(ServiceChanged(key, wall_ms))
+        return changed
 
     def remove(self, key: ServiceKey) -> ServiceRecord | None:
         record = self._services.pop(key, None)

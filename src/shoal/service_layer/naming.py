@@ -28,7 +28,7 @@ from shoal.errors import (
 )
 from shoal.model.client import Client, ClientKind, Publication, Subscriber
 from shoal.model.clients import ClientManager
-from shoal.model.events import EventBus, ServiceChanged
+from shoal.model.events import EventBus
 from shoal.model.instance import HEART_BEAT_INTERVAL_KEY, InstanceInfo, generate_instance_id, metadata_millis
 from shoal.model.ip_port import BeatTable, ip_port_client_id, responsible_tag
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
@@ -322,10 +322,9 @@ class NamingService:
         self.check_params(service)
         if self.services.get(service) is not None:
             raise ServiceAlreadyExists(f"specified service already exists, serviceName : {service.grouped_name}")
-        record = self.services.get_or_create(service, self.clock.now_ms(), ephemeral=ephemeral)
-        record.protect_threshold = protect_threshold
-        record.metadata = dict(metadata)
-        record.has_metadata = True
+        self.services.get_or_create(service, self.clock.now_ms(), ephemeral=ephemeral)
+        self.services.update(service, self.clock.now_ms(), protect_threshold=protect_threshold, metadata=metadata,
+                             has_metadata=True)
 
     def update_service(self, service: ServiceKey, protect_threshold: float | None,
                        metadata: Mapping[str, str] | None) -> None:
@@ -333,12 +332,9 @@ class NamingService:
         record = self.services.get(service)
         if record is None:
             raise UnknownService(f"service not found, namespace: {service.namespace}, service: {service.grouped_name}")
-        if protect_threshold is not None:
-            record.protect_threshold = protect_threshold
-        if metadata is not None:
-            record.metadata = dict(metadata)
-        record.has_metadata = True
-        self.bus.publish(ServiceChanged(service, self.clock.now_ms()))  # selection may change: push
+        # selection may change: the record's writer publishes ServiceChanged (views drop, push)
+        self.services.update(service, self.clock.now_ms(), protect_threshold=protect_threshold, metadata=metadata,
+                             has_metadata=True)
 
     def delete_service(self, service: ServiceKey) -> None:
         self.check_params(service)

@@ -361,7 +361,7 @@ class PersistentNaming:
         if record is None:
             self._deleted.discard(service)
         elif self.index.publishers_of(service):
-            record.has_metadata = False
+            self.services.update(service, self.clock.now_ms(), has_metadata=False)
             self._deleted.add(service)
         else:
             self.services.remove(service)
@@ -401,8 +401,8 @@ class PersistentNaming:
             if client is not None:
                 self.clients.remove(client_id, "persistent instances removed")
             return
-        record = self.services.get_or_create(service, self.clock.now_ms(), ephemeral=False)
-        record.ephemeral = False
+        self.services.get_or_create(service, self.clock.now_ms(), ephemeral=False)
+        self.services.update(service, self.clock.now_ms(), ephemeral=False)
         if client is None:
             client = Client(client_id, ClientKind.PERSISTENT, native=True, created_ms=self.clock.now_ms(),
                             last_updated_ms=now_mono, last_renew_ms=now_mono)
@@ -422,14 +422,15 @@ class PersistentNaming:
             self.bus.publish(ServiceChanged(service, now))
             return
         self._deleted.discard(service)
-        record = self.services.get_or_create(service, now, ephemeral=bool(new.get("ephemeral", False)))
+        self.services.get_or_create(service, now, ephemeral=bool(new.get("ephemeral", False)))
         if not self.index.publishers_of(service):  # a service with instances keeps the kind they gave it
-            record.ephemeral = bool(new.get("ephemeral", False))
+            self.services.update(service, now, ephemeral=bool(new.get("ephemeral", False)))
         if not new.get("implicit"):
-            record.has_metadata = True
+            self.services.update(service, now, has_metadata=True)
         try:
-            record.protect_threshold = float(new.get("protectThreshold", 0.0))
+            self.services.update(service, now, protect_threshold=float(new.get("protectThreshold", 0.0)))
         except (TypeError, ValueError):
-            record.protect_threshold = 0.0
-        record.metadata = {str(k): str(v) for k, v in dict(new.get("metadata") or {}).items()}
+            self.services.update(service, now, protect_threshold=0.0)
+        self.services.update(service, now,
+                             metadata={str(k): str(v) for k, v in dict(new.get("metadata") or {}).items()})
         self.bus.publish(ServiceChanged(service, now))
