@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import socket
@@ -12,7 +11,7 @@ from typing import Any
 
 from shoal.auth.service import AuthService
 from shoal.clock import Clock, SystemClock
-from shoal.config import Config, TestHooks
+from shoal.config import Config, LiveConfig, TestHooks
 from shoal.cp.factory import CpRuntime, build_cp
 from shoal.cp.store import Keyspace, json_view
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
@@ -74,7 +73,9 @@ class Node:
         self.config = config
         self.clock = clock or SystemClock()
         self.hooks = hooks or TestHooks()
-        self.model = ModelStack.build(config, self.clock)
+        # The live settings (naming switches): one object every consumer reads by reference.
+        self.live = LiveConfig(config)
+        self.model = ModelStack.build(config, self.clock, self.live)
         self.bus = self.model.bus
         self.clients = self.model.clients
         self.services = self.model.services
@@ -98,7 +99,7 @@ class Node:
                                     self.is_serving,
                                     self.metrics, config.grpc_port, auth=self.auth if config.auth_enabled else None,
                                     tls=self.tls.sdk)
-        self.push = PushService(config, self.clock, self.bus, self.sdk_server, self.index.subscribers_of,
+        self.push = PushService(self.live, self.clock, self.bus, self.sdk_server, self.index.subscribers_of,
                                 self._push_payload, self.metrics)
         self.fuzzy_notifier = FuzzyNotifier(config, self.sdk_server)
         self.fuzzy.notify = self.fuzzy_notifier.enqueue
@@ -155,20 +156,15 @@ class Node:
         mapper = self.distro.mapper if self.distro is not None else None
         self.health_checker = PersistentHealthChecker(
             self.persistent, mapper.responsible if mapper is not None else (lambda _name: True),
-            self.clock.monotonic_ms,
-            CheckSettings(config.health_check_interval_ms, config.health_check_jitter_ms,
-                          config.health_check_timeout_ms, config.health_check_times, config.health_check_concurrency),
-            self.metrics.health_checked)
+            self.clock.monotonic_ms, CheckSettings.of(config), self.live, self.metrics.health_checked)
         self.periodics.append(Periodic("persistent-health-check", min(200, config.health_check_interval_ms),
                                        self.health_checker.tick))
-        self.heartbeats = HeartbeatChecker(config, self.clock, self.clients, self.services, self.naming.beats,
+        self.heartbeats = HeartbeatChecker(self.live, self.clock, self.clients, self.services, self.naming.beats,
                                            self.responsibility)
         self.periodics.append(Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick))
-        # Naming switches (issue 14): one CP document every node watches; a change rebinds the
-        # live settings its consumers read each tick.
+        # Naming switches: one CP document every node watches; a change reloads the live settings.
         self.meta_view = json_view(self.cp.store, Keyspace.META)
-        self.switches = Switches(config, self.meta_view)
-        self.switches.subscribe(self._apply_switches)
+        self.switches = Switches(self.live, self.meta_view)
         operator = OperatorRoutes(self.naming, self.persistent, self.switches, self.http.forwarder)
         operator.register(self.http.add_route, ADMIN)
         # Arrow snapshots: the change-event log is always kept; periodic export when configured.
@@ -297,14 +293,6 @@ class Node:
                         "service metadata, namespaces, users and tokens follow once it is", self.cp.mode, timeout_s)
 
     # --- glue ---------------------------------------------------------------------------
-    def _apply_switches(self, effective: Config) -> None:
-        """Hand the switches' effective settings to the consumers that read them each tick."""
-        self.naming.config = effective  # clientBeatInterval answered to beats, cacheMillis
-        self.push.config = effective  # pushEnabled
-        self.heartbeats.config = effective  # healthCheckEnabled
-        self.health_checker.settings = dataclasses.replace(self.health_checker.settings,
-                                                           check_times=effective.health_check_times)
-
     @functools.cached_property
     def address(self) -> str:
         """This node's ip:port as peers and snapshots name it (resolved once, at construction)."""

@@ -336,6 +336,10 @@ class Config:
         "Consecutive disagreeing results before a persistent instance's health flips (SwitchDomain.checkTimes).",
         check=positive,
     )
+    health_check_auto_change: bool = _setting(
+        True, "shoal.health.auto-change-enabled",
+        "SwitchDomain.autoChangeHealthCheckEnabled: the persistent checker may flip an instance's health.",
+    )
     health_check_concurrency: int = _setting(
         64, "shoal.health.check-concurrency", "Probes of persistent instances in flight at once, per node.",
         check=positive,
@@ -794,6 +798,26 @@ class Config:
         """(property, value, doc) for every setting: used by --help and the startup log."""
         for f in _fields():
             yield f.metadata["prop"], getattr(self, f.name), f.metadata["doc"]
+
+
+class LiveConfig:
+    """The node's settings as they are now (hashicorp raft's ``ReloadableConfig``): the loaded
+    :class:`Config` with the naming switches' overrides. A component whose setting may change
+    while the node runs holds this one object and reads :attr:`current` each time it needs the
+    value; only the switches :meth:`reload` it. Nothing keeps a copy, so nothing is re-wired."""
+
+    __slots__ = ("_current", "base")
+
+    def __init__(self, base: Config) -> None:
+        self.base = base
+        self._current = base
+
+    @property
+    def current(self) -> Config:
+        return self._current
+
+    def reload(self, current: Config) -> None:
+        self._current = current
 
 
 @dataclass(frozen=True)

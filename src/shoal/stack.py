@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Self
 
 from shoal.clock import Clock
-from shoal.config import Config
+from shoal.config import Config, LiveConfig
 from shoal.model.clients import ClientManager
 from shoal.model.events import EventBus
 from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
@@ -30,14 +30,17 @@ class ModelStack:
     index: ServiceIndex
     storage: ServiceStorage
     naming: NamingService
+    live: LiveConfig
 
     @classmethod
-    def build(cls, config: Config, clock: Clock) -> Self:
-        """Wire a fresh, empty model for ``config`` reading time from ``clock``."""
+    def build(cls, config: Config, clock: Clock, live: LiveConfig | None = None) -> Self:
+        """Wire a fresh, empty model for ``config`` reading time from ``clock`` (and the live
+        settings from ``live``, the node's one :class:`LiveConfig`; a fixed one by default)."""
+        live = live if live is not None else LiveConfig(config)
         bus = EventBus()
         clients = ClientManager(bus)
         services = ServiceManager(bus)
         index = ServiceIndex(bus, clock.now_ms)
         storage = ServiceStorage(bus, index, clients.clients, services)
-        naming = NamingService(config, clock, bus, clients, services, index, storage)
-        return cls(config, clock, bus, clients, services, index, storage, naming)
+        naming = NamingService(live, clock, bus, clients, services, index, storage)
+        return cls(config, clock, bus, clients, services, index, storage, naming, live)

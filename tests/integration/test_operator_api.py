@@ -82,11 +82,19 @@ def test_switch_updates_refuse_bad_input(tmp_path: Path) -> None:
         assert call("PUT", node.url(SWITCHES), {"value": "true"})[0] == 400
         v2 = call_json("PUT", node.url("/nacos/v2/ns/operator/switches"), {"entry": "x", "value": "1"}, status=400)
         assert v2["code"] != 0
+        # an entry that would change nothing here is refused by name, on v1 and v2, and never stored
+        status, body = call("PUT", node.url(SWITCHES), {"entry": "distroThreshold", "value": "0.5"})
+        assert status == 400 and "switch distroThreshold is not supported" in body
+        v2 = call_json("PUT", node.url("/nacos/v2/ns/operator/switches"),
+                       {"entry": "pushJavaVersion", "value": "2.0.0"}, status=400)
+        assert "pushJavaVersion" in v2["message"]
+        assert switches(node)["distroThreshold"] == 0.7
         # the /ops alias reads and writes the same switches
-        assert call("PUT", node.url("/nacos/v1/ns/ops/switches"), {"entry": "distroThreshold", "value": "0.5"}) \
-            == (200, "ok")
-        assert switches(node, "/nacos/v1/ns/ops/switches")["distroThreshold"] == 0.5
-        assert call_json("GET", node.url("/nacos/v2/ns/operator/switches"))["data"]["distroThreshold"] == 0.5
+        assert call("PUT", node.url("/nacos/v1/ns/ops/switches"), {"entry": "autoChangeHealthCheckEnabled",
+                                                                   "value": "false"}) == (200, "ok")
+        assert switches(node, "/nacos/v1/ns/ops/switches")["autoChangeHealthCheckEnabled"] is False
+        assert call_json("GET", node.url("/nacos/v2/ns/operator/switches"))["data"][
+            "autoChangeHealthCheckEnabled"] is False
         # log levels
         assert call("PUT", node.url("/nacos/v1/ns/ops/log"), {"logName": "naming-push", "logLevel": "DEBUG"}) \
             == (200, "ok")

@@ -172,13 +172,15 @@ def test_client_distro_names_the_responsible_member(servers: Callable[..., Serve
 
 def test_operator_switches_log_checkers_selectors(node: ServerProcess) -> None:
     switches = node.url(NS + "/ops/switches")
-    assert ok(call_json("PUT", switches, data={"entry": "distroThreshold", "value": "0.8"})) == "ok"
-    poll_until(lambda: ok(call_json("GET", switches))["distroThreshold"] == 0.8, timeout=10,
+    assert ok(call_json("PUT", switches, data={"entry": "defaultPushCacheMillis", "value": "8000"})) == "ok"
+    poll_until(lambda: ok(call_json("GET", switches))["defaultPushCacheMillis"] == 8000, timeout=10,
                what="the switch applied")
     # 3.x answers an entry or value the switches refuse with 500 / 30000, missing ones with 400 / 10000
     assert error("PUT", switches, 500, data={"entry": "noSuchEntry", "value": "1"}) == 30000
-    assert error("PUT", switches, 500, data={"entry": "distroThreshold", "value": "lots"}) == 30000
-    assert error("PUT", switches, 400, data={"entry": "distroThreshold"}) == 10000
+    assert error("PUT", switches, 500, data={"entry": "defaultPushCacheMillis", "value": "lots"}) == 30000
+    assert error("PUT", switches, 500, data={"entry": "distroThreshold", "value": "0.5"}) == 30000  # no effect here
+    assert error("PUT", switches, 400, data={"entry": "defaultPushCacheMillis"}) == 10000
+    assert ok(call_json("PUT", switches, data={"entry": "defaultPushCacheMillis", "value": "10000"})) == "ok"
     log = node.url(NS + "/ops/log")
     assert ok(call_json("PUT", log, data={"logName": "naming-push", "logLevel": "DEBUG"})) == "ok"
     assert ok(call_json("PUT", log, data={"logName": "naming-push", "logLevel": "INFO"})) == "ok"
@@ -247,7 +249,7 @@ ADMIN_ROUTES = (
     ("GET", NS + "/client/distro", {"ip": "10.9.0.1", "port": "80"}),
     ("GET", NS + "/service/subscribers", {"serviceName": "s"}),
     ("GET", NS + "/health/checkers", {}),
-    ("PUT", NS + "/ops/switches", {"entry": "distroThreshold", "value": "0.7"}),
+    ("PUT", NS + "/ops/switches", {"entry": "defaultPushCacheMillis", "value": "10000"}),
     ("PUT", NS + "/ops/log", {"logName": "naming-push", "logLevel": "INFO"}),
     ("GET", CORE + "/cluster/node/self", {}),
     ("GET", CORE + "/namespace/check", {"namespaceId": "public"}),

@@ -42,7 +42,7 @@ class OwnedElsewhere:
 
 
 def checker(registry: Registry, responsibility: Any = None) -> HeartbeatChecker:
-    return HeartbeatChecker(registry.config, registry.clock, registry.clients, registry.services,
+    return HeartbeatChecker(registry.live, registry.clock, registry.clients, registry.services,
                             registry.naming.beats, responsibility or Standalone())
 
 

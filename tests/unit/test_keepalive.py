@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from shoal.clock import ManualClock
-from shoal.config import Config
+from shoal.config import Config, LiveConfig
 from shoal.health.keepalive import ConnectionKeepAlive
 from shoal.model.clients import ClientManager
 from shoal.model.events import EventBus
@@ -45,7 +45,7 @@ def setup(tmp_path: Path, **overrides: object) -> tuple[ManualClock, ConnectionM
     clients = ClientManager(bus)
     services = ServiceManager(bus)
     index = ServiceIndex(bus, clock.now_ms)
-    naming = NamingService(config, clock, bus, clients, services, index,
+    naming = NamingService(LiveConfig(config), clock, bus, clients, services, index,
                            ServiceStorage(bus, index, clients.clients, services))
     manager.listeners.append(NamingConnectionListener(naming))
     prober = FakeProber()

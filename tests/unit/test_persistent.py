@@ -5,6 +5,7 @@ loopback listeners."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from shoal.config import Config, LiveConfig
 from shoal.cp.embedded import EmbeddedStore
 from shoal.cp.store import Keyspace, json_view
 from shoal.distro.mapper import DistroMapper
@@ -234,7 +236,7 @@ async def test_checker_flips_health_when_the_port_closes_and_reopens(cp: Cp) -> 
     await cp.persistent.register(SVC, InstanceInfo("127.0.0.1", port))
     checks: list[str] = []
     checker = PersistentHealthChecker(cp.persistent, lambda _name: True, cp.registry.clock.monotonic_ms,
-                                      CheckSettings(interval_ms=100, jitter_ms=0, timeout_ms=500, check_times=2),
+                                      CheckSettings(interval_ms=100, jitter_ms=0, timeout_ms=500), live(check_times=2),
                                       checks.append)
 
     try:
@@ -248,11 +250,36 @@ async def test_checker_flips_health_when_the_port_closes_and_reopens(cp: Cp) -> 
         await checker.stop()
 
 
+def live(check_times: int = 3, auto_change: bool = True) -> LiveConfig:
+    return LiveConfig(dataclasses.replace(Config(), health_check_times=check_times,
+                                          health_check_auto_change=auto_change))
+
+
+async def test_checker_probes_but_never_flips_while_auto_change_is_off(cp: Cp) -> None:
+    """autoChangeHealthCheckEnabled=false (a naming switch, read live): probes go on, health stays."""
+    sock = _listener()
+    port = int(sock.getsockname()[1])
+    sock.close()  # nothing listens: every probe fails
+    await cp.persistent.register(SVC, InstanceInfo("127.0.0.1", port))
+    checks: list[str] = []
+    settings = live(check_times=1, auto_change=False)
+    checker = PersistentHealthChecker(cp.persistent, lambda _name: True, cp.registry.clock.monotonic_ms,
+                                      CheckSettings(interval_ms=100, jitter_ms=0), settings, checks.append)
+    try:
+        # one probe of an instance at a time: by the third, the first two results were recorded
+        await drive(cp, checker, lambda: len(checks) >= 3, "three failed probes")
+        assert hosts(cp.registry)[0]["healthy"] is True
+        settings.reload(dataclasses.replace(settings.current, health_check_auto_change=True))
+        await drive(cp, checker, lambda: hosts(cp.registry)[0]["healthy"] is False, "the instance unhealthy")
+    finally:
+        await checker.stop()
+
+
 async def test_checker_runs_only_services_it_is_responsible_for(cp: Cp) -> None:
     await cp.persistent.register(SVC, InstanceInfo("127.0.0.1", 1))
     checks: list[str] = []
     checker = PersistentHealthChecker(cp.persistent, lambda _name: False, cp.registry.clock.monotonic_ms,
-                                      CheckSettings(interval_ms=100, jitter_ms=0), checks.append)
+                                      CheckSettings(interval_ms=100, jitter_ms=0), live(), checks.append)
     for _ in range(5):
         await checker.tick()
         cp.registry.clock.advance(200)
@@ -287,7 +314,8 @@ async def test_http_check_follows_the_cluster_settings(cp: Cp) -> None:
         assert cp.persistent.cluster_settings(SVC, "DEFAULT").check_port == port
         checks: list[str] = []
         checker = PersistentHealthChecker(cp.persistent, lambda _name: True, cp.registry.clock.monotonic_ms,
-                                          CheckSettings(interval_ms=100, jitter_ms=0, check_times=1), checks.append)
+                                          CheckSettings(interval_ms=100, jitter_ms=0), live(check_times=1),
+                                          checks.append)
         await drive(cp, checker, lambda: bool(checks), "an HTTP check")
         assert checks[0] == "HTTP" and hosts(cp.registry)[0]["healthy"] is True
         await checker.stop()

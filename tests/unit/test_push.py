@@ -38,7 +38,7 @@ def make_push(registry: Registry, sender: FakeSender) -> PushService:
         sub = client.subscriptions.get(service) if client else None
         return registry.naming.push_payload(service, sub.clusters) if sub else None
 
-    return PushService(registry.config, registry.clock, registry.bus, sender, registry.index.subscribers_of, payload)
+    return PushService(registry.live, registry.clock, registry.bus, sender, registry.index.subscribers_of, payload)
 
 
 async def settle() -> None:

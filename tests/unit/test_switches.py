@@ -7,23 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from shoal.config import Config
+from shoal.config import Config, LiveConfig
 from shoal.cp.embedded import EmbeddedStore
 from shoal.cp.store import Keyspace, json_view
 from shoal.errors import InvalidParam
-from shoal.service_layer.switches import SWITCHES_DOC, Switches, parse_entry
+from shoal.service_layer.switches import ENTRIES, LIVE_SETTINGS, REFUSED, SWITCHES_DOC, Switches, parse_entry
 from shoal.testing import wait_until
 
 
 def test_entries_are_parsed_as_nacos_types_and_bad_ones_refused() -> None:
     assert parse_entry("clientBeatInterval", " 7000 ") == 7000
     assert parse_entry("pushEnabled", "FALSE") is False
-    assert parse_entry("distroThreshold", "0.5") == 0.5
-    assert parse_entry("overriddenServerStatus", "down") == "DOWN"
+    assert parse_entry("autoChangeHealthCheckEnabled", "false") is False
     with pytest.raises(InvalidParam, match="update entry not found: nope"):
         parse_entry("nope", "1")
     for entry, value in (("clientBeatInterval", "1.5"), ("clientBeatInterval", "0"), ("checkTimes", "x"),
-                         ("healthCheckEnabled", "yes"), ("distroThreshold", "2"), ("pushJavaVersion", "")):
+                         ("healthCheckEnabled", "yes"), ("defaultPushCacheMillis", "-1")):
         with pytest.raises(InvalidParam):
             parse_entry(entry, value)
 
@@ -33,9 +32,7 @@ async def test_a_change_through_one_view_reaches_the_other_and_its_listeners(tmp
     await store.start()
     views = [json_view(store, Keyspace.META) for _ in range(2)]
     base = Config()
-    a, b = (Switches(base, view) for view in views)
-    seen: list[Config] = []
-    b.subscribe(seen.append)
+    a, b = (Switches(LiveConfig(base), view) for view in views)
     for view in views:
         view.start()
         await view.wait_ready(10)
@@ -44,7 +41,7 @@ async def test_a_change_through_one_view_reaches_the_other_and_its_listeners(tmp
         await a.update("clientBeatInterval", "7000")
         await a.update("pushEnabled", "false")  # a second entry keeps the first
         await wait_until(lambda: b.config.push_enabled is False, 10)
-        assert (b.config.client_beat_interval_ms, seen[-1].push_enabled) == (7000, False)
+        assert (b.config.client_beat_interval_ms, b.live.current.push_enabled) == (7000, False)
         assert b.domain()["clientBeatInterval"] == 7000 and b.domain()["name"].endswith("SWITCH_DOMAIN-000---00-00")
         await a.update("checkTimes", "7", debug=True)  # this node only
         assert a.config.health_check_times == 7 and b.config.health_check_times == base.health_check_times
@@ -57,4 +54,34 @@ async def test_a_change_through_one_view_reaches_the_other_and_its_listeners(tmp
     finally:
         for view in views:
             await view.stop()
+        await store.close()
+
+
+def test_every_entry_either_changes_a_live_setting_or_is_refused_by_name() -> None:
+    assert set(LIVE_SETTINGS) | set(REFUSED) == set(ENTRIES) and not set(LIVE_SETTINGS) & set(REFUSED)
+    for entry, field in LIVE_SETTINGS.items():
+        assert hasattr(Config(), field), entry
+    for entry in REFUSED:
+        with pytest.raises(InvalidParam, match=f"switch {entry} is not supported"):
+            parse_entry(entry, str(ENTRIES[entry].default).lower())
+
+
+async def test_a_refused_entry_is_never_stored_and_a_stored_one_is_ignored(tmp_path: Path) -> None:
+    store = EmbeddedStore(tmp_path / "cp.sqlite3", poll_interval_s=0.05)
+    await store.start()
+    view = json_view(store, Keyspace.META)
+    switches = Switches(LiveConfig(Config()), view)
+    view.start()
+    await view.wait_ready(10)
+    try:
+        with pytest.raises(InvalidParam, match="distroThreshold"):
+            await switches.update("distroThreshold", "0.5")
+        assert view.get(SWITCHES_DOC) is None
+        # a document written by an earlier release keeps only the entries that work
+        await view.put(SWITCHES_DOC, {"distroThreshold": 0.5, "autoChangeHealthCheckEnabled": False})
+        await wait_until(lambda: switches.live.current.health_check_auto_change is False, 10)
+        assert switches.overrides == {"autoChangeHealthCheckEnabled": False}
+        assert switches.domain()["distroThreshold"] == 0.7  # shown at Nacos's fixed value
+    finally:
+        await view.stop()
         await store.close()

@@ -17,6 +17,8 @@ Persistent instances cannot heartbeat, so the member responsible for their servi
 * **flips:** after ``check_times`` consecutive results that disagree with the stored health
   (Nacos ``switchDomain.checkTimes``, 3) the new health is written to the CP store with a
   compare-and-put; every node's view applies it and the ordinary push path tells subscribers.
+  Both ``check_times`` and whether a flip happens at all (``autoChangeHealthCheckEnabled``) are
+  naming switches, read from the node's :class:`~shoal.config.LiveConfig` at each result.
 
 Probes run as tasks bounded by a semaphore (``concurrency``) and never block the loop.
 """
@@ -31,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shoal.config import Config, LiveConfig
 from shoal.errors import NacosError
 from shoal.model.instance import InstanceInfo
 from shoal.service_layer.persistent import ClusterSettings, PersistentNaming, service_name
@@ -55,8 +58,12 @@ class CheckSettings:
     interval_ms: int = 2000
     jitter_ms: int = 5000
     timeout_ms: int = 500
-    check_times: int = 3
     concurrency: int = 64
+
+    @classmethod
+    def of(cls, config: Config) -> CheckSettings:
+        return cls(config.health_check_interval_ms, config.health_check_jitter_ms, config.health_check_timeout_ms,
+                   config.health_check_concurrency)
 
 
 async def tcp_check(host: str, port: int, timeout_s: float) -> bool:
@@ -99,9 +106,10 @@ class PersistentHealthChecker:
     """Probes the persistent instances of the services this node is responsible for."""
 
     def __init__(self, persistent: PersistentNaming, responsible: Callable[[str], bool],
-                 monotonic_ms: Callable[[], int], settings: CheckSettings,
+                 monotonic_ms: Callable[[], int], settings: CheckSettings, live: LiveConfig,
                  on_check: Callable[[str], None] | None = None, rng: random.Random | None = None) -> None:
         self.persistent = persistent
+        self.live = live  # checkTimes and autoChangeHealthCheckEnabled: switches, read at each result
         self.responsible = responsible  # service name -> does this node check it
         self.monotonic_ms = monotonic_ms
         self.settings = settings
@@ -180,7 +188,9 @@ class PersistentHealthChecker:
         else:
             track.oks = 0
             track.fails += 1
-        flip = ok != inst.healthy and (track.oks if ok else track.fails) >= self.settings.check_times
+        current = self.live.current
+        flip = (ok != inst.healthy and (track.oks if ok else track.fails) >= current.health_check_times
+                and current.health_check_auto_change)
         if flip and await self.persistent.set_health(name, ok):
                 log.info("persistent instance %s is now %s", name, "healthy" if ok else "unhealthy")
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 
 from shoal.clock import Clock
-from shoal.config import Config
+from shoal.config import Config, LiveConfig
 from shoal.model.client import ClientKind
 from shoal.model.clients import ClientManager
 from shoal.model.ip_port import BeatTable, Responsibility, client_beat_disabled, responsible_tag
@@ -39,15 +39,19 @@ STALL_GRACE_MS = 10_000
 class HeartbeatChecker:
     """One round of the beat check; run it with a Periodic (app.py owns it)."""
 
-    def __init__(self, config: Config, clock: Clock, clients: ClientManager, services: ServiceManager,
+    def __init__(self, live: LiveConfig, clock: Clock, clients: ClientManager, services: ServiceManager,
                  beats: BeatTable, responsibility: Responsibility) -> None:
-        self.config = config
+        self.live = live  # healthCheckEnabled is a switch: read each time (self.config)
         self.clock = clock
         self.clients = clients
         self.services = services
         self.beats = beats
         self.responsibility = responsibility
         self._last_tick_ms: int | None = None
+
+    @property
+    def config(self) -> Config:
+        return self.live.current
 
     async def tick(self) -> None:
         """One periodic round; after a stop or a stall longer than ``STALL_GRACE_MS`` past the

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from shoal.clock import Clock
-from shoal.config import Config
+from shoal.config import Config, LiveConfig
 from shoal.errors import PushGone
 from shoal.model.events import ClientReleased, ClientSubscribedService, EventBus, ServiceChanged
 from shoal.model.keys import ServiceKey
@@ -71,11 +71,11 @@ class _Subscriber:
 class PushService:
     """Schedules and executes pushes. ``process_due`` can be stepped by hand in tests."""
 
-    def __init__(self, config: Config, clock: Clock, bus: EventBus, sender: PushSender,
+    def __init__(self, live: LiveConfig, clock: Clock, bus: EventBus, sender: PushSender,
                  subscribers_of: Callable[[ServiceKey], set[str]],
                  payload_for: Callable[[str, ServiceKey], str | None],
                  metrics: PushMetrics | None = None) -> None:
-        self.config = config
+        self.live = live  # pushEnabled is a switch: read each time (self.config)
         self.clock = clock
         self.sender = sender
         self.subscribers_of = subscribers_of
@@ -89,6 +89,10 @@ class PushService:
         bus.subscribe(ServiceChanged, self._on_service_changed)
         bus.subscribe(ClientSubscribedService, self._on_subscribed)
         bus.subscribe(ClientReleased, self._on_released)
+
+    @property
+    def config(self) -> Config:
+        return self.live.current
 
     # --- scheduling ---------------------------------------------------------------------
     def schedule(self, service: ServiceKey, targets: set[str] | None = None, delay_ms: int | None = None,

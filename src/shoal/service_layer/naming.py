@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from shoal.clock import Clock
-from shoal.config import Config
+from shoal.config import Config, LiveConfig
 from shoal.errors import (
     BeatCode,
     ClientDisconnected,
@@ -47,9 +47,10 @@ BEAT_OK, BEAT_RESOURCE_NOT_FOUND = BeatCode.OK, BeatCode.RESOURCE_NOT_FOUND
 class NamingService:
     """The naming use cases over the in-memory model."""
 
-    def __init__(self, config: Config, clock: Clock, bus: EventBus, clients: ClientManager,
+    def __init__(self, live: LiveConfig, clock: Clock, bus: EventBus, clients: ClientManager,
                  services: ServiceManager, index: ServiceIndex, storage: ServiceStorage) -> None:
-        self.config = config
+        self.live = live  # beat interval and cacheMillis are switches: read each time (self.config)
+        config = live.current
         self.clock = clock
         self.bus = bus
         self.clients = clients
@@ -61,6 +62,10 @@ class NamingService:
         self.validator = InstanceValidator(config)
         #: Clients moved by rebalancing, kept listed for a grace period (beyond Nacos).
         self.moved = MovedClients(config, clients, index, clock.monotonic_ms)
+
+    @property
+    def config(self) -> Config:
+        return self.live.current
 
     # --- validation (the one rule set: service_layer.validation) ------------------------
     def check_params(self, service: ServiceKey | None = None, clusters: str | None = None,

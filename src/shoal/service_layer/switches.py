@@ -6,23 +6,22 @@ only the entries an operator changed; every node watches it, so a ``PUT
 restarts (Nacos keeps its SwitchDomain in its CP store too). A node's effective value of an
 entry is the document's, else its own configured setting.
 
-Entries that change the running node (each mapped to the setting its consumer reads every
-tick, so nothing is restarted): ``pushEnabled`` (push service), ``clientBeatInterval``
-(answered to beats), ``healthCheckEnabled`` (beat checker), ``defaultPushCacheMillis``
-(``cacheMillis`` of pushed and queried ServiceInfo), ``checkTimes`` (persistent health
-checker). The other SwitchDomain entries are accepted, validated, kept and shown, as Nacos
-2.x keeps several of them without effect.
+Each entry an operator may set changes the running node: it maps to the :class:`Config` field
+its consumer reads through the node's one :class:`~shoal.config.LiveConfig` (``LIVE_SETTINGS``),
+so nothing is restarted or re-wired. The other SwitchDomain entries (``REFUSED``) would have no
+effect here: a write of one is refused with a 400 naming it, and reads show Nacos's fixed value.
+The table of every entry is in docs/protocol.md ("Naming switches").
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shoal.config import Config
+from shoal.config import Config, LiveConfig
 from shoal.cp.store import CpView
 from shoal.errors import InvalidParam
 
@@ -42,7 +41,8 @@ class _Entry:
     high: float | None = None  # inclusive upper bound
 
 
-#: Every entry an operator may set, with its Nacos default (live ones are overridden by Config).
+#: Every SwitchDomain entry with its Nacos default (live ones are overridden by Config), in the
+#: order Nacos shows them.
 ENTRIES: dict[str, _Entry] = {
     "pushEnabled": _Entry("bool", True),
     "clientBeatInterval": _Entry("int", 5000, 1000, 3_600_000),
@@ -76,6 +76,29 @@ LIVE_SETTINGS: dict[str, str] = {
     "healthCheckEnabled": "health_check_enabled",
     "defaultPushCacheMillis": "push_cache_millis",
     "checkTimes": "health_check_times",
+    "autoChangeHealthCheckEnabled": "health_check_auto_change",
+}
+
+#: Entries shown (Nacos's value, fixed) but refused on write: they would change nothing here.
+#: Each with why, as the 400 says it.
+REFUSED: dict[str, str] = {
+    "defaultCacheMillis": "cacheMillis comes from defaultPushCacheMillis on every read",
+    "distroThreshold": "Distro has no threshold (Nacos 1.x only)",
+    "distroEnabled": "Distro always runs in a cluster",
+    "enableStandalone": "standalone or cluster is chosen at start (cluster.conf, nacos.member.list)",
+    "lightBeatEnabled": "beat answers always allow light beats",
+    "disableAddIP": "registration by IP is always allowed (Nacos 1.x only)",
+    "sendBeatOnly": "Nacos 1.x only",
+    "defaultInstanceEphemeral": "an HTTP write without 'ephemeral' is always ephemeral",
+    "serverStatusSynchronizationPeriodMillis": "member state comes from the member reports",
+    "serviceStatusSynchronizationPeriodMillis": "service state is replicated by Distro and the CP store",
+    "distroServerExpiredMillis": "member health comes from the member reports",
+    "pushGoVersion": "every gRPC client is pushed to; no UDP push (Nacos 1.x)",
+    "pushJavaVersion": "every gRPC client is pushed to; no UDP push (Nacos 1.x)",
+    "pushPythonVersion": "every gRPC client is pushed to; no UDP push (Nacos 1.x)",
+    "pushCVersion": "every gRPC client is pushed to; no UDP push (Nacos 1.x)",
+    "pushCSharpVersion": "every gRPC client is pushed to; no UDP push (Nacos 1.x)",
+    "overriddenServerStatus": "the server status follows readiness (the health endpoints)",
 }
 
 _TRUE = ("true",)
@@ -87,6 +110,8 @@ def parse_entry(entry: str, value: str) -> Any:
     spec = ENTRIES.get(entry)
     if spec is None:
         raise InvalidParam(f"update entry not found: {entry}")
+    if entry in REFUSED:
+        raise InvalidParam(f"switch {entry} is not supported: it would have no effect ({REFUSED[entry]})")
     raw = value.strip()
     if spec.kind == "bool":
         if raw.lower() not in _TRUE + _FALSE:
@@ -113,22 +138,23 @@ def parse_entry(entry: str, value: str) -> Any:
 class Switches:
     """The switches of one node: the CP document's overrides over the node's own settings.
 
-    ``config`` is the node's effective configuration: the loaded one with the live entries
-    replaced; :meth:`subscribe` listeners get it after every change (the node hands it to the
-    push service, the beat checker, the naming service and the health checker).
+    Every change reloads ``live``, the node's one :class:`LiveConfig` (the loaded configuration
+    with the live entries replaced), which the push service, the beat checker, the naming
+    service and the health checker read each time.
     """
 
-    def __init__(self, base: Config, view: CpView[Any] | None = None) -> None:
-        self.base = base
+    def __init__(self, live: LiveConfig, view: CpView[Any] | None = None) -> None:
+        self.live = live
+        self.base = live.base
         self.view = view
-        self.config = base
         self.overrides: dict[str, Any] = {}
-        self._listeners: list[Callable[[Config], None]] = []
         if view is not None:
             view.subscribe(self._on_doc)
 
-    def subscribe(self, listener: Callable[[Config], None]) -> None:
-        self._listeners.append(listener)
+    @property
+    def config(self) -> Config:
+        """The node's effective configuration."""
+        return self.live.current
 
     # --- reads -------------------------------------------------------------------------------
     def value(self, entry: str) -> Any:
@@ -174,8 +200,9 @@ class Switches:
         if isinstance(new, Mapping):
             for entry, raw in new.items():
                 spec = ENTRIES.get(str(entry))
-                if spec is None or not _well_typed(spec, raw):
-                    log.warning("switches document: ignoring entry %r (unknown or wrongly typed)", entry)
+                if spec is None or entry in REFUSED or not _well_typed(spec, raw):
+                    log.warning("switches document: ignoring entry %r (unknown, not supported or wrongly typed)",
+                                entry)
                     continue
                 overrides[str(entry)] = raw
         self._apply(overrides)
@@ -183,10 +210,8 @@ class Switches:
     def _apply(self, overrides: dict[str, Any]) -> None:
         self.overrides = overrides
         changes = {setting: overrides[entry] for entry, setting in LIVE_SETTINGS.items() if entry in overrides}
-        self.config = dataclasses.replace(self.base, **changes) if changes else self.base
+        self.live.reload(dataclasses.replace(self.base, **changes) if changes else self.base)
         log.info("naming switches now %s", overrides or "at the node's settings")
-        for listener in list(self._listeners):
-            listener(self.config)
 
 
 def _well_typed(spec: _Entry, raw: Any) -> bool:
