@@ -6,6 +6,8 @@ import asyncio
 import functools
 import logging
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from shoal.auth.service import AuthService
 from shoal.clock import Clock, SystemClock
 from shoal.config import Config, LiveConfig, TestHooks
 from shoal.cp.factory import CpRuntime, build_cp
-from shoal.cp.store import Keyspace, json_view
+from shoal.cp.store import CpView, Keyspace, json_view
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.responsibility import (
@@ -43,6 +45,7 @@ from shoal.service_layer.switches import Switches
 from shoal.stack import ModelStack
 from shoal.tasks import Periodic, run_blocking
 from shoal.tls import NodeTls
+from shoal.transport.grpc.client_requests import ClientRequests
 from shoal.transport.grpc.cluster_server import ClusterServer
 from shoal.transport.grpc.connections import Connection, ConnectionManager
 from shoal.transport.grpc.limits import LimitRuleFile
@@ -50,160 +53,261 @@ from shoal.transport.grpc.naming_handlers import NamingConnectionListener, namin
 from shoal.transport.grpc.peer_client import GrpcPeerTransport
 from shoal.transport.grpc.server import SdkServer
 from shoal.transport.grpc.transports import transport_name
-from shoal.transport.http.api import Api
 from shoal.transport.http.auth_routes import AuthRoutes
-from shoal.transport.http.console_api import ClusterFiguresRoutes
+from shoal.transport.http.console_api import ClusterFiguresRoutes, ConsoleRoutes
 from shoal.transport.http.export import ExportRoutes
-from shoal.transport.http.forward import MemberList
+from shoal.transport.http.forward import Forwarder, MemberList
 from shoal.transport.http.loader import HttpLoaderPeers, LoaderRoutes
 from shoal.transport.http.namespaces import NamespaceRoutes
+from shoal.transport.http.naming import NamingRoutes
 from shoal.transport.http.operator import OperatorRoutes
-from shoal.transport.http.server import ADMIN, IDENTITY, HttpServer, self_member_json
-from shoal.transport.http.v3 import V3Routes, install
+from shoal.transport.http.prometheus_sd import PrometheusSdRoutes
+from shoal.transport.http.routes import ADMIN, IDENTITY, Route
+from shoal.transport.http.server import HttpServer, NodeStatus, self_member_json
+from shoal.transport.http.v3 import V3Routes
 from shoal.transport.http.v3_core import V3CoreRoutes
 from shoal.transport.http.v3_naming import V3NamingRoutes
 
 log = logging.getLogger(__name__)
 
 
+# --- the phases: each builds one layer from the ones before it and returns it as a bundle ----------
+@dataclass(frozen=True, slots=True)
+class CpPhase:
+    """The CP store and the views every node watches (namespaces, persistent instances, service
+    metadata, the switches document), started by :meth:`Node.start` before any listener."""
+
+    runtime: CpRuntime
+    namespaces: CpView[Any]
+    instances: CpView[Any]
+    services: CpView[Any]
+    meta: CpView[Any]
+
+    @property
+    def views(self) -> tuple[CpView[Any], ...]:
+        return (self.namespaces, self.instances, self.services, self.meta)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPhase:
+    """The registry (ModelStack: model + NamingService) and the CP use cases over the views."""
+
+    stack: ModelStack
+    persistent: PersistentNaming
+    namespaces: NamespaceService
+    switches: Switches
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPhase:
+    """Membership, Distro and who handles an ``ip:port`` (all standalone values when alone)."""
+
+    members: MemberManager | None
+    distro: DistroProtocol | None
+    responsibility: Responsibility
+    fallback: DistroFallback | None  # an owner that does not answer a forwarded write: handle it here
+
+    def checks_service(self, name: str) -> bool:
+        """Whether this node runs the persistent health checks of a service."""
+        return self.distro.mapper.responsible(name) if self.distro is not None else True
+
+
+@dataclass(frozen=True, slots=True)
+class TransportPhase:
+    """The listeners, and what the SDK side needs around them."""
+
+    connections: ConnectionManager
+    requests: ClientRequests
+    fuzzy: FuzzyWatchContext
+    fuzzy_notifier: FuzzyNotifier
+    sdk: SdkServer
+    http: HttpServer
+    cluster: ClusterServer | None
+
+
+def build_members(config: Config, clock: Clock) -> MemberManager | None:
+    """The member list (``nacos.member.list``, else cluster.conf); None: standalone."""
+    member_list = parse_member_list(config.members)
+    if not member_list and config.cluster_conf:
+        try:
+            member_list = read_cluster_conf(Path(config.cluster_conf))
+        except OSError as exc:
+            raise ConfigError(f"cannot read cluster.conf {config.cluster_conf}: {exc.strerror}") from None
+    if not member_list:
+        return None
+    return MemberManager.from_list(member_list, config.port, clock.now_ms, self_ip=config.self_address,
+                                   host=config.host, fail_access_cnt=config.member_fail_access_cnt)
+
+
+def build_cp_phase(config: Config, members: MemberManager | None) -> CpPhase:
+    """The CP store: persistent instances, service metadata, namespaces, switches and auth data are
+    cluster-wide through it, fed into the model by the views' watches on every node."""
+    runtime = build_cp(config, [(m.ip, m.port) for m in members.all_members()] if members is not None else [],
+                       members.self_address if members is not None else "")
+    store = runtime.store
+    return CpPhase(runtime, json_view(store, Keyspace.NAMESPACES), json_view(store, Keyspace.INSTANCES),
+                   json_view(store, Keyspace.SERVICES), json_view(store, Keyspace.META))
+
+
+def build_model_phase(config: Config, clock: Clock, live: LiveConfig, cp: CpPhase) -> ModelPhase:
+    """The registry and the use cases over it; the switches reload ``live`` from the CP document."""
+    stack = ModelStack.build(config, clock, live)
+    return ModelPhase(stack, PersistentNaming(stack.naming, cp.instances, cp.services),
+                      NamespaceService(cp.namespaces, clock.now_ms), Switches(live, cp.meta))
+
+
+def build_cluster_phase(config: Config, clock: Clock, hooks: TestHooks, tls: NodeTls, stack: ModelStack,
+                        members: MemberManager | None, on_renew: Callable[[Client, int], object]) -> ClusterPhase:
+    """Distro over the member list (None standalone) and the node's ``Responsibility``: the Distro
+    mapper, this node alone, or every write forwarded to one node (a test hook)."""
+    distro = None
+    if members is not None:
+        identity = ((config.cluster_identity_key, config.cluster_identity_value)
+                    if config.cluster_identity_key else None)
+        transport = GrpcPeerTransport(members.self_address, config.cluster_port_offset, identity, tls=tls.peer)
+        distro = DistroProtocol(config, clock, stack.bus, stack.clients, stack.services, members, transport,
+                                on_renew, drop_incoming_sync=hooks.drop_incoming_sync)
+    responsibility: Responsibility = (
+        ForwardAllTo(hooks.forward_all_to) if hooks.forward_all_to
+        else MapperResponsibility(distro.mapper) if distro is not None else Standalone())
+    fallback = (DistroFallback(distro.members, distro.handoff)  # docs/protocol.md §5.5
+                if distro is not None and not hooks.forward_all_to else None)
+    return ClusterPhase(members, distro, responsibility, fallback)
+
+
+def build_transport_phase(config: Config, tls: NodeTls, metrics: Metrics, auth: AuthService, status: NodeStatus,
+                          model: ModelPhase, cluster: ClusterPhase, limits: LimitRuleFile,
+                          on_closed: Callable[[Connection, str], None]) -> TransportPhase:
+    """The SDK port (its connection clients created and released by the service layer), the HTTP
+    port (routes installed by the node) and, in a cluster, the cluster port."""
+    stack = model.stack
+    connections = ConnectionManager(config, stack.clock, limits, source="sdk",
+                                    listeners=[NamingConnectionListener(stack.naming)], on_unregister=[on_closed])
+    requests = ClientRequests(connections)
+    fuzzy_notifier = FuzzyNotifier(config, requests)
+    fuzzy = FuzzyWatchContext(config, stack.bus, stack.services, stack.index, fuzzy_notifier.enqueue)
+    sdk = SdkServer(config, connections, naming_handlers(stack.naming, model.persistent, fuzzy), status.is_serving,
+                    metrics, config.grpc_port, auth=auth if config.auth_enabled else None, tls=tls.sdk)
+    forwarder = Forwarder(cluster.responsibility, config.http_forward_timeout_ms,
+                          tls.http.client_context() if tls.http is not None else None, cluster.fallback)
+    members = MemberList(cluster.members.all_members) if cluster.members is not None else None
+    http = HttpServer(config, status, metrics, auth, forwarder, members, tls=tls.http)
+    cluster_server = (ClusterServer(config, cluster.distro.dispatch, metrics, tls=tls.peer)
+                      if cluster.distro is not None else None)
+    return TransportPhase(connections, requests, fuzzy, fuzzy_notifier, sdk, http, cluster_server)
+
+
 class Node:
-    """One Shoal node: model, service layer, transports, push and health loops."""
+    """One Shoal node: model, service layer, transports, push and health loops.
+
+    Built in phases (members → CP → model → cluster → transports → loops → routes), each from
+    the bundles before it, so no component is changed after it is built. The settings that may
+    change while the node runs (the naming switches) are one :class:`LiveConfig` its consumers
+    read by reference.
+    """
 
     def __init__(self, config: Config, clock: Clock | None = None, hooks: TestHooks | None = None) -> None:
         self.config = config
-        self.clock = clock or SystemClock()
-        self.hooks = hooks or TestHooks()
-        # The live settings (naming switches): one object every consumer reads by reference.
+        self.clock = clock = clock or SystemClock()
+        self.hooks = hooks = hooks or TestHooks()
         self.live = LiveConfig(config)
-        self.model = ModelStack.build(config, self.clock, self.live)
-        self.bus = self.model.bus
-        self.clients = self.model.clients
-        self.services = self.model.services
-        self.index = self.model.index
-        self.storage = self.model.storage
-        self.naming = self.model.naming
         self.metrics = Metrics()
         self.auth = AuthService(config)
-
         self.grpc_transport = transport_name(config)  # a bad or unbuilt choice is a ConfigError here
         # Every configured certificate, key and CA file is read and checked here, before any port
         # opens: a bad one is a TlsConfigError (exit 2), never a plaintext port.
         self.tls = NodeTls.load(config)
         self.limits = LimitRuleFile(config.limit_rule_path)
-        self.sdk_connections = ConnectionManager(config, self.clock, self.limits, source="sdk")
-        # A naming connection's client is created and released by the service layer.
-        self.sdk_connections.listeners.append(NamingConnectionListener(self.naming))
-        self.sdk_connections.on_unregister_hooks.append(self._count_closed)
-        self.fuzzy = FuzzyWatchContext(config, self.bus, self.services, self.index)
-        self.sdk_server = SdkServer(config, self.sdk_connections, naming_handlers(self.naming, fuzzy=self.fuzzy),
-                                    self.is_serving,
-                                    self.metrics, config.grpc_port, auth=self.auth if config.auth_enabled else None,
-                                    tls=self.tls.sdk)
-        self.push = PushService(self.live, self.clock, self.bus, self.sdk_server, self.index.subscribers_of,
+
+        members = build_members(config, clock)
+        cp = self.cp_phase = build_cp_phase(config, members)
+        model = self.model_phase = build_model_phase(config, clock, self.live, cp)
+        cluster = self.cluster = build_cluster_phase(config, clock, hooks, self.tls, model.stack, members,
+                                                     self._renew_beats)
+        net = self.transports = build_transport_phase(config, self.tls, self.metrics, self.auth, self, model,
+                                                      cluster, self.limits, self._count_closed)
+        # the names the rest of the code (metrics, tests, tools) reads
+        self.cp: CpRuntime = cp.runtime
+        self.model = model.stack
+        self.bus, self.clients, self.services = self.model.bus, self.model.clients, self.model.services
+        self.index, self.storage, self.naming = self.model.index, self.model.storage, self.model.naming
+        self.persistent, self.namespaces, self.switches = model.persistent, model.namespaces, model.switches
+        self.members, self.distro, self.responsibility = cluster.members, cluster.distro, cluster.responsibility
+        self.sdk_connections, self.sdk_server, self.http = net.connections, net.sdk, net.http
+        self.cluster_server, self.fuzzy, self.fuzzy_notifier = net.cluster, net.fuzzy, net.fuzzy_notifier
+
+        # --- the loops over them ------------------------------------------------------------------
+        self.push = PushService(self.live, clock, self.bus, net.requests, self.index.subscribers_of,
                                 self._push_payload, self.metrics)
-        self.fuzzy_notifier = FuzzyNotifier(config, self.sdk_server)
-        self.fuzzy.notify = self.fuzzy_notifier.enqueue
-        self.keepalive = ConnectionKeepAlive(config, self.sdk_connections, self.sdk_server, self.limits)
-        self.http = HttpServer(config, self, self.metrics, self.naming, self.auth, tls=self.tls.http)
-        self.periodics = [
-            Periodic("connection-keep-alive", config.connection_check_interval_ms, self.keepalive.scan,
-                     initial_delay_ms=min(1000, config.connection_check_interval_ms)),
-            Periodic("empty-service-cleaner", config.empty_service_clean_interval_ms, self._clean_services),
-        ]
-        self.members: MemberManager | None = None
-        self.distro: DistroProtocol | None = None
-        self.cluster_server: ClusterServer | None = None
-        member_list = parse_member_list(config.members)
-        if not member_list and config.cluster_conf:
-            try:
-                member_list = read_cluster_conf(Path(config.cluster_conf))
-            except OSError as exc:
-                raise ConfigError(f"cannot read cluster.conf {config.cluster_conf}: {exc.strerror}") from None
-        if member_list:
-            self.members = MemberManager.from_list(member_list, config.port, self.clock.now_ms,
-                                                   self_ip=config.self_address, host=config.host,
-                                                   fail_access_cnt=config.member_fail_access_cnt)
-            identity = ((config.cluster_identity_key, config.cluster_identity_value)
-                        if config.cluster_identity_key else None)
-            transport = GrpcPeerTransport(self.members.self_address, config.cluster_port_offset, identity,
-                                          tls=self.tls.peer)
-            self.distro = DistroProtocol(config, self.clock, self.bus, self.clients, self.services, self.members,
-                                         transport, self._renew_beats)
-            self.distro.sync_receiver.drop_count = self.hooks.drop_incoming_sync
-            self.cluster_server = ClusterServer(config, self.distro.dispatch, self.metrics, tls=self.tls.peer)
-            self.http.members = MemberList(self.members.all_members)
-        # Who handles an ip:port (HTTP forwarding, beat checks): the Distro mapper, or this node.
-        self.responsibility: Responsibility = (
-            ForwardAllTo(self.hooks.forward_all_to) if self.hooks.forward_all_to
-            else MapperResponsibility(self.distro.mapper) if self.distro is not None else Standalone())
-        self.http.forwarder.responsibility = self.responsibility
-        if self.distro is not None and not self.hooks.forward_all_to:
-            # an owner that does not answer a forwarded write in time: handle it here (docs/protocol.md §5.5)
-            self.http.forwarder.fallback = DistroFallback(self.distro.members, self.distro.handoff)
-        # The CP store (issue 12): persistent instances, service metadata, namespaces and auth data
-        # are cluster-wide through it, fed into the model by the views' watches on every node.
-        self.cp: CpRuntime = build_cp(config, [(m.ip, m.port) for m in self.members.all_members()]
-                                      if self.members is not None else [],
-                                      self.members.self_address if self.members is not None else "")
-        self.namespace_view = json_view(self.cp.store, Keyspace.NAMESPACES)
-        self.namespaces = NamespaceService(self.namespace_view, self.clock.now_ms)
-        NamespaceRoutes(self.namespaces).register(self.http.add_route, ADMIN, IDENTITY)
-        self.instance_view = json_view(self.cp.store, Keyspace.INSTANCES)
-        self.service_view = json_view(self.cp.store, Keyspace.SERVICES)
-        self.persistent = PersistentNaming(self.naming, self.instance_view, self.service_view)
-        self.http.set_persistent(self.persistent)
-        self.sdk_server.handlers.update(naming_handlers(self.naming, self.persistent, self.fuzzy))
-        mapper = self.distro.mapper if self.distro is not None else None
-        self.health_checker = PersistentHealthChecker(
-            self.persistent, mapper.responsible if mapper is not None else (lambda _name: True),
-            self.clock.monotonic_ms, CheckSettings.of(config), self.live, self.metrics.health_checked)
-        self.periodics.append(Periodic("persistent-health-check", min(200, config.health_check_interval_ms),
-                                       self.health_checker.tick))
-        self.heartbeats = HeartbeatChecker(self.live, self.clock, self.clients, self.services, self.naming.beats,
-                                           self.responsibility)
-        self.periodics.append(Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick))
-        # Naming switches: one CP document every node watches; a change reloads the live settings.
-        self.meta_view = json_view(self.cp.store, Keyspace.META)
-        self.switches = Switches(self.live, self.meta_view)
-        operator = OperatorRoutes(self.naming, self.persistent, self.switches, self.http.forwarder)
-        operator.register(self.http.add_route, ADMIN)
+        self.keepalive = ConnectionKeepAlive(config, net.connections, net.sdk, self.limits)
+        self.heartbeats = HeartbeatChecker(self.live, clock, self.clients, self.services, self.naming.beats,
+                                           cluster.responsibility)
+        self.health_checker = PersistentHealthChecker(model.persistent, cluster.checks_service, clock.monotonic_ms,
+                                                      CheckSettings.of(config), self.live, self.metrics.health_checked)
         # Arrow snapshots: the change-event log is always kept; periodic export when configured.
-        self.changelog = ChangeLog(self.bus, self.clock, self.clients, config.event_log_capacity)
-        self.exporter = NodeExporter(self.address, self.clock, self.clients, self.services, self.index,
+        self.changelog = ChangeLog(self.bus, clock, self.clients, config.event_log_capacity)
+        self.exporter = NodeExporter(self.address, clock, self.clients, self.services, self.index,
                                      self.storage, self.changelog, self._owner_of, self.naming.beats.last_beat_ms)
-        if config.export_dir:
-            self.periodics.append(Periodic("arrow-export", config.export_interval_ms, self._export_periodically))
-        export_routes = ExportRoutes(self.exporter, Path(config.data_dir) / "export-scratch")
-        self.http.add_route("GET", "/nacos/v1/shoal/export", export_routes.export, Api.CORE, ADMIN)
-        # The console's cluster page: every member's Distro figures as this node sees them.
-        cluster_figures = ClusterFiguresRoutes(config, self.distro, self.clients)
-        self.http.add_route("GET", "/nacos/v1/console/cluster/distro", cluster_figures.distro_figures, Api.V1, ADMIN)
         # Connection rebalancing: the Nacos loader API, and the automatic round when enabled.
-        self.loader_peers = HttpLoaderPeers(config, self.tls.http) if self.members is not None else None
-        self.loader = ServerLoader(config, self.sdk_connections, self.sdk_server, self.address, self._member_addresses,
-                                   self.loader_peers, self.is_serving, self.clock.monotonic_ms,
+        self.loader_peers = HttpLoaderPeers(config, self.tls.http) if members is not None else None
+        self.loader = ServerLoader(config, net.connections, net.sdk, self.address, self._member_addresses,
+                                   self.loader_peers, self.is_serving, clock.monotonic_ms,
                                    on_move=self.naming.moved.mark, kept=lambda: len(self.naming.moved.kept))
-        loader_routes = LoaderRoutes(self.loader, self.sdk_connections)
-        loader_routes.install(self.http, Api.CORE, ADMIN)
-        if config.rebalance_grace_ms > 0:  # moved clients kept listed until they are back (beyond Nacos)
-            self.periodics.append(Periodic("moved-client-grace", min(500, config.rebalance_grace_ms),
-                                           self._release_moved))
-        # The Nacos 3.x surface (docs/protocol.md §5.7): route tables over the same handlers.
-        v3_core = V3CoreRoutes(self.namespaces, loader_routes, self.http.server_state, self.http.cluster_nodes_v2,
-                               self._self_member, self.readiness_problem)
-        install(self.http.add_route, v3_core.routes(ADMIN))
-        if self.http.naming_routes is not None:
-            auth_routes = AuthRoutes(self.auth) if self.auth is not None else None
-            install(self.http.add_route, V3Routes(self.http.naming_routes, auth_routes).routes(ADMIN, IDENTITY))
-            install(self.http.add_route, V3NamingRoutes(self.http.naming_routes, operator,
-                                                        self._responsible_server).routes(ADMIN))
-        if config.rebalance_enabled:
-            self.periodics.append(Periodic("rebalance", config.rebalance_interval_ms, self.loader.rebalance_tick))
+        self.periodics = self._periodics()
+
+        # --- the HTTP routes, all installed here, one way (transport/http/routes.py) ---------------
+        self.http.install(self._routes())
         self._serving = False
         self._started = False
         self._cp_started = False
         self.metrics.add_sizes(self._sizes)
         watch_node(self.metrics, self)
+
+    def _periodics(self) -> list[Periodic]:
+        """Every background loop of the node (``Node.start`` starts them, ``stop`` stops them)."""
+        config = self.config
+        periodics = [
+            Periodic("connection-keep-alive", config.connection_check_interval_ms, self.keepalive.scan,
+                     initial_delay_ms=min(1000, config.connection_check_interval_ms)),
+            Periodic("empty-service-cleaner", config.empty_service_clean_interval_ms, self._clean_services),
+            Periodic("persistent-health-check", min(200, config.health_check_interval_ms),
+                     self.health_checker.tick),
+            Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick),
+        ]
+        if config.export_dir:
+            periodics.append(Periodic("arrow-export", config.export_interval_ms, self._export_periodically))
+        if config.rebalance_grace_ms > 0:  # moved clients kept listed until they are back (beyond Nacos)
+            periodics.append(Periodic("moved-client-grace", min(500, config.rebalance_grace_ms), self._release_moved))
+        if config.rebalance_enabled:
+            periodics.append(Periodic("rebalance", config.rebalance_interval_ms, self.loader.rebalance_tick))
+        return periodics
+
+    def _routes(self) -> list[Route]:
+        """Every HTTP route of the node: each route module's table."""
+        config, http = self.config, self.http
+        naming = NamingRoutes(config, self.naming, self.is_serving, http.forwarder.owner_of, self.persistent)
+        operator = OperatorRoutes(self.naming, self.persistent, self.switches, http.forwarder)
+        loader = LoaderRoutes(self.loader, self.sdk_connections)
+        auth = AuthRoutes(self.auth)
+        # The Nacos 3.x surface (docs/protocol.md §5.7): route tables over the same handlers.
+        v3_core = V3CoreRoutes(self.namespaces, loader, http.server_state, http.cluster_nodes_v2,
+                               self._self_member, self.readiness_problem)
+        return [
+            *http.routes(),
+            *naming.routes(),
+            *ConsoleRoutes(self.naming).routes(),
+            *(PrometheusSdRoutes(self.naming, self.auth).routes() if config.prometheus_sd_enabled else []),
+            *auth.routes(),
+            *NamespaceRoutes(self.namespaces).routes(ADMIN, IDENTITY),
+            *operator.routes(ADMIN),
+            *ExportRoutes(self.exporter, Path(config.data_dir) / "export-scratch").routes(ADMIN),
+            # the console's cluster page: every member's Distro figures as this node sees them
+            *ClusterFiguresRoutes(config, self.distro, self.clients).routes(),
+            *loader.routes(ADMIN),
+            *v3_core.routes(ADMIN),
+            *V3Routes(naming, auth).routes(ADMIN, IDENTITY),
+            *V3NamingRoutes(naming, operator, self._responsible_server).routes(ADMIN),
+        ]
 
     # --- status -------------------------------------------------------------------------
     def is_serving(self) -> bool:
@@ -214,7 +318,7 @@ class Node:
             return None
         if self.distro is not None and not self.distro.loaded and self._started:
             return "node is loading a snapshot from its peers"
-        if self._started and not (self.instance_view.ready and self.service_view.ready):
+        if self._started and not (self.cp_phase.instances.ready and self.cp_phase.services.ready):
             return "node is reading its CP store"
         return "node is starting"
 
@@ -224,10 +328,8 @@ class Node:
         await run_blocking(self.limits.reload_if_changed)  # limits hold from the first connection
         await self.cp.start()  # the store (and, managed, this node's etcd member) before any listener
         self._cp_started = True
-        self.namespace_view.start()
-        self.instance_view.start()
-        self.service_view.start()
-        self.meta_view.start()
+        for view in self.cp_phase.views:
+            view.start()
         await self.auth.start(self.cp.store, wait_s=0)  # users and the cluster's token key, from the CP store
         cp_ready = asyncio.get_running_loop().create_task(self._wait_cp_ready(), name="cp-ready")
         await self.http.start()
@@ -267,10 +369,8 @@ class Node:
         if self.loader_peers is not None:
             await self.loader_peers.stop()
         await self.http.stop()
-        await self.namespace_view.stop()
-        await self.instance_view.stop()
-        await self.service_view.stop()
-        await self.meta_view.stop()
+        for view in self.cp_phase.views:
+            await view.stop()
         await self.auth.stop()
         if self._cp_started:
             await self.cp.stop()
@@ -283,10 +383,8 @@ class Node:
         timeout_s = self.config.load_timeout_ms / 1000
         try:
             async with asyncio.timeout(timeout_s):
-                await self.namespace_view.wait_ready()
-                await self.instance_view.wait_ready()
-                await self.service_view.wait_ready()
-                await self.meta_view.wait_ready()  # the cluster's switches are in force before serving
+                for view in self.cp_phase.views:  # the cluster's switches too: in force before serving
+                    await view.wait_ready()
                 await self.auth.wait_ready()
         except TimeoutError:
             log.warning("CP store (%s) not readable after %.1f s: serving AP traffic; persistent instances, "

@@ -19,6 +19,7 @@ from shoal.metrics import Metrics
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
 from shoal.testing import Registry, make_registry
+from shoal.transport.http.console_api import ConsoleRoutes
 from shoal.transport.http.server import HttpServer
 
 SVC = ServiceKey("public", "DEFAULT_GROUP", "orders")
@@ -47,7 +48,8 @@ class Console:
 @pytest.fixture
 async def console(tmp_path: Path) -> AsyncIterator[Console]:
     registry = make_registry(data_dir=str(tmp_path / "n"))
-    server = HttpServer(registry.config, Status(), Metrics(), registry.naming)
+    server = HttpServer(registry.config, Status(), Metrics())
+    server.install(ConsoleRoutes(registry.naming).routes())
     client = TestClient(TestServer(server.app))
     await client.start_server()
     yield Console(client, registry)

@@ -20,7 +20,10 @@ from shoal.metrics import Metrics
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
 from shoal.testing import Registry, make_registry
-from shoal.transport.http.forward import ForwardAllTo
+from shoal.transport.http.auth_routes import AuthRoutes
+from shoal.transport.http.console_api import ConsoleRoutes
+from shoal.transport.http.forward import ForwardAllTo, Forwarder, Standalone
+from shoal.transport.http.naming import NamingRoutes
 from shoal.transport.http.server import HttpServer
 
 SVC = ServiceKey("public", "DEFAULT_GROUP", "svc")
@@ -57,11 +60,18 @@ Factory = Callable[..., Any]
 async def make_http(tmp_path: Path) -> AsyncIterator[Factory]:
     made: list[TestClient[Any, Any]] = []
 
-    async def factory(responsibility: Any = None, **overrides: Any) -> Http:
+    async def factory(responsibility: Any = None, fallback: Callable[[Registry], Any] | None = None,
+                      **overrides: Any) -> Http:
         registry = make_registry(data_dir=str(tmp_path / f"n{len(made)}"), **overrides)
-        auth = AuthService(registry.config, now_s=lambda: registry.clock.now_ms() / 1000)
+        config = registry.config
+        auth = AuthService(config, now_s=lambda: registry.clock.now_ms() / 1000)
         await auth.start()
-        server = HttpServer(registry.config, Status(), Metrics(), registry.naming, auth, responsibility)
+        forwarder = Forwarder(responsibility or Standalone(), config.http_forward_timeout_ms, None,
+                              fallback(registry) if fallback is not None else None)
+        server = HttpServer(config, Status(), Metrics(), auth, forwarder)
+        naming = NamingRoutes(config, registry.naming, lambda: True, forwarder.owner_of)
+        server.install([*server.routes(), *naming.routes(), *ConsoleRoutes(registry.naming).routes(),
+                        *AuthRoutes(auth).routes()])
         client = TestClient(TestServer(server.app))
         await client.start_server()
         made.append(client)
@@ -437,26 +447,27 @@ async def test_unreachable_owner_is_a_502(make_http: Factory) -> None:
     assert "127.0.0.1:1" in text
 
 
-def _fallback(http: Http, owner: str) -> Any:
+def _fallback(owner: str) -> Callable[[Registry], Any]:
     """The cluster's forward fallback over real members (``owner`` UP) and a real handoff."""
     from shoal.distro.mapper import DistroMapper, IpPortHandoff
     from shoal.distro.members import MemberManager
     from shoal.distro.responsibility import DistroFallback
 
-    clock = http.registry.clock
-    members = MemberManager("127.0.0.1", 8848, clock.now_ms)
-    members.set_members([("127.0.0.1", 8848), (owner.split(":")[0], int(owner.split(":")[1]))])
-    handoff = IpPortHandoff(clock, http.registry.clients, members, DistroMapper(members), lambda *a, **k: None)
-    fallback = DistroFallback(members, handoff)
-    http.server.forwarder.fallback = fallback
-    return fallback
+    def build(registry: Registry) -> DistroFallback:
+        clock = registry.clock
+        members = MemberManager("127.0.0.1", 8848, clock.now_ms)
+        members.set_members([("127.0.0.1", 8848), (owner.split(":")[0], int(owner.split(":")[1]))])
+        handoff = IpPortHandoff(clock, registry.clients, members, DistroMapper(members), lambda *a, **k: None)
+        return DistroFallback(members, handoff)
+
+    return build
 
 
 async def test_a_write_the_owner_does_not_take_is_handled_here_in_a_cluster(make_http: Factory) -> None:
     """Issue 11 item 2: an owner that cannot be reached costs no client a failure (docs/protocol.md §5.5)."""
     owner = "127.0.0.1:1"  # refuses
-    http: Http = await make_http(ForwardAllTo(owner))
-    fallback = _fallback(http, owner)
+    http: Http = await make_http(ForwardAllTo(owner), _fallback(owner))
+    fallback = http.server.forwarder.fallback
     params = {"serviceName": "s", "ip": "1.1.1.1", "port": "1"}
     assert await http.call("POST", REG, params=params) == "ok"
     client = http.registry.clients.get("1.1.1.1:1#true")
@@ -470,8 +481,7 @@ async def test_a_write_the_owner_does_not_take_is_handled_here_in_a_cluster(make
 async def test_a_forwarded_write_still_not_ours_is_handled_here_in_a_cluster(make_http: Factory) -> None:
     """The sending peer sees another owner for a moment (member views differ): serve it, never 400."""
     owner = "127.0.0.1:1"
-    http: Http = await make_http(ForwardAllTo(owner))
-    _fallback(http, owner)
+    http: Http = await make_http(ForwardAllTo(owner), _fallback(owner))
     assert await http.call("POST", REG, params={"serviceName": "s", "ip": "1.1.1.1", "port": "1"},
                            headers={"User-Agent": "Nacos-Server:shoal-1"}) == "ok"
     await http.server.forwarder.stop()

@@ -101,7 +101,8 @@ class DistroProtocol:
     def __init__(self, config: Config, clock: Clock, bus: EventBus, clients: ClientManager,
                  services: ServiceManager, members: MemberManager, transport: PeerTransport,
                  on_renew: Callable[[Client, int], object] | None = None,
-                 renew_kinds: frozenset[ClientKind] | None = frozenset({ClientKind.IP_PORT})) -> None:
+                 renew_kinds: frozenset[ClientKind] | None = frozenset({ClientKind.IP_PORT}),
+                 drop_incoming_sync: int = 0) -> None:
         self.config = config
         self.clock = clock
         self.clients = clients
@@ -119,7 +120,7 @@ class DistroProtocol:
         self.handoff = IpPortHandoff(clock, clients, members, self.mapper, self.engine.enqueue)
         self.processor = DistroProcessor(clock, bus, clients, services, self.mapper, self.engine, self.handoff)
         self.processor.renewed_at = self.index.renewed_at
-        self.sync_receiver = SyncReceiver(self._apply_sync)
+        self.sync_receiver = SyncReceiver(self._apply_sync, drop_incoming_sync)  # a test hook (0: none)
         self.verifier = VerifySender(config, clients, members, self.mapper.responsible_client, transport,
                                      self.engine, self._is_loaded, self.index)
         self.snapshots = SnapshotServer(clock, clients, members.self_address, config.snapshot_chunk_bytes,

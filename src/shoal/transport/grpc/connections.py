@@ -23,7 +23,7 @@ import asyncio
 import itertools
 import logging
 from array import array
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -103,21 +103,22 @@ class ConnectionManager:
     """All gRPC connections of one server (SDK or cluster port)."""
 
     def __init__(self, config: Config, clock: Clock, limits: LimitRuleFile | None = None,
-                 source: str = "sdk") -> None:
+                 source: str = "sdk", listeners: Iterable[ConnectionListener] = (),
+                 on_unregister: Iterable[Callable[[Connection, str], None]] = ()) -> None:
         self.config = config
         self.clock = clock
         self.limits = limits
         self.source = source
         self.by_peer: dict[str, Connection] = {}
         self.by_id: dict[str, Connection] = {}
-        self.listeners: list[ConnectionListener] = []
+        self.listeners: list[ConnectionListener] = list(listeners)
         self._stamps = array("q")
         self._slot_owner: list[Connection | None] = []
         self._free: list[int] = []
         self._per_ip: dict[str, int] = {}
         self._request_ids = itertools.count(1)
         self._seq = itertools.count(1)
-        self.on_unregister_hooks: list[Callable[[Connection, str], None]] = []
+        self.on_unregister_hooks: list[Callable[[Connection, str], None]] = list(on_unregister)
         self.garbage = RateLimitedLog(log)  # malformed responses: one line per interval
 
     # --- lookup and lifecycle -----------------------------------------------------------

@@ -35,7 +35,6 @@ from shoal.errors import (
     NacosError,
     NoHandler,
     ParamCheckFailed,
-    PushGone,
     ServerStarting,
     Unregistered,
 )
@@ -283,24 +282,7 @@ class SdkServer:
         except BadRequestBody:
             return False
 
-    # --- push sender (PushSender protocol) -------------------------------------------------
-    async def send_push(self, client_id: str, service_info_json: str, timeout_ms: int) -> bool:
-        try:
-            reply = await self.manager.request(client_id, "NotifySubscriberRequest", {"module": "naming"},
-                                               timeout_ms, raw={"serviceInfo": service_info_json})
-        except ConnectionGone as exc:
-            raise PushGone(str(exc)) from None
-        return is_success(reply)
-
-    async def send_server_request(self, client_id: str, type_name: str, fields: dict[str, Any],
-                                  timeout_ms: int) -> bool:
-        """One server request (fuzzy-watch sync or change) awaiting the client's ack (FuzzySender)."""
-        try:
-            reply = await self.manager.request(client_id, type_name, fields, timeout_ms)
-        except ConnectionGone as exc:
-            raise PushGone(str(exc)) from None
-        return is_success(reply)
-
+    # --- server → client requests (pushes and fuzzy-watch notifications: client_requests.py) ----
     async def probe(self, conn: Connection, timeout_ms: int) -> bool:
         """ClientDetectionRequest: True if the client answered success in time."""
         started = time.monotonic()

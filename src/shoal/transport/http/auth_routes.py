@@ -10,8 +10,9 @@ from aiohttp import web
 
 from shoal.auth.service import AuthService, Identity
 from shoal.errors import Forbidden, MissingParam
-from shoal.transport.http.api import core_ok, dumps, json_text
+from shoal.transport.http.api import Api, core_ok, dumps, json_text
 from shoal.transport.http.params import Params
+from shoal.transport.http.routes import ADMIN, IDENTITY, Route
 
 # A typed request key where aiohttp has them (3.12+), else the plain string it used to take.
 IDENTITY_KEY: Any = (web.RequestKey("shoal.identity", Identity) if hasattr(web, "RequestKey")
@@ -39,6 +40,25 @@ class AuthRoutes:
 
     def __init__(self, auth: AuthService) -> None:
         self.auth = auth
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("POST", "/nacos/v1/auth/login", self.login, api=Api.V1),
+            Route("POST", "/nacos/v1/auth/users/login", self.login, api=Api.V1),
+            Route("POST", "/nacos/v1/auth/users/admin", self.create_admin, api=Api.CORE),
+            Route("POST", "/nacos/v1/auth/users", self.create_user, ADMIN, api=Api.CORE),
+            Route("DELETE", "/nacos/v1/auth/users", self.delete_user, ADMIN, api=Api.CORE),
+            Route("PUT", "/nacos/v1/auth/users", self.update_user, IDENTITY, api=Api.CORE),
+            Route("GET", "/nacos/v1/auth/users", self.list_users, ADMIN, api=Api.CORE),
+            Route("GET", "/nacos/v1/auth/users/search", self.search_users, ADMIN, api=Api.CORE),
+            Route("POST", "/nacos/v1/auth/roles", self.add_role, ADMIN, api=Api.CORE),
+            Route("DELETE", "/nacos/v1/auth/roles", self.delete_role, ADMIN, api=Api.CORE),
+            Route("GET", "/nacos/v1/auth/roles", self.list_roles, ADMIN, api=Api.CORE),
+            Route("GET", "/nacos/v1/auth/roles/search", self.search_roles, ADMIN, api=Api.CORE),
+            Route("POST", "/nacos/v1/auth/permissions", self.add_permission, ADMIN, api=Api.CORE),
+            Route("DELETE", "/nacos/v1/auth/permissions", self.delete_permission, ADMIN, api=Api.CORE),
+            Route("GET", "/nacos/v1/auth/permissions", self.list_permissions, ADMIN, api=Api.CORE),
+        ]
 
     async def login(self, request: web.Request, p: Params) -> web.Response:
         answer = await self.auth.login(p.text("username"), p.get("password") or "", request.remote or "unknown")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from shoal import __version__, kernels
+from shoal.auth.service import READ
 from shoal.config import Config
 from shoal.errors import NacosError, NotFound
 from shoal.model.keys import ServiceKey
@@ -40,8 +41,9 @@ from shoal.service_layer.catalog import (
 )
 from shoal.tasks import run_blocking
 from shoal.transport.grpc.transports import transport_name
-from shoal.transport.http.api import dumps, json_text, v2_ok
+from shoal.transport.http.api import Api, dumps, json_text, v2_ok
 from shoal.transport.http.params import Params
+from shoal.transport.http.routes import ADMIN, Route
 
 if TYPE_CHECKING:
     from shoal.distro.protocol import DistroProtocol, MemberFigures
@@ -102,6 +104,24 @@ class ConsoleRoutes:
         self.catalog = CatalogService(naming)
         self._files: dict[str, bytes] | None = None
         self._files_lock = asyncio.Lock()
+
+    def routes(self) -> list[Route]:
+        """The console's APIs, and its pages: public files (the login happens in the page, as in Nacos)."""
+        return [
+            Route("GET", "/nacos/v1/ns/catalog/services", self.v1_catalog_services, READ, api=Api.V1),
+            Route("GET", "/nacos/v1/ns/catalog/instances", self.v1_catalog_instances, READ, api=Api.V1),
+            Route("GET", "/nacos/v1/ns/catalog/service", self.v1_catalog_service, READ, api=Api.V1),
+            Route("GET", "/nacos/v1/ns/service/subscribers", self.v1_service_subscribers, READ, api=Api.V1),
+            Route("GET", "/nacos/v1/ns/service/names", self.v1_service_names, READ, api=Api.V1),
+            Route("GET", "/nacos/v2/ns/catalog/instances", self.v2_catalog_instances, READ, api=Api.V2),
+            Route("GET", "/nacos/v2/ns/client/service/publisher/list", self.v2_service_publishers, READ, api=Api.V2),
+            Route("GET", "/nacos/v2/ns/client/service/subscriber/list", self.v2_service_subscribers, READ,
+                  api=Api.V2),
+            Route("GET", "/nacos", self.redirect, api=Api.V1),
+            Route("GET", "/nacos/", self.index, api=Api.V1),
+            Route("GET", "/nacos/index.html", self.index, api=Api.V1),
+            Route("GET", "/nacos/console/{name}", self.static, api=Api.V1),
+        ]
 
     # --- v1 catalog ---------------------------------------------------------------------------
     async def v1_catalog_services(self, request: web.Request, p: Params) -> web.Response:
@@ -270,6 +290,9 @@ class ClusterFiguresRoutes:
         self.config = config
         self.distro = distro
         self.clients_held = clients_held  # the node's clients (a standalone node owns them all)
+
+    def routes(self) -> list[Route]:
+        return [Route("GET", "/nacos/v1/console/cluster/distro", self.distro_figures, ADMIN, api=Api.V1)]
 
     async def distro_figures(self, request: web.Request, p: Params) -> web.Response:
         node = {"version": f"shoal-{__version__}", "transport": transport_name(self.config),

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Protocol
 from aiohttp import web
 
 from shoal.tasks import run_blocking
+from shoal.transport.http.api import Api
 from shoal.transport.http.params import Params
+from shoal.transport.http.routes import Route
 
 if TYPE_CHECKING:
     from shoal.export.writer import SnapshotInfo
@@ -41,6 +43,9 @@ class ExportRoutes:
     def __init__(self, exporter: Exporter, scratch_dir: Path) -> None:
         self.exporter = exporter
         self.scratch_dir = scratch_dir
+
+    def routes(self, admin: str) -> list[Route]:
+        return [Route("GET", "/nacos/v1/shoal/export", self.export, admin, api=Api.CORE)]
 
     async def export(self, request: web.Request, params: Params) -> web.StreamResponse:
         await run_blocking(self.scratch_dir.mkdir, parents=True, exist_ok=True)

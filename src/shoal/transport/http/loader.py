@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -25,17 +25,14 @@ from shoal.config import Config
 from shoal.errors import V2_TEXT, V2Code
 from shoal.health.rebalance import ServerLoader
 from shoal.tls import PortTls
-from shoal.transport.http.api import dumps, json_text, ok_text, v2_ok
+from shoal.transport.http.api import Api, dumps, json_text, ok_text, v2_ok
 from shoal.transport.http.params import Params
+from shoal.transport.http.routes import Route
 
 log = logging.getLogger(__name__)
 
 PEER_TIMEOUT_S = 1.0  # ServerLoaderController waits 1 s for the members' metrics
 SMART_RELOAD_FAILED = "Smart reload failed, please try again later."
-
-
-class Routes(Protocol):
-    def add_route(self, method: str, path: str, handler: Any, api: Any, auth: str | None = None) -> None: ...
 
 
 class LoaderRoutes:
@@ -111,16 +108,18 @@ class LoaderRoutes:
         await self.loader.reload_client(params.required("connectionId"), params.text("redirectAddress"))
         return v2_ok("null")
 
-    def install(self, server: Routes, api: Any, admin: str) -> None:
+    def routes(self, admin: str) -> list[Route]:
         """The v2 routes (all GET, as Nacos 2.x) and the members' metrics route; the v3 ones are
         in the v3 route table (``transport/http/v3_core.py``)."""
         prefix = "/nacos/v2/core/loader"
-        server.add_route("GET", f"{prefix}/current", self.current, api, admin)
-        server.add_route("GET", f"{prefix}/cluster", self.cluster, api, admin)
-        server.add_route("GET", f"{prefix}/reloadCurrent", self.reload_current, api, admin)
-        server.add_route("GET", f"{prefix}/smartReloadCluster", self.smart_reload, api, admin)
-        server.add_route("GET", f"{prefix}/reloadClient", self.reload_client, api, admin)
-        server.add_route("GET", "/nacos/v1/shoal/loader/metrics", self.metrics, api, admin)
+        return [
+            Route("GET", f"{prefix}/current", self.current, admin, api=Api.CORE),
+            Route("GET", f"{prefix}/cluster", self.cluster, admin, api=Api.CORE),
+            Route("GET", f"{prefix}/reloadCurrent", self.reload_current, admin, api=Api.CORE),
+            Route("GET", f"{prefix}/smartReloadCluster", self.smart_reload, admin, api=Api.CORE),
+            Route("GET", f"{prefix}/reloadClient", self.reload_client, admin, api=Api.CORE),
+            Route("GET", "/nacos/v1/shoal/loader/metrics", self.metrics, admin, api=Api.CORE),
+        ]
 
 
 class HttpLoaderPeers:

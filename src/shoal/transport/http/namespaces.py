@@ -10,19 +10,17 @@ PARAMETER_MISSING (400). A store without quorum is a 503 in every generation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from aiohttp import web
 
 from shoal.errors import IllegalNamespace, MissingParam, NamespaceAlreadyExist, NamespaceNotExist
 from shoal.service_layer.namespaces import NamespaceService
 from shoal.transport.http.api import Api, core_ok, dumps, json_text, v2_ok
 from shoal.transport.http.params import Params
+from shoal.transport.http.routes import Route
 
 V1_PATH = "/nacos/v1/console/namespaces"
 V2_PATH = "/nacos/v2/console/namespace"
 
-AddRoute = Callable[..., None]
 
 
 def _bool(value: bool) -> web.Response:
@@ -30,22 +28,24 @@ def _bool(value: bool) -> web.Response:
 
 
 class NamespaceRoutes:
-    """The namespace endpoints; ``add_route`` is the HTTP server's (same wrapper as every route)."""
+    """The namespace endpoints."""
 
     def __init__(self, namespaces: NamespaceService) -> None:
         self.namespaces = namespaces
 
-    def register(self, add_route: AddRoute, admin: str, identity: str) -> None:
+    def routes(self, admin: str, identity: str) -> list[Route]:
         """Reads are open as in Nacos (the v2 detail needs a login); writes need an admin."""
-        add_route("GET", V1_PATH, self.v1_get, Api.CORE)
-        add_route("POST", V1_PATH, self.v1_create, Api.V1, admin)
-        add_route("PUT", V1_PATH, self.v1_edit, Api.V1, admin)
-        add_route("DELETE", V1_PATH, self.v1_delete, Api.V1, admin)
-        add_route("GET", V2_PATH + "/list", self.v2_list, Api.V2)
-        add_route("GET", V2_PATH, self.v2_get, Api.V2, identity)
-        add_route("POST", V2_PATH, self.v2_create, Api.V2, admin)
-        add_route("PUT", V2_PATH, self.v2_edit, Api.V2, admin)
-        add_route("DELETE", V2_PATH, self.v2_delete, Api.V2, admin)
+        return [
+            Route("GET", V1_PATH, self.v1_get, api=Api.CORE),
+            Route("POST", V1_PATH, self.v1_create, admin, api=Api.V1),
+            Route("PUT", V1_PATH, self.v1_edit, admin, api=Api.V1),
+            Route("DELETE", V1_PATH, self.v1_delete, admin, api=Api.V1),
+            Route("GET", V2_PATH + "/list", self.v2_list, api=Api.V2),
+            Route("GET", V2_PATH, self.v2_get, identity, api=Api.V2),
+            Route("POST", V2_PATH, self.v2_create, admin, api=Api.V2),
+            Route("PUT", V2_PATH, self.v2_edit, admin, api=Api.V2),
+            Route("DELETE", V2_PATH, self.v2_delete, admin, api=Api.V2),
+        ]
 
     # --- v1 -------------------------------------------------------------------------------------
     async def v1_get(self, request: web.Request, p: Params) -> web.Response:

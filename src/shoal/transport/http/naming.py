@@ -15,14 +15,16 @@ from typing import Any
 from aiohttp import web
 
 from shoal import jsonfast
+from shoal.auth.service import READ, WRITE
 from shoal.config import Config
 from shoal.errors import InvalidParam, ServiceNotFound, UnknownService
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 from shoal.service_layer import PERSISTENT_UNSUPPORTED, NamingService, check_port, parse_metadata
 from shoal.service_layer.persistent import ClusterSettings, PersistentNaming, instance_name
-from shoal.transport.http.api import dumps, json_text, ok_text, v2_ok
+from shoal.transport.http.api import Api, dumps, json_text, ok_text, v2_ok
 from shoal.transport.http.params import Params
+from shoal.transport.http.routes import ADMIN, Route
 
 Handler = Callable[[web.Request, Params], Any]
 _SELECTOR_NONE = {"type": "none", "contextType": "NONE"}
@@ -32,12 +34,57 @@ class NamingRoutes:
     """The naming endpoints; each handler takes the request and its parsed parameters."""
 
     def __init__(self, config: Config, naming: NamingService, is_serving: Callable[[], bool],
-                 owner_of: Callable[[str], str | None]) -> None:
+                 owner_of: Callable[[str], str | None], persistent: PersistentNaming | None = None) -> None:
         self.config = config
         self.naming = naming
         self.is_serving = is_serving
         self.owner_of = owner_of  # Responsibility.owner_of: None = this node handles the ip:port
-        self.persistent: PersistentNaming | None = None  # the CP use cases, when the node has a store
+        self.persistent = persistent  # the CP use cases, when the node has a store
+
+    def routes(self) -> list[Route]:
+        """The naming Open API v1 and v2 (instances, services, health, metrics, clients)."""
+        table = []
+        for api, base, register, deregister, update, detail, listing in (
+            (Api.V1, "/nacos/v1/ns", self.v1_register, self.v1_deregister, self.v1_update, self.v1_detail,
+             self.v1_list),
+            (Api.V2, "/nacos/v2/ns", self.v2_register, self.v2_deregister, self.v2_update, self.v2_detail,
+             self.v2_list),
+        ):
+            table += [
+                Route("POST", f"{base}/instance", register, WRITE, distro=True, api=api),
+                Route("DELETE", f"{base}/instance", deregister, WRITE, distro=True, api=api),
+                Route("PUT", f"{base}/instance", update, WRITE, distro=True, api=api),
+                Route("GET", f"{base}/instance", detail, READ, api=api),
+                Route("GET", f"{base}/instance/list", listing, READ, api=api),
+                Route("PUT", f"{base}/instance/beat", self.beat, WRITE, distro=True, api=api),
+            ]
+        table.append(Route("PATCH", "/nacos/v1/ns/instance", self.v1_patch, WRITE, distro=True, api=Api.V1))
+        for api, base, create, delete, update, detail, listing in (
+            (Api.V1, "/nacos/v1/ns", self.v1_service_create, self.v1_service_delete, self.v1_service_update,
+             self.v1_service_detail, self.v1_service_list),
+            (Api.V2, "/nacos/v2/ns", self.v2_service_create, self.v2_service_delete, self.v2_service_update,
+             self.v2_service_detail, self.v2_service_list),
+        ):
+            table += [
+                Route("POST", f"{base}/service", create, WRITE, api=api),
+                Route("DELETE", f"{base}/service", delete, WRITE, api=api),
+                Route("PUT", f"{base}/service", update, WRITE, api=api),
+                Route("GET", f"{base}/service", detail, READ, api=api),
+                Route("GET", f"{base}/service/list", listing, READ, api=api),
+            ]
+        return [
+            *table,
+            Route("PUT", "/nacos/v1/ns/cluster", self.v1_cluster_update, WRITE, api=Api.V1),
+            Route("PUT", "/nacos/v1/ns/health", self.v1_health_update, WRITE, api=Api.V1),
+            Route("PUT", "/nacos/v1/ns/health/instance", self.v1_health_update, WRITE, api=Api.V1),
+            Route("GET", "/nacos/v1/ns/operator/metrics", self.v1_metrics, api=Api.V1),
+            Route("GET", "/nacos/v1/ns/ops/metrics", self.v1_metrics, api=Api.V1),
+            Route("GET", "/nacos/v2/ns/operator/metrics", self.v2_metrics, api=Api.V2),
+            Route("GET", "/nacos/v2/ns/client/list", self.v2_client_list, ADMIN, api=Api.V2),
+            Route("GET", "/nacos/v2/ns/client", self.v2_client_detail, ADMIN, api=Api.V2),
+            Route("GET", "/nacos/v2/ns/client/publish/list", self.v2_client_publications, ADMIN, api=Api.V2),
+            Route("GET", "/nacos/v2/ns/client/subscribe/list", self.v2_client_subscriptions, ADMIN, api=Api.V2),
+        ]
 
     def _cp(self) -> PersistentNaming:
         if self.persistent is None:

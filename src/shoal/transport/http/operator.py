@@ -31,8 +31,7 @@ from shoal.service_layer.switches import Switches
 from shoal.transport.http.api import Api, dumps, json_text, ok_text, v2_ok
 from shoal.transport.http.forward import Forwarder
 from shoal.transport.http.params import Params
-
-AddRoute = Callable[..., None]
+from shoal.transport.http.routes import Route
 
 #: Nacos's naming log names → this node's loggers.
 LOG_NAMES = {
@@ -57,7 +56,7 @@ def set_log_level(names: dict[str, str], name: str, level: str) -> None:
 
 
 class OperatorRoutes:
-    """Operator write endpoints; :meth:`register` installs them through the HTTP server's wrapper."""
+    """Operator endpoints (switches, log levels, metadata batches, v2 health and PATCH)."""
 
     def __init__(self, naming: NamingService, persistent: PersistentNaming, switches: Switches,
                  forwarder: Forwarder | None = None) -> None:
@@ -66,19 +65,26 @@ class OperatorRoutes:
         self.switches = switches
         self.forwarder = forwarder  # splits an ephemeral batch by responsible node (DistroFilter)
 
-    def register(self, add_route: AddRoute, admin: str) -> None:
+    def routes(self, admin: str) -> list[Route]:
+        table = []
         for base in ("/nacos/v1/ns/operator", "/nacos/v1/ns/ops"):
-            add_route("GET", f"{base}/switches", self.v1_switches, Api.V1, admin)
-            add_route("PUT", f"{base}/switches", self.v1_update_switch, Api.V1, admin)
-            add_route("PUT", f"{base}/log", self.v1_log, Api.V1, admin)
-        add_route("GET", "/nacos/v2/ns/operator/switches", self.v2_switches, Api.V2, admin)
-        add_route("PUT", "/nacos/v2/ns/operator/switches", self.v2_update_switch, Api.V2, admin)
-        add_route("PUT", "/nacos/v2/ns/operator/log", self.v2_log, Api.V2, admin)
-        add_route("PUT", "/nacos/v2/ns/health/instance", self.v2_health, Api.V2, WRITE)
+            table += [
+                Route("GET", f"{base}/switches", self.v1_switches, admin, api=Api.V1),
+                Route("PUT", f"{base}/switches", self.v1_update_switch, admin, api=Api.V1),
+                Route("PUT", f"{base}/log", self.v1_log, admin, api=Api.V1),
+            ]
+        table += [
+            Route("GET", "/nacos/v2/ns/operator/switches", self.v2_switches, admin, api=Api.V2),
+            Route("PUT", "/nacos/v2/ns/operator/switches", self.v2_update_switch, admin, api=Api.V2),
+            Route("PUT", "/nacos/v2/ns/operator/log", self.v2_log, admin, api=Api.V2),
+            Route("PUT", "/nacos/v2/ns/health/instance", self.v2_health, WRITE, api=Api.V2),
+        ]
         for api, base in ((Api.V1, "/nacos/v1/ns"), (Api.V2, "/nacos/v2/ns")):
-            add_route("PUT", f"{base}/instance/metadata/batch", self.batch(api, remove=False), api, WRITE)
-            add_route("DELETE", f"{base}/instance/metadata/batch", self.batch(api, remove=True), api, WRITE)
-        add_route("PATCH", "/nacos/v2/ns/instance", self.v2_patch, Api.V2, WRITE, distro=True)
+            table += [
+                Route("PUT", f"{base}/instance/metadata/batch", self.batch(api, remove=False), WRITE, api=api),
+                Route("DELETE", f"{base}/instance/metadata/batch", self.batch(api, remove=True), WRITE, api=api),
+            ]
+        return [*table, Route("PATCH", "/nacos/v2/ns/instance", self.v2_patch, WRITE, distro=True, api=Api.V2)]
 
     # --- switches ------------------------------------------------------------------------------
     async def v1_switches(self, request: web.Request, p: Params) -> web.Response:

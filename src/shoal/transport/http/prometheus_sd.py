@@ -26,8 +26,9 @@ from shoal.errors import Forbidden
 from shoal.model.instance import InstanceInfo
 from shoal.service_layer import NamingService
 from shoal.tasks import run_blocking
-from shoal.transport.http.api import dumps
+from shoal.transport.http.api import Api, dumps
 from shoal.transport.http.params import Params
+from shoal.transport.http.routes import Route
 
 _LABEL_CHARS = re.compile(r"[.\-]")
 
@@ -39,6 +40,14 @@ class PrometheusSdRoutes:
     def __init__(self, naming: NamingService, auth: AuthService | None) -> None:
         self.naming = naming
         self.auth = auth
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("GET", "/nacos/prometheus", self.all_targets, api=Api.V1),
+            Route("GET", "/nacos/prometheus/namespaceId/{namespaceId}", self.namespace_targets, api=Api.V1),
+            Route("GET", "/nacos/prometheus/namespaceId/{namespaceId}/service/{service}", self.service_targets,
+                  api=Api.V1),
+        ]
 
     async def all_targets(self, request: web.Request, p: Params) -> web.Response:
         await self._check_basic_auth(request)

@@ -1,9 +1,10 @@
 """The main-port HTTP listener (aiohttp on the node's one event loop).
 
-Routes: the console health probes (``/nacos/v1/console/health/liveness`` and ``/readiness``),
-``/nacos/actuator/prometheus``, the naming Open API v1 (``/nacos/v1/ns``) and v2
-(``/nacos/v2/ns``), the cluster member list (``/nacos/v1/core/cluster/nodes``,
-``/nacos/v2/core/cluster/node/list``) and the auth endpoints (``/nacos/v1/auth``).
+Its own routes (:meth:`HttpServer.routes`): the console health probes
+(``/nacos/v1/console/health/liveness`` and ``/readiness``), ``/nacos/actuator/prometheus``, the
+server state and the cluster member list (``/nacos/v1/core/cluster/nodes``,
+``/nacos/v2/core/cluster/node/list``). Every other route module's table is installed beside
+them by the composition root through :meth:`HttpServer.install` (see ``routes.py``).
 
 Every route goes through one wrapper, in Nacos's filter order: read the parameters (query or
 form), check the token when auth is on (read / write on the service's namespace, or admin),
@@ -21,43 +22,34 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Iterable
 from typing import Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from shoal import __version__, kernels
-from shoal.auth.service import READ, WRITE, AuthService, Identity, naming_resource
+from shoal.auth.service import READ, AuthService, Identity, naming_resource
 from shoal.config import Config
 from shoal.errors import Forbidden, HttpStatus, NacosError
 from shoal.logutil import RateLimitedLog
 from shoal.metrics import Metrics
 from shoal.model.keys import DEFAULT_GROUP, GROUP_SEPARATOR
-from shoal.service_layer import NamingService
-from shoal.service_layer.persistent import PersistentNaming
 from shoal.tls import PortTls
 from shoal.tls import describe as describe_tls
 from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http import access_log
 from shoal.transport.http.api import Api, core_ok, dumps, error_response, v2_ok
-from shoal.transport.http.auth_routes import IDENTITY_KEY, AuthRoutes
-from shoal.transport.http.console_api import ConsoleRoutes
-from shoal.transport.http.forward import Forwarder, MemberView, Responsibility, Standalone, StandaloneMembers
-from shoal.transport.http.naming import NamingRoutes, distro_tag, persistent_write
+from shoal.transport.http.auth_routes import IDENTITY_KEY
+from shoal.transport.http.forward import Forwarder, MemberView, Standalone, StandaloneMembers
+from shoal.transport.http.naming import distro_tag, persistent_write
 from shoal.transport.http.params import Params, read_params
-from shoal.transport.http.prometheus_sd import PrometheusSdRoutes
+from shoal.transport.http.routes import ADMIN, IDENTITY, Handler, Route
 
 log = logging.getLogger(__name__)
 
-RouteHandler = Callable[[web.Request, Params], Awaitable[web.StreamResponse]]
-
 #: Who a request carrying the cluster identity header is (it passes every check, as in Nacos).
 CLUSTER_IDENTITY = Identity("(cluster identity)", True)
-
-#: Auth requirements of a route besides READ / WRITE on a naming resource.
-ADMIN = "admin"
-IDENTITY = "identity"
 
 
 class BadHttpFilter(logging.Filter):
@@ -93,116 +85,42 @@ class NodeStatus(Protocol):
 class HttpServer:
     """The main-port aiohttp application: every route behind one Nacos-filter-chain wrapper."""
 
-    def __init__(self, config: Config, status: NodeStatus, metrics: Metrics, naming: NamingService | None = None,
-                 auth: AuthService | None = None, responsibility: Responsibility | None = None,
-                 members: MemberView | None = None, tls: PortTls | None = None) -> None:
+    def __init__(self, config: Config, status: NodeStatus, metrics: Metrics, auth: AuthService | None = None,
+                 forwarder: Forwarder | None = None, members: MemberView | None = None,
+                 tls: PortTls | None = None) -> None:
         self.config = config
         self.status = status
         self.metrics = metrics
         self.auth = auth
         self.tls = tls  # None: plaintext
         # Peers serve HTTPS when this node does (one cluster, one setting): forward over it too.
-        self.forwarder = Forwarder(responsibility or Standalone(), config.http_forward_timeout_ms,
-                                   tls.client_context() if tls is not None else None)
+        self.forwarder = forwarder if forwarder is not None else Forwarder(
+            Standalone(), config.http_forward_timeout_ms, tls.client_context() if tls is not None else None)
         self.members = members
         self.garbage = RateLimitedLog(log)  # unexpected failures: one traceback per kind per interval
         logging.getLogger("aiohttp.server").addFilter(BAD_HTTP_FILTER)  # idempotent: one instance
         self.app = web.Application(client_max_size=config.max_inbound_message_size)
         self._runner: web.AppRunner | None = None
-        self.naming_routes: NamingRoutes | None = None
-        route = self._route
-        route("GET", "/nacos/v1/console/health/liveness", self.liveness, Api.V1)
-        route("GET", "/nacos/v1/console/health/readiness", self.readiness, Api.V1)
-        route("GET", "/nacos/actuator/prometheus", self.prometheus, Api.V1)
-        route("GET", "/nacos/v1/console/server/state", self.server_state, Api.V1)
-        route("GET", "/nacos/v1/core/cluster/nodes", self.cluster_nodes, Api.CORE, ADMIN)
-        route("GET", "/nacos/v2/core/cluster/node/list", self.cluster_nodes_v2, Api.V2, ADMIN)
-        if naming is not None:
-            self.naming_routes = NamingRoutes(config, naming, status.is_serving, self.forwarder.owner_of)
-            self._naming_routes(self.naming_routes)
-            self._console_routes(ConsoleRoutes(naming))
-            if config.prometheus_sd_enabled:
-                sd = PrometheusSdRoutes(naming, auth)
-                route("GET", "/nacos/prometheus", sd.all_targets, Api.V1)
-                route("GET", "/nacos/prometheus/namespaceId/{namespaceId}", sd.namespace_targets, Api.V1)
-                route("GET", "/nacos/prometheus/namespaceId/{namespaceId}/service/{service}", sd.service_targets,
-                      Api.V1)
-        if auth is not None:
-            self._auth_routes(AuthRoutes(auth))
 
-    def _naming_routes(self, n: NamingRoutes) -> None:
-        route = self._route
-        for api, base, register, deregister, update, detail, listing in (
-            (Api.V1, "/nacos/v1/ns", n.v1_register, n.v1_deregister, n.v1_update, n.v1_detail, n.v1_list),
-            (Api.V2, "/nacos/v2/ns", n.v2_register, n.v2_deregister, n.v2_update, n.v2_detail, n.v2_list),
-        ):
-            route("POST", f"{base}/instance", register, api, WRITE, distro=True)
-            route("DELETE", f"{base}/instance", deregister, api, WRITE, distro=True)
-            route("PUT", f"{base}/instance", update, api, WRITE, distro=True)
-            route("GET", f"{base}/instance", detail, api, READ)
-            route("GET", f"{base}/instance/list", listing, api, READ)
-            route("PUT", f"{base}/instance/beat", n.beat, api, WRITE, distro=True)
-        route("PATCH", "/nacos/v1/ns/instance", n.v1_patch, Api.V1, WRITE, distro=True)
-        for api, base, create, delete, update, detail, listing in (
-            (Api.V1, "/nacos/v1/ns", n.v1_service_create, n.v1_service_delete, n.v1_service_update,
-             n.v1_service_detail, n.v1_service_list),
-            (Api.V2, "/nacos/v2/ns", n.v2_service_create, n.v2_service_delete, n.v2_service_update,
-             n.v2_service_detail, n.v2_service_list),
-        ):
-            route("POST", f"{base}/service", create, api, WRITE)
-            route("DELETE", f"{base}/service", delete, api, WRITE)
-            route("PUT", f"{base}/service", update, api, WRITE)
-            route("GET", f"{base}/service", detail, api, READ)
-            route("GET", f"{base}/service/list", listing, api, READ)
-        route("PUT", "/nacos/v1/ns/cluster", n.v1_cluster_update, Api.V1, WRITE)
-        route("PUT", "/nacos/v1/ns/health", n.v1_health_update, Api.V1, WRITE)
-        route("PUT", "/nacos/v1/ns/health/instance", n.v1_health_update, Api.V1, WRITE)
-        route("GET", "/nacos/v1/ns/operator/metrics", n.v1_metrics, Api.V1)
-        route("GET", "/nacos/v1/ns/ops/metrics", n.v1_metrics, Api.V1)
-        route("GET", "/nacos/v2/ns/operator/metrics", n.v2_metrics, Api.V2)
-        route("GET", "/nacos/v2/ns/client/list", n.v2_client_list, Api.V2, ADMIN)
-        route("GET", "/nacos/v2/ns/client", n.v2_client_detail, Api.V2, ADMIN)
-        route("GET", "/nacos/v2/ns/client/publish/list", n.v2_client_publications, Api.V2, ADMIN)
-        route("GET", "/nacos/v2/ns/client/subscribe/list", n.v2_client_subscriptions, Api.V2, ADMIN)
+    def routes(self) -> list[Route]:
+        """This server's own endpoints: health probes, metrics, server state, cluster members."""
+        return [
+            Route("GET", "/nacos/v1/console/health/liveness", self.liveness, api=Api.V1),
+            Route("GET", "/nacos/v1/console/health/readiness", self.readiness, api=Api.V1),
+            Route("GET", "/nacos/actuator/prometheus", self.prometheus, api=Api.V1),
+            Route("GET", "/nacos/v1/console/server/state", self.server_state, api=Api.V1),
+            Route("GET", "/nacos/v1/core/cluster/nodes", self.cluster_nodes, ADMIN, api=Api.CORE),
+            Route("GET", "/nacos/v2/core/cluster/node/list", self.cluster_nodes_v2, ADMIN, api=Api.V2),
+        ]
 
-    def _console_routes(self, c: ConsoleRoutes) -> None:
-        route = self._route
-        route("GET", "/nacos/v1/ns/catalog/services", c.v1_catalog_services, Api.V1, READ)
-        route("GET", "/nacos/v1/ns/catalog/instances", c.v1_catalog_instances, Api.V1, READ)
-        route("GET", "/nacos/v1/ns/catalog/service", c.v1_catalog_service, Api.V1, READ)
-        route("GET", "/nacos/v1/ns/service/subscribers", c.v1_service_subscribers, Api.V1, READ)
-        route("GET", "/nacos/v1/ns/service/names", c.v1_service_names, Api.V1, READ)
-        route("GET", "/nacos/v2/ns/catalog/instances", c.v2_catalog_instances, Api.V2, READ)
-        route("GET", "/nacos/v2/ns/client/service/publisher/list", c.v2_service_publishers, Api.V2, READ)
-        route("GET", "/nacos/v2/ns/client/service/subscriber/list", c.v2_service_subscribers, Api.V2, READ)
-        # The console's pages: public files (the login happens in the page, as in Nacos).
-        route("GET", "/nacos", c.redirect, Api.V1)
-        route("GET", "/nacos/", c.index, Api.V1)
-        route("GET", "/nacos/index.html", c.index, Api.V1)
-        route("GET", "/nacos/console/{name}", c.static, Api.V1)
-
-    def set_persistent(self, persistent: PersistentNaming) -> None:
-        """Serve persistent instances and service metadata from the CP store (issue 12)."""
-        if self.naming_routes is not None:
-            self.naming_routes.persistent = persistent
-
-    def _auth_routes(self, a: AuthRoutes) -> None:
-        route = self._route
-        route("POST", "/nacos/v1/auth/login", a.login, Api.V1)
-        route("POST", "/nacos/v1/auth/users/login", a.login, Api.V1)
-        route("POST", "/nacos/v1/auth/users/admin", a.create_admin, Api.CORE)
-        route("POST", "/nacos/v1/auth/users", a.create_user, Api.CORE, ADMIN)
-        route("DELETE", "/nacos/v1/auth/users", a.delete_user, Api.CORE, ADMIN)
-        route("PUT", "/nacos/v1/auth/users", a.update_user, Api.CORE, IDENTITY)
-        route("GET", "/nacos/v1/auth/users", a.list_users, Api.CORE, ADMIN)
-        route("GET", "/nacos/v1/auth/users/search", a.search_users, Api.CORE, ADMIN)
-        route("POST", "/nacos/v1/auth/roles", a.add_role, Api.CORE, ADMIN)
-        route("DELETE", "/nacos/v1/auth/roles", a.delete_role, Api.CORE, ADMIN)
-        route("GET", "/nacos/v1/auth/roles", a.list_roles, Api.CORE, ADMIN)
-        route("GET", "/nacos/v1/auth/roles/search", a.search_roles, Api.CORE, ADMIN)
-        route("POST", "/nacos/v1/auth/permissions", a.add_permission, Api.CORE, ADMIN)
-        route("DELETE", "/nacos/v1/auth/permissions", a.delete_permission, Api.CORE, ADMIN)
-        route("GET", "/nacos/v1/auth/permissions", a.list_permissions, Api.CORE, ADMIN)
+    def install(self, routes: Iterable[Route]) -> list[str]:
+        """Serve every route of ``routes`` through the wrapper (the one way routes are added);
+        returns the ``METHOD path`` of each."""
+        added = []
+        for r in routes:
+            self._route(r.method, r.path, r.handler, r.api, r.auth, r.distro)
+            added.append(f"{r.method} {r.path}")
+        return added
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -220,14 +138,8 @@ class HttpServer:
             await self._runner.cleanup()
             self._runner = None
 
-    def add_route(self, method: str, path: str, handler: RouteHandler, api: Api, auth: str | None = None,
-                  distro: bool = False) -> None:
-        """Add a route from outside (e.g. the node's admin endpoints) through the same wrapper;
-        ``distro`` routes an ephemeral write to the node responsible for its ``ip:port``."""
-        self._route(method, path, handler, api, auth, distro)
-
     # --- the wrapper (Nacos's filter chain) ---------------------------------------------------
-    def _route(self, method: str, path: str, handler: RouteHandler, api: Api, auth: str | None = None,
+    def _route(self, method: str, path: str, handler: Handler, api: Api, auth: str | None = None,
                distro: bool = False) -> None:
         metrics, forwarder = self.metrics, self.forwarder
 

@@ -21,8 +21,7 @@ shapes that 3.x changed are built here:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 from aiohttp import web
 
@@ -33,36 +32,13 @@ from shoal.transport.http.api import Api, dumps, json_text, v2_ok
 from shoal.transport.http.auth_routes import AuthRoutes
 from shoal.transport.http.naming import NamingRoutes
 from shoal.transport.http.params import Params
-
-Handler = Callable[[web.Request, Params], Awaitable[web.StreamResponse]]
-AddRoute = Callable[..., None]
+from shoal.transport.http.routes import Handler, Route
 
 CLIENT_INSTANCE = "/nacos/v3/client/ns/instance"
 LOGIN = "/nacos/v3/auth/user/login"
 AUTH_USER = "/nacos/v3/auth/user"
 AUTH_ROLE = "/nacos/v3/auth/role"
 AUTH_PERMISSION = "/nacos/v3/auth/permission"
-
-
-class Route(NamedTuple):
-    """One row of a v3 route table: installed through the HTTP server's wrapper (params → auth
-    → DistroFilter when ``distro`` → handler → the ``api`` generation's error shape)."""
-
-    method: str
-    path: str
-    handler: Handler
-    auth: str | None = None  # READ / WRITE on the request's service, the server's ADMIN or IDENTITY
-    distro: bool = False
-    api: Api = Api.V2
-
-
-def install(add_route: AddRoute, routes: Iterable[Route]) -> list[str]:
-    """Add every route of ``routes``; the ``METHOD path`` of each, for the docs and the tests."""
-    added = []
-    for r in routes:
-        add_route(r.method, r.path, r.handler, r.api, r.auth, distro=r.distro)
-        added.append(f"{r.method} {r.path}")
-    return added
 
 
 # --- shared wrappers: an older generation's answer as a Result -----------------------------------

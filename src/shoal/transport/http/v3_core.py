@@ -25,7 +25,8 @@ from shoal.transport.http.loader import LoaderRoutes
 from shoal.transport.http.namespaces import NamespaceRoutes
 from shoal.transport.http.operator import set_log_level
 from shoal.transport.http.params import Params, refuse_declared_oversize
-from shoal.transport.http.v3 import Handler, Route, body, failure
+from shoal.transport.http.routes import Handler, Route
+from shoal.transport.http.v3 import body, failure
 
 BASE = "/nacos/v3/admin/core"
 CLUSTER = BASE + "/cluster"

@@ -24,7 +24,8 @@ from shoal.transport.http.console_api import detail_info_json, service_view_json
 from shoal.transport.http.naming import NamingRoutes
 from shoal.transport.http.operator import OperatorRoutes
 from shoal.transport.http.params import Params
-from shoal.transport.http.v3 import Route, ok, text_of
+from shoal.transport.http.routes import Route
+from shoal.transport.http.v3 import ok, text_of
 
 BASE = "/nacos/v3/admin/ns"
 INSTANCE = BASE + "/instance"
