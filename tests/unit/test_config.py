@@ -168,3 +168,20 @@ def test_moved_client_grace_outlasts_the_python_sdk_redo_tick_and_is_checked() -
     assert Config.load(env={}, overrides={"shoal.rebalance.grace-ms": "0"}).rebalance_grace_ms == 0
     with pytest.raises(ConfigError, match=r"shoal\.rebalance\.grace-ms"):
         Config.load(env={}, overrides={"shoal.rebalance.grace-ms": "-1"})
+
+
+def test_every_setting_is_read_by_some_code() -> None:
+    """A setting that nothing reads would be accepted and do nothing: each field of Config is read
+    (as an attribute, or by name) somewhere in the package."""
+    import ast
+
+    import shoal
+
+    names: set[str] = set()
+    for path in Path(shoal.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                names.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.add(node.value)
+    assert [f.name for f in dataclasses.fields(Config) if f.name not in names] == []
