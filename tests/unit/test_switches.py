@@ -3,6 +3,7 @@ through the watched document, debug-only changes, and a hostile document."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,44 @@ async def test_a_refused_entry_is_never_stored_and_a_stored_one_is_ignored(tmp_p
     finally:
         await view.stop()
         await store.close()
+
+
+async def test_each_live_switch_changes_its_consumer_while_the_node_runs() -> None:
+    """Through the switches, the node's LiveConfig reaches the consumer built before the change."""
+    from shoal.health.heartbeat import HeartbeatChecker
+    from shoal.model.instance import InstanceInfo
+    from shoal.model.ip_port import Standalone
+    from shoal.model.keys import ServiceKey
+    from shoal.push.service import PushService
+    from shoal.testing import make_registry
+
+    registry = make_registry(push_task_delay_ms=0)
+    switches = Switches(registry.live)  # no CP view: applied on this node at once, as with debug=true
+    svc = ServiceKey("public", "DEFAULT_GROUP", "svc")
+    push = PushService(registry.live, registry.clock, registry.bus, _NoSender(), registry.index.subscribers_of,
+                       lambda client_id, service: None)
+    beats = HeartbeatChecker(registry.live, registry.clock, registry.clients, registry.services,
+                             registry.naming.beats, Standalone())
+    registry.connect("sub")
+    registry.naming.subscribe("sub", svc, "", "10.9.9.9", "a", "b")
+    registry.naming.register_ip_port(svc, InstanceInfo("10.0.0.5", 8080))
+
+    await switches.update("clientBeatInterval", "7000")
+    assert registry.naming.beat(svc, "10.0.0.5", 8080, None)[1] == 7000
+    await switches.update("defaultPushCacheMillis", "1234")
+    assert json.loads(registry.naming.query(svc))["cacheMillis"] == 1234
+    assert svc in push.pending  # the registration above scheduled a push
+    push.pending.clear()
+    await switches.update("pushEnabled", "false")
+    registry.naming.register_ip_port(svc, InstanceInfo("10.0.0.6", 8080))
+    assert push.pending == {}  # a change, a subscriber, and no push scheduled
+    await switches.update("healthCheckEnabled", "false")
+    registry.clock.advance(100_000)
+    assert beats.scan()["removed"] == 0 and len(json.loads(registry.naming.query(svc))["hosts"]) == 2
+    await switches.update("healthCheckEnabled", "true")
+    assert beats.scan()["removed"] == 2
+
+
+class _NoSender:
+    async def send_push(self, client_id: str, service_info_json: str, timeout_ms: int) -> bool:
+        return True
