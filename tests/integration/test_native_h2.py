@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.transport.grpc.transports import native_available
+from shoal.transport.selection import native_available
 
 pytest.importorskip("h2", reason="the h2 dev dependency drives HTTP/2 frames directly")
 from shoal.testing import ServerProcess, kill, start_server

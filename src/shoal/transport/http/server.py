@@ -38,7 +38,6 @@ from shoal.service_layer import NamingService
 from shoal.service_layer.persistent import PersistentNaming
 from shoal.tls import PortTls
 from shoal.tls import describe as describe_tls
-from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http import access_log
 from shoal.transport.http.api import Api, core_ok, dumps, error_response, v2_ok
 from shoal.transport.http.auth_routes import IDENTITY_KEY, AuthRoutes
@@ -47,6 +46,7 @@ from shoal.transport.http.forward import Forwarder, MemberView, Responsibility, 
 from shoal.transport.http.naming import NamingRoutes, distro_tag, persistent_write
 from shoal.transport.http.params import Params, read_params
 from shoal.transport.http.prometheus_sd import PrometheusSdRoutes
+from shoal.transport.selection import transport_name
 
 log = logging.getLogger(__name__)
 
