@@ -26,10 +26,13 @@ from typing import Any
 import grpc
 import pytest
 
-from integration.h2client import UNARY, H2Client, grpc_frame
-from integration.rawclient import PYTHON_LABELS, parse, payload
-
-from .harness import FAST_MEMBERS, FaultCluster, HostedServer, error_lines, http_get, rss_kb, tracebacks, until
+from shoal.testing.faults import error_lines, rss_kb, tracebacks
+from shoal.testing.h2client import UNARY, H2Client, grpc_frame
+from shoal.testing.http import http_get
+from shoal.testing.nodes import FAST_MEMBERS, FaultCluster
+from shoal.testing.procs import ServerProcess
+from shoal.testing.rawclient import PYTHON_LABELS, parse, payload
+from shoal.testing.wait import poll_until
 
 pytestmark = pytest.mark.faults
 
@@ -53,7 +56,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultCluster]:
         cluster.start_all()
         yield cluster
     finally:
-        cluster.close()
+        cluster.kill_all()
 
 
 class Raw:
@@ -74,7 +77,7 @@ class Raw:
         await self.channel.close()
 
 
-async def _bad_protobuf_unary(node: HostedServer, raw: Raw) -> str:
+async def _bad_protobuf_unary(node: ServerProcess, raw: Raw) -> str:
     try:
         await raw.unary_bytes(b"\x0a\xff\xff\xff\xff\xff\x0fnot a payload", timeout=10)
     except grpc.aio.AioRpcError as exc:
@@ -82,7 +85,7 @@ async def _bad_protobuf_unary(node: HostedServer, raw: Raw) -> str:
     return "OK"
 
 
-async def _bad_protobuf_stream(node: HostedServer, raw: Raw) -> str:
+async def _bad_protobuf_stream(node: ServerProcess, raw: Raw) -> str:
     call = raw.stream_bytes()
     try:
         await call.write(b"\x12\x80\x80\x80\x80\x10garbage")
@@ -94,14 +97,14 @@ async def _bad_protobuf_stream(node: HostedServer, raw: Raw) -> str:
         call.cancel()
 
 
-def _line_too_long_sync(node: HostedServer) -> str:
+def _line_too_long_sync(node: ServerProcess) -> str:
     with socket.create_connection((node.host, node.port), timeout=10) as s:
         s.sendall(b"GET /nacos/v1/ns/instance/list?serviceName=" + b"x" * 20_000 + b" HTTP/1.1\r\nHost: a\r\n\r\n")
         head = s.recv(64)
     return head.split(b"\r\n", 1)[0].decode(errors="replace")
 
 
-async def _line_too_long(node: HostedServer, raw: Raw) -> str:
+async def _line_too_long(node: ServerProcess, raw: Raw) -> str:
     return await asyncio.to_thread(_line_too_long_sync, node)
 
 
@@ -109,7 +112,7 @@ def _deep(depth: int = DEEP) -> bytes:
     return b"{\"a\":" * depth + b"1" + b"}" * depth
 
 
-async def _nested_setup(node: HostedServer, raw: Raw) -> str:
+async def _nested_setup(node: ServerProcess, raw: Raw) -> str:
     from shoal.transport.grpc._proto import Payload
 
     call = raw.stream_bytes()
@@ -145,13 +148,13 @@ async def _setup_with(raw: Raw, setup: bytes) -> str:
         call.cancel()
 
 
-async def _nested_headers_setup(node: HostedServer, raw: Raw) -> str:
+async def _nested_headers_setup(node: ServerProcess, raw: Raw) -> str:
     """A setup body that parses, with a header value nested as deep as parsers allow."""
     body = ('{"headers":{"x":' + _parseable_deep() + '},"clientVersion":"faults","labels":{}}').encode()
     return await _setup_with(raw, body)
 
 
-async def _nested_labels_setup(node: HostedServer, raw: Raw) -> str:
+async def _nested_labels_setup(node: ServerProcess, raw: Raw) -> str:
     body = ('{"headers":{},"clientVersion":' + _parseable_deep() + ',"labels":{"module":'
             + _parseable_deep() + '}}').encode()
     return await _setup_with(raw, body)
@@ -172,7 +175,7 @@ async def _connected_stream(raw: Raw) -> Any:
     return call
 
 
-async def _nested_request(node: HostedServer, raw: Raw) -> str:
+async def _nested_request(node: ServerProcess, raw: Raw) -> str:
     """A registered connection sends naming requests whose bodies are deep JSON."""
     call = await _connected_stream(raw)
     try:
@@ -187,7 +190,7 @@ async def _nested_request(node: HostedServer, raw: Raw) -> str:
         call.cancel()
 
 
-async def _nested_response(node: HostedServer, raw: Raw, body: bytes | None = None) -> str:
+async def _nested_response(node: ServerProcess, raw: Raw, body: bytes | None = None) -> str:
     """A proper connection, then a deep *Response on its stream; the stream must survive."""
     call = await _connected_stream(raw)
     try:
@@ -204,16 +207,16 @@ async def _nested_response(node: HostedServer, raw: Raw, body: bytes | None = No
         call.cancel()
 
 
-async def _nested_requestid_response(node: HostedServer, raw: Raw) -> str:
+async def _nested_requestid_response(node: ServerProcess, raw: Raw) -> str:
     return await _nested_response(node, raw, ('{"resultCode":200,"requestId":' + _parseable_deep() + '}').encode())
 
 
-async def _cluster_list_body(node: HostedServer, raw: Raw, peer: str = "") -> str:
+async def _cluster_list_body(node: ServerProcess, raw: Raw, peer: str = "") -> str:
     kind, body = await raw.call("DistroSnapshotRequest", b"[1, 2, 3]", headers={"shoal-member": peer})
     return f"{kind} {body.get('errorCode', body.get('resultCode'))}"
 
 
-async def _cluster_bodies(node: HostedServer, raw: Raw, peer: str = "") -> str:
+async def _cluster_bodies(node: ServerProcess, raw: Raw, peer: str = "") -> str:
     """Every request type a peer sends, with bodies of the wrong shape."""
     answers = set()
     for type_name, body in (
@@ -231,7 +234,7 @@ async def _cluster_bodies(node: HostedServer, raw: Raw, peer: str = "") -> str:
     return " | ".join(sorted(answers))
 
 
-def _http_exchange(node: HostedServer, request: bytes) -> str:
+def _http_exchange(node: ServerProcess, request: bytes) -> str:
     """The status line of the answer to raw request bytes (one connection each)."""
     with socket.create_connection((node.host, node.port), timeout=10) as s:
         s.sendall(request)
@@ -249,7 +252,7 @@ def _form_post(path: str, form: bytes, method: str = "POST") -> bytes:
             f"Content-Length: {len(form)}\r\nConnection: close\r\n\r\n").encode() + form
 
 
-def _http_garbage_params_sync(node: HostedServer) -> str:
+def _http_garbage_params_sync(node: ServerProcess) -> str:
     deep = _parseable_deep().encode()
     statuses = set()
     for request in (
@@ -264,7 +267,7 @@ def _http_garbage_params_sync(node: HostedServer) -> str:
     return " ".join(sorted(statuses))
 
 
-def _http_invalid_utf8_sync(node: HostedServer) -> str:
+def _http_invalid_utf8_sync(node: ServerProcess) -> str:
     statuses = set()
     for request in (
         b"GET /nacos/v1/ns/instance/list?serviceName=%ff%fe%fd HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
@@ -278,25 +281,25 @@ def _http_invalid_utf8_sync(node: HostedServer) -> str:
     return " ".join(sorted(statuses))
 
 
-def _http_body_too_large_sync(node: HostedServer) -> str:
+def _http_body_too_large_sync(node: ServerProcess) -> str:
     size = 11 * 1024 * 1024  # over the default max-inbound-message-size (10 MiB)
     form = b"serviceName=s&ip=1.1.1.1&port=1&metadata=" + b"a" * size
     return _http_exchange(node, _form_post("/nacos/v1/ns/instance", form))
 
 
-async def _http_garbage_params(node: HostedServer, raw: Raw) -> str:
+async def _http_garbage_params(node: ServerProcess, raw: Raw) -> str:
     return await asyncio.to_thread(_http_garbage_params_sync, node)
 
 
-async def _http_invalid_utf8(node: HostedServer, raw: Raw) -> str:
+async def _http_invalid_utf8(node: ServerProcess, raw: Raw) -> str:
     return await asyncio.to_thread(_http_invalid_utf8_sync, node)
 
 
-async def _http_body_too_large(node: HostedServer, raw: Raw) -> str:
+async def _http_body_too_large(node: ServerProcess, raw: Raw) -> str:
     return await asyncio.to_thread(_http_body_too_large_sync, node)
 
 
-def _frame_4gb_sync(node: HostedServer) -> str:
+def _frame_4gb_sync(node: ServerProcess) -> str:
     """A unary call whose gRPC prefix declares 4 GiB; a few bytes follow."""
     client = H2Client(node.grpc_port, host=node.host)
     try:
@@ -310,11 +313,11 @@ def _frame_4gb_sync(node: HostedServer) -> str:
         client.close()
 
 
-async def _frame_4gb(node: HostedServer, raw: Raw) -> str:
+async def _frame_4gb(node: ServerProcess, raw: Raw) -> str:
     return await asyncio.to_thread(_frame_4gb_sync, node)
 
 
-KINDS: dict[str, Callable[[HostedServer, Raw], Awaitable[str]]] = {
+KINDS: dict[str, Callable[[ServerProcess, Raw], Awaitable[str]]] = {
     "bad-protobuf-unary": _bad_protobuf_unary,
     "bad-protobuf-stream": _bad_protobuf_stream,
     "http-line-too-long": _line_too_long,
@@ -367,7 +370,7 @@ async def test_garbage_is_answered_cleanly(pair: FaultCluster, kind: str, tmp_pa
     if kind.startswith("cluster"):
         peer, cluster_send = pair.addr(1), KINDS[kind]
 
-        async def send(n: HostedServer, r: Raw) -> str:
+        async def send(n: ServerProcess, r: Raw) -> str:
             return await cluster_send(n, r, peer)  # type: ignore[call-arg]
 
     log_from = len(node.log())
@@ -381,7 +384,7 @@ async def test_garbage_is_answered_cleanly(pair: FaultCluster, kind: str, tmp_pa
             peak = max(peak, rss_kb(node.pid))
     finally:
         await raw.close()
-    assert until(node.ready, 20, "the node to still serve")
+    assert poll_until(node.ready, 20, what="the node to still serve")
     assert http_get(node.url("/nacos/v1/ns/service/list?pageNo=1&pageSize=10"), 5)[0] == 200
     rss_after = _settled_rss(node.pid, rss_before)
     log = node.log()[log_from:]

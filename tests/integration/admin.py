@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from shoal.testing import ServerProcess, free_port_block, kill, start_server
-
-from .cpcluster import call_json
+from shoal.testing.http import call_json
 
 PASSWORD = "correct horse battery"
 

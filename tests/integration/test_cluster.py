@@ -18,8 +18,8 @@ from shoal.distro.snapshot import SNAPSHOT_REQUEST
 from shoal.distro.sync import SYNC_REQUEST
 from shoal.distro.verify import DETAIL_REQUEST
 from shoal.testing import ServerProcess, free_port_block, http_get, kill, start_server, wait_until
+from shoal.testing.rawclient import RawClient, register_body
 
-from .rawclient import RawClient, register_body
 from .test_sdk_naming import Pushes, spawn_client
 
 # These tests exercise Distro (AP) only: each node keeps its CP store embedded instead of starting

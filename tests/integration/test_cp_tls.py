@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from shoal.testing import poll_until, start_server
-
-from .certs import Pki, encrypted_copy, make_pki
-from .cpcluster import CpCluster, etcd_pids, free_blocks, kill_pid
-from .etcdcluster import listed_ips, register_persistent
+from shoal.testing import free_port_blocks, poll_until, start_server
+from shoal.testing.certs import Pki, encrypted_copy, make_pki
+from shoal.testing.etcd import etcd_pids, kill_pid
+from shoal.testing.nodes import CpCluster
+from shoal.testing.openapi import listed_ips, register_persistent
 
 PEER = "nacos.remote.peer.rpc.tls"
 
@@ -105,7 +105,7 @@ def test_managed_members_form_the_cluster_over_mutual_tls_and_refuse_plaintext(t
 
 
 def _exit(tmp_path: Path, args: list[str]) -> tuple[int, str]:
-    ports = free_blocks(2)
+    ports = free_port_blocks(2)
     members = ",".join(f"127.0.0.1:{p}" for p in ports)
     node = start_server(tmp_path / "bad", ["--members", members, *args], port=ports[0], wait=False)
     try:

@@ -30,8 +30,8 @@ pytest.importorskip("h2", reason="the h2 dev dependency drives HTTP/2 frames dir
 import h2.settings
 import hpack  # h2's own HPACK codec
 
-from .h2client import UNARY, H2Client, grpc_frame, nacos
-from .rawclient import register_body
+from shoal.testing.h2client import UNARY, H2Client, grpc_frame, nacos
+from shoal.testing.rawclient import register_body
 
 pytestmark = pytest.mark.skipif(not native_available(), reason="the h2grpc extension is not built")
 

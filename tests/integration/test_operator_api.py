@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from shoal.testing import ServerProcess, poll_until, start_server
-
-from .cpcluster import CpCluster, ExternalEtcd, call, call_json
+from shoal.testing.etcd import ExternalEtcdCluster
+from shoal.testing.http import call, call_json
+from shoal.testing.nodes import CpCluster
 
 SWITCHES = "/nacos/v1/ns/operator/switches"
 
@@ -32,8 +33,8 @@ def switches(node: ServerProcess, path: str = SWITCHES) -> dict[str, Any]:
 
 
 def test_a_switch_set_on_one_node_changes_the_other_and_survives_a_restart(tmp_path: Path) -> None:
-    etcd = ExternalEtcd(tmp_path).start()
-    cluster = CpCluster(tmp_path, 2, ["--cp-endpoints", etcd.endpoint])
+    etcd = ExternalEtcdCluster(tmp_path, 1).start()
+    cluster = CpCluster(tmp_path, 2, ["--cp-endpoints", etcd.endpoints])
     try:
         cluster.start_all()
         a, b = cluster.node(0), cluster.node(1)

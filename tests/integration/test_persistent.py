@@ -18,8 +18,8 @@ import pytest
 from v2.nacos import SubscribeServiceParam
 
 from shoal.testing import ServerProcess, free_port_block, poll_until, start_server, wait_until
+from shoal.testing.rawclient import RawClient, register_body
 
-from .rawclient import RawClient, register_body
 from .test_http_sdk import nacos_v1, v1_client  # noqa: F401 - fixtures
 from .test_sdk_naming import Pushes
 

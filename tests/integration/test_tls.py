@@ -24,10 +24,9 @@ from v2.nacos import ListInstanceParam, RegisterInstanceParam
 from shoal.config import Config, TestHooks
 from shoal.errors import ConfigError, TlsConfigError
 from shoal.testing import ServerProcess, ServerSet, free_port_block, http_get, wait_until
+from shoal.testing.certs import Pki, encrypted_copy, make_pki
+from shoal.testing.rawclient import RawClient, register_body
 from shoal.tls import NodeTls
-
-from .certs import Pki, encrypted_copy, make_pki
-from .rawclient import RawClient, register_body
 
 TRANSPORTS = ["native", "grpcio"]
 SDK = "nacos.remote.server.rpc.tls"

@@ -48,7 +48,7 @@ class RawClient:
     async def send(self, type_name: str, body: Any = None, **kw: Any) -> None:
         await self.stream.write(payload(type_name, body, **kw))
 
-    async def receive(self, timeout: float = 5) -> tuple[str, dict[str, Any]]:
+    async def receive(self, timeout: float = 5) -> tuple[str, dict[str, Any]]:  # noqa: ASYNC109 - one read's deadline
         message = await asyncio.wait_for(self.stream.read(), timeout)
         if message is grpc.aio.EOF:
             raise EOFError("stream ended")
