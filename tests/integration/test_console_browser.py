@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import ServerProcess, http_get, kill, poll_until, wait_until
+from shoal.testing import ServerProcess, call, http_get, kill, poll_until, wait_until
 
 from . import test_auth_e2e
 from .test_auth_e2e import PASSWORD, grpc_client
@@ -136,19 +136,6 @@ def browser(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Browser]
         driver.quit()
 
 
-def http_post(url: str, params: dict[str, str]) -> tuple[int, str]:
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
-    request = urllib.request.Request(f"{url}?{urllib.parse.urlencode(params)}", method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=5) as resp:
-            return int(resp.status), resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read().decode()
-
-
 async def in_browser(fn: Callable[..., Any], *args: Any) -> Any:
     return await asyncio.to_thread(fn, *args)
 
@@ -263,7 +250,7 @@ def test_cluster_page_shows_three_members(tmp_path: Path, browser: Browser) -> N
         poll_until(lambda: sum(m.get("state") == "UP" for m in node.members()) == 3, timeout=WAIT_S,
                    what="three members UP")
         for n in range(30):  # ip:port clients: each lands on (and is owned by) the node the mapper names
-            status, _ = http_post(node.url("/nacos/v1/ns/instance"), {
+            status, _ = call("POST", node.url("/nacos/v1/ns/instance"), {
                 "serviceName": "spread", "ip": f"10.11.0.{n + 1}", "port": "80", "ephemeral": "true"})
             assert status == 200
         browser.open(node.url("/nacos/#/cluster"))

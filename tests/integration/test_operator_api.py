@@ -12,6 +12,7 @@ from shoal.testing import ServerProcess, poll_until, start_server
 from shoal.testing.etcd import ExternalEtcdCluster
 from shoal.testing.http import call, call_json
 from shoal.testing.nodes import CpCluster
+from shoal.testing.openapi import hosts as listed
 
 SWITCHES = "/nacos/v1/ns/operator/switches"
 
@@ -22,10 +23,6 @@ def beat_interval(node: ServerProcess, ip: str) -> int:
     answer = call_json("PUT", node.url("/nacos/v1/ns/instance/beat"), {"serviceName": "beats", "ip": ip,
                                                                          "port": "80"})
     return int(answer["clientBeatInterval"])
-
-
-def listed(node: ServerProcess, service: str) -> list[dict[str, Any]]:
-    return list(call_json("GET", node.url("/nacos/v1/ns/instance/list"), {"serviceName": service})["hosts"])
 
 
 def switches(node: ServerProcess, path: str = SWITCHES) -> dict[str, Any]:
