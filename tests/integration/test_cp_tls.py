@@ -1,7 +1,7 @@
 """The managed etcd members under the cluster TLS settings (``nacos.remote.peer.rpc.tls.*``): the
 CP data (password hashes, the token key) travels between members and to each node over TLS only.
 
-Three real nodes with real etcd members; certificates from ``certs.py`` into tmp_path."""
+Three real nodes with real etcd members; certificates from ``shoal.testing.certs`` into tmp_path."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """TLS on the SDK gRPC port, the cluster port and the HTTP port, with real processes and clients.
 
-Certificates are generated per test into tmp_path (``certs.py``). Every gRPC case runs on both
+Certificates are generated per test into tmp_path (``shoal.testing.certs``). Every gRPC case runs on both
 server transports (native over the loop's SSL transport, and grpc.aio).
 """
 
