@@ -16,9 +16,9 @@ from v2.nacos import ClientConfigBuilder, GRPCConfig, ListInstanceParam, NacosNa
 from v2.nacos.common.nacos_exception import NacosException as GrpcNacosException
 
 from shoal.testing import ServerProcess, kill, poll_until
+from shoal.testing.auth import PASSWORD, start_with_admin
 from shoal.testing.http import call
 
-from .admin import PASSWORD, start_with_admin
 from .test_http_sdk import nacos_v1  # noqa: F401  (the 1.x SDK fixture)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:nacos.*")

@@ -13,11 +13,11 @@ import pytest
 
 from shoal.config import TestHooks
 from shoal.testing import ServerProcess, poll_until, wait_until
+from shoal.testing.auth import PASSWORD, add_user_with_grant, ok
 from shoal.testing.http import call, call_json
 from shoal.testing.rawclient import RawClient
 
 from . import admin
-from .admin import PASSWORD, add_user_with_grant, ok
 
 node = admin.node  # one server for the module
 auth_node = admin.auth_node  # with auth and an admin `nacos`
