@@ -79,9 +79,9 @@ class NodeCluster:
         if old is not None:
             self.retired.append(old)
         host, port = self.hosts[i], self.ports[i]
-        server = ServerProcess(port, self.root / f"node-{host}-{port}", ["--members", self.members, *self.base,
-                                                                         *extra],
-                               env, host=host, ready_timeout=self.ready_timeout)
+        args = ["--members", self.members, *self.base, *extra]
+        server = ServerProcess(port, self.root / f"node-{host}-{port}", args, env, host=host,
+                               ready_timeout=self.ready_timeout)
         self.nodes[i] = server.start()
         if wait:
             server.wait_ready()
