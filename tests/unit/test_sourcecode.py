@@ -31,6 +31,7 @@ import shoal
 SRC = Path(shoal.__file__).resolve().parent
 REPO = SRC.parent.parent
 BENCH = REPO / "bench"
+TESTS = REPO / "tests"
 
 DOMAIN = ("model", "service_layer", "distro", "health", "push", "kernels", "export", "cp", "auth")
 #: The order of the domain: a package may import only packages of a lower rank (and itself).
@@ -150,14 +151,16 @@ def layering_violations(root: Path) -> list[Violation]:
     return found
 
 
-def bench_imports_of_tests(bench: Path) -> list[Violation]:
-    """Every import of the ``tests`` package by a file under ``bench``."""
+def bench_imports_of_tests(bench: Path, tests: Path) -> list[Violation]:
+    """Every import of the ``tests`` package by a file under ``bench``, also under the names its
+    folders have when ``tests/`` is on the path (``from integration.rawclient import ...``)."""
+    names = ("tests", *sorted(p.name for p in tests.iterdir() if p.is_dir() and any(p.rglob("*.py"))))
     found: list[Violation] = []
     for path in sorted(bench.rglob("*.py")):
         module = _module_name(bench, path)
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         found += [Violation(module, line, name) for line, name in _imports(module, path.name == "__init__.py", tree)
-                  if _under(name, ("tests",))]
+                  if _under(name, names)]
     return found
 
 
@@ -167,7 +170,7 @@ def test_layers_point_one_way() -> None:
 
 
 def test_bench_never_imports_the_tests() -> None:
-    violations = bench_imports_of_tests(BENCH)
+    violations = bench_imports_of_tests(BENCH, TESTS)
     assert not violations, "bench imports tests (move the helper into shoal.testing):\n" + "\n".join(
         map(str, violations))
 
@@ -252,14 +255,21 @@ def test_the_bench_checker_catches_imports_of_tests(tmp_path: Path) -> None:
         "rebalance/__init__.py": "",
         "rebalance/view.py": "from tests.integration.moving import MovingClient\nfrom shoal.testing import moving\n",
         "load/run.py": "def f() -> None:\n    import tests.faults.harness\n",
+        "load/raw.py": "from integration.rawclient import RawClient\nimport integrations\n",
     }
     for name, text in files.items():
         path = bench / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-    found = {(v.module, v.line, v.imported) for v in bench_imports_of_tests(bench)}
+    tests = tmp_path / "tests"
+    (tests / "integration").mkdir(parents=True)
+    (tests / "integration" / "test_x.py").write_text("", encoding="utf-8")
+    (tests / "fixtures").mkdir()  # no Python in it: not a name to refuse
+    found = {(v.module, v.line, v.imported) for v in bench_imports_of_tests(bench, tests)}
     assert found == {
         ("bench.rebalance.view", 1, "tests.integration.moving"),
         ("bench.rebalance.view", 1, "tests.integration.moving.MovingClient"),
         ("bench.load.run", 2, "tests.faults.harness"),
+        ("bench.load.raw", 1, "integration.rawclient"),
+        ("bench.load.raw", 1, "integration.rawclient.RawClient"),
     }
