@@ -32,7 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.integration.moving import (
+from bench.distro._common import emit, host_info, install_signal_handlers, log, run_main, server_options
+from shoal.testing import ServerSet, free_port_block, wait_until
+from shoal.testing.moving import (
     JAVA,
     MovingClient,
     PushRecorder,
@@ -41,9 +43,6 @@ from tests.integration.moving import (
     instance_body,
     listed,
 )
-
-from bench.distro._common import emit, host_info, install_signal_handlers, log, run_main, server_options
-from shoal.testing import ServerSet, free_port_block, wait_until
 
 SERVICE = "bench-moved"
 IP, PORT = "10.70.0.1", 8080

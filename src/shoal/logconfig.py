@@ -32,8 +32,7 @@ from typing import Any
 import orjson
 
 from shoal.config import Config
-from shoal.logutil import CollapsingHandler
-from shoal.transport.http.access_log import ACCESS_LOGGER
+from shoal.logutil import ACCESS_LOGGER, CollapsingHandler
 
 __all__ = ["ACCESS_LOGGER", "BoundedQueueHandler", "JsonFormatter", "access_log_path", "configure_logging"]
 

@@ -19,7 +19,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["CollapsingHandler", "RateLimitedLog"]
+__all__ = ["ACCESS_LOGGER", "CollapsingHandler", "RateLimitedLog"]
+
+#: The logger of the HTTP access log: written by the HTTP transport, routed by :mod:`shoal.logconfig`
+#: (named here so that logconfig needs no import of a transport).
+ACCESS_LOGGER = "shoal.access"
 
 
 @dataclass

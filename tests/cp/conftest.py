@@ -11,8 +11,8 @@ from shoal.cp.embedded import EmbeddedStore
 from shoal.cp.etcd import EtcdStore
 from shoal.cp.store import CpStore
 from shoal.cp.supervisor import EtcdSupervisor
-
-from .helpers import managed_cluster, wait_for
+from shoal.testing.etcd import managed_cluster
+from shoal.testing.wait import wait_until
 
 
 async def _started(supervisor: EtcdSupervisor) -> EtcdSupervisor:
@@ -36,7 +36,7 @@ async def etcd_store(etcd: EtcdSupervisor) -> AsyncIterator[EtcdStore]:
     store = EtcdStore(etcd.endpoints, request_timeout_ms=2000, backoff_max_ms=500)
     await store.start()
     try:
-        await wait_for(lambda: _answers(store), what="etcd answering")
+        await wait_until(lambda: _answers(store), timeout=15.0, what="etcd answering")
         yield store
     finally:
         await store.close()

@@ -23,8 +23,7 @@ from shoal.cp.store import (
     WatchItem,
     json_view,
 )
-
-from .helpers import wait_for
+from shoal.testing.wait import wait_until
 
 USERS = Keyspace.USERS
 
@@ -113,7 +112,8 @@ async def test_watch_replays_history_then_follows_live_writes(store: CpStore) ->
         r2 = await store.put(b, b"2")
         r3 = await store.delete(a)
         expected = [(EventKind.PUT, a, b"1", start), (EventKind.PUT, b, b"2", r2), (EventKind.DELETE, a, b"", r3)]
-        await wait_for(lambda: watcher.events() == expected, what=f"events {expected}, got {watcher.events()}")
+        await wait_until(lambda: watcher.events() == expected, timeout=15.0,
+                         what=f"events {expected}, got {watcher.events()}")
     finally:
         await watcher.stop()
 
@@ -127,13 +127,14 @@ async def test_watch_from_a_compacted_revision_resyncs_then_continues(store: CpS
     await store.compact(deleted)
     watcher = Collector(store, USERS.prefix, first)
     try:
-        await wait_for(lambda: watcher.items, what="a resync")
+        await wait_until(lambda: watcher.items, timeout=15.0, what="a resync")
         resync = watcher.items[0]
         assert isinstance(resync, Resync)
         assert [(kv.key, kv.value) for kv in resync.items] == [(b, b"2")]
         assert resync.revision >= deleted
         after = await store.put(a, b"3")
-        await wait_for(lambda: watcher.events() == [(EventKind.PUT, a, b"3", after)], what="the next event")
+        await wait_until(lambda: watcher.events() == [(EventKind.PUT, a, b"3", after)], timeout=15.0,
+                         what="the next event")
     finally:
         await watcher.stop()
 
@@ -153,7 +154,7 @@ async def test_view_reads_locally_and_reads_its_own_writes(store: CpStore) -> No
         assert await view.compare_and_put("alice", {"n": 3}, view.mod_revision("alice")) is True
         assert view.get("alice") == {"n": 3}
         await store.put(USERS.key("bob"), b'{"n":4}')  # written by "another node"
-        await wait_for(lambda: view.get("bob") == {"n": 4}, what="a foreign write in the view")
+        await wait_until(lambda: view.get("bob") == {"n": 4}, timeout=15.0, what="a foreign write in the view")
         assert await view.delete("alice") is True
         assert "alice" not in view and await view.delete("alice") is False
         assert ("alice", None, {"n": 1}) in changes and ("alice", {"n": 3}, None) in changes
@@ -178,7 +179,7 @@ async def test_view_skips_undecodable_values(store: CpStore) -> None:
 async def test_closing_the_store_ends_its_watches(store: CpStore) -> None:
     revision = await store.put(USERS.key("a"), b"1")
     watcher = Collector(store, USERS.prefix, revision)
-    await wait_for(lambda: watcher.events(), what="the first event")
+    await wait_until(lambda: watcher.events(), timeout=15.0, what="the first event")
     await store.close()
     async with asyncio.timeout(15):
         await watcher._task  # ends by itself, no error
@@ -217,7 +218,7 @@ async def test_a_watcher_sees_a_txn_whole_in_order(store: CpStore) -> None:
         done = await store.txn([TxnCompare(USERS.key("old"), start)], [*writes, TxnWrite(USERS.key("old"), None)])
         assert done.succeeded
         expected = [(EventKind.PUT, w.key, w.value) for w in writes] + [(EventKind.DELETE, USERS.key("old"), b"")]
-        await wait_for(lambda: len(watcher.events()) >= len(expected), what="the txn's events")
+        await wait_until(lambda: len(watcher.events()) >= len(expected), timeout=15.0, what="the txn's events")
         assert [e[:3] for e in watcher.events()] == expected
         assert all(start < e[3] <= done.revision for e in watcher.events())
     finally:

@@ -13,8 +13,9 @@ from shoal.cp.etcd import EtcdError, EtcdStore
 from shoal.cp.store import CpView, EventKind, Keyspace, Resync, json_codec, json_view
 from shoal.cp.supervisor import EtcdSupervisor
 from shoal.errors import CpUnavailable
+from shoal.testing.proxy import TcpProxy
+from shoal.testing.wait import wait_until
 
-from .helpers import TcpProxy, wait_for
 from .test_contract import Collector
 
 USERS = Keyspace.USERS
@@ -26,12 +27,12 @@ async def test_watch_resumes_without_gaps_or_repeats_after_etcd_restarts(
     start = await etcd_store.put(a, b"1")
     watcher = Collector(etcd_store, USERS.prefix, start)
     try:
-        await wait_for(lambda: len(watcher.events()) == 1, what="the first event")
+        await wait_until(lambda: len(watcher.events()) == 1, timeout=15.0, what="the first event")
         await etcd.stop()  # the client's stream is cut
         await etcd.start()
         await etcd.wait_listening(30)
-        later = await wait_for(lambda: _try_put(etcd_store, b, b"2"), what="a write after the restart")
-        await wait_for(lambda: len(watcher.events()) == 2, what="the event after the restart")
+        later = await wait_until(lambda: _try_put(etcd_store, b, b"2"), timeout=15.0, what="a write after the restart")
+        await wait_until(lambda: len(watcher.events()) == 2, timeout=15.0, what="the event after the restart")
         assert watcher.events() == [(EventKind.PUT, a, b"1", start), (EventKind.PUT, b, b"2", later)]
     finally:
         await watcher.stop()
@@ -58,14 +59,14 @@ async def test_view_resyncs_when_history_was_compacted_while_it_was_cut_off(
         await etcd_store.put(USERS.key("gone"), b'"x"')
         await etcd_store.put(USERS.key("kept"), b'"y"')
         await view.wait_ready(15)
-        await wait_for(lambda: len(view) == 2, what="the view filled")
+        await wait_until(lambda: len(view) == 2, timeout=15.0, what="the view filled")
         await proxy.cut()
         await etcd_store.delete(USERS.key("gone"))
         await etcd_store.put(USERS.key("new"), b'"z"')
         last = await etcd_store.put(Keyspace.ROLES.key("r"), b'"r"')
         await etcd_store.compact(last)
         await proxy.open()
-        await wait_for(lambda: dict(view.items()) == {"kept": "y", "new": "z"}, what="the view re-read")
+        await wait_until(lambda: dict(view.items()) == {"kept": "y", "new": "z"}, timeout=15.0, what="the view re-read")
         assert ("gone", "x", None) in changes and ("new", None, "z") in changes
         assert ("kept", "y", "y") not in changes  # an unchanged key is not reported by the re-read
         after = await etcd_store.put(USERS.key("after"), b'"w"')
@@ -188,7 +189,7 @@ async def test_a_view_stops_promptly_while_its_watch_keeps_receiving(etcd_store:
             view.start()
             try:
                 await view.wait_ready(15)
-                await wait_for(lambda v=view: len(v) > 0, what="events flowing")  # type: ignore[misc]
+                await wait_until(lambda v=view: len(v) > 0, timeout=15.0, what="events flowing")  # type: ignore[misc]
             finally:
                 async with asyncio.timeout(10):
                     await view.stop()

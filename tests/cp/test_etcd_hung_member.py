@@ -19,8 +19,9 @@ from shoal.cp.etcd import EtcdStore
 from shoal.cp.store import CpView, Keyspace, json_codec, json_view
 from shoal.cp.supervisor import EtcdSupervisor
 from shoal.errors import CpUnavailable
-
-from .helpers import TcpProxy, free_main_ports, wait_for
+from shoal.testing.procs import free_port_blocks
+from shoal.testing.proxy import TcpProxy
+from shoal.testing.wait import wait_until
 
 LONG_TIMEOUT_MS = 60_000
 DEADLINE_S = 20  # generous, and a third of the request timeout
@@ -34,7 +35,7 @@ async def silent_endpoint() -> AsyncIterator[str]:
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         held.append(writer)  # read nothing, answer nothing
 
-    port = free_main_ports(1, (0,))[0]
+    port = free_port_blocks(1, (0,))[0]
     server = await asyncio.start_server(silent, "127.0.0.1", port)
     try:
         yield f"127.0.0.1:{port}"
@@ -129,7 +130,7 @@ async def test_a_write_returns_while_its_view_lags_and_the_view_catches_up_later
             except CpUnavailable:  # the write that found the proxy frozen
                 return None
 
-        revision = await wait_for(written, DEADLINE_S, "a write returning although its view cannot see it")
+        revision = await wait_until(written, DEADLINE_S, "a write returning although its view cannot see it")
         assert view.get("a") is None
         proxy.thaw()
         await view.wait_revision(revision, DEADLINE_S)

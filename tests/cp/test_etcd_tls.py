@@ -13,8 +13,9 @@ import pytest
 from shoal.cp.etcd import EtcdStore
 from shoal.cp.store import Keyspace, json_view
 from shoal.errors import CpUnavailable
-
-from .helpers import free_main_ports, require_etcd, wait_for
+from shoal.testing.etcd import require_etcd
+from shoal.testing.procs import free_port_blocks
+from shoal.testing.wait import wait_until
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -36,7 +37,7 @@ def _make_pki(directory: Path) -> None:
 @pytest.fixture
 async def tls_etcd(tmp_path: Path) -> AsyncIterator[tuple[int, Path]]:
     _make_pki(tmp_path)
-    client, peer = free_main_ports(2, (0,))
+    client, peer = free_port_blocks(2, (0,))
     proc = await asyncio.create_subprocess_exec(
         require_etcd(), "--name", "tls", "--data-dir", str(tmp_path / "etcd"),
         "--listen-client-urls", f"https://127.0.0.1:{client}", "--advertise-client-urls", f"https://127.0.0.1:{client}",
@@ -69,7 +70,7 @@ async def test_tls_with_a_client_certificate(tls_etcd: tuple[int, Path]) -> None
             except CpUnavailable:
                 return None
 
-        revision = await wait_for(put, 30, "a write over TLS")
+        revision = await wait_until(put, 30, "a write over TLS")
         view.start()
         await view.wait_revision(revision, 15)
         assert view.get("tls") == "yes"  # the watch stream runs over TLS too

@@ -13,8 +13,7 @@ from shoal.auth.service import naming_resource
 from shoal.cp.store import CpStore, Keyspace, json_view
 from shoal.errors import IllegalNamespace, InvalidParam, MissingParam, NamespaceAlreadyExist, NamespaceNotExist
 from shoal.service_layer.namespaces import NamespaceService
-
-from .helpers import wait_for
+from shoal.testing.wait import wait_until
 
 
 @pytest.fixture(params=["embedded", "etcd"])
@@ -67,12 +66,12 @@ async def test_two_nodes_one_winner_and_shared_edits(two_nodes: tuple[NamespaceS
     a, b = two_nodes
     results = await asyncio.gather(a.create("race", "A", None), b.create("race", "B", None), return_exceptions=True)
     assert sorted(type(r).__name__ for r in results) == ["NamespaceAlreadyExist", "str"]
-    await wait_for(lambda: b.exists("race") and a.exists("race"), what="both views")
+    await wait_until(lambda: b.exists("race") and a.exists("race"), timeout=15.0, what="both views")
     await b.edit("race", "Renamed", "d")
-    await wait_for(lambda: a.get("race")["namespaceShowName"] == "Renamed", what="the edit on A")
+    await wait_until(lambda: a.get("race")["namespaceShowName"] == "Renamed", timeout=15.0, what="the edit on A")
     assert [n["namespace"] for n in a.list()] == ["", "race"]
     assert await a.delete("race")
-    await wait_for(lambda: not b.exists("race"), what="the delete on B")
+    await wait_until(lambda: not b.exists("race"), timeout=15.0, what="the delete on B")
 
 
 async def test_auth_data_is_shared_and_the_token_key_has_one_winner(store: CpStore) -> None:
@@ -86,16 +85,17 @@ async def test_auth_data_is_shared_and_the_token_key_has_one_winner(store: CpSto
         await a.add_user("dev", "hash")
         with pytest.raises(InvalidParam, match="already exist"):
             await b.add_user("dev", "other")
-        await wait_for(lambda: b.has_user("dev"), what="dev on B")
+        await wait_until(lambda: b.has_user("dev"), timeout=15.0, what="dev on B")
         await b.add_role("devs", "dev")
         await b.add_permission("devs", "dev:*:*", "r")
         resource = naming_resource("dev", "G", "svc")
-        await wait_for(lambda: a.allowed("dev", resource, "r"), what="the grant on A")
+        await wait_until(lambda: a.allowed("dev", resource, "r"), timeout=15.0, what="the grant on A")
         assert not a.allowed("dev", resource, "w")
         await a.delete_role("devs")  # the role, its bindings and its permissions
-        await wait_for(lambda: not b.allowed("dev", resource, "r") and not b.permissions(), what="revoked on B")
+        await wait_until(lambda: not b.allowed("dev", resource, "r") and not b.permissions(), timeout=15.0,
+                         what="revoked on B")
         await b.grant_admin("dev")
-        await wait_for(lambda: a.is_global_admin("dev") and a.has_admin(), what="admin on A")
+        await wait_until(lambda: a.is_global_admin("dev") and a.has_admin(), timeout=15.0, what="admin on A")
         with pytest.raises(InvalidParam, match="cannot delete admin"):
             await a.delete_user("dev")
     finally:

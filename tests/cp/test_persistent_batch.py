@@ -23,8 +23,9 @@ from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
 from shoal.service_layer.persistent import MAX_BATCH, PersistentNaming, instance_doc, instance_name
 from shoal.testing import Registry, make_registry
+from shoal.testing.etcd import managed_cluster
+from shoal.testing.wait import wait_until
 
-from .helpers import managed_cluster, wait_for
 from .test_contract import Collector
 
 SVC = ServiceKey("public", "DEFAULT_GROUP", "db")
@@ -83,7 +84,7 @@ async def nodes(tmp_path: Path) -> AsyncIterator[tuple[Node, Node]]:
         made.append(await _node(members[0]))
         made.append(await _node(members[1]))
         for node in made:
-            await wait_for(lambda n=node: _answers(n), 30, "a write through each member")  # type: ignore[misc]
+            await wait_until(lambda n=node: _answers(n), 30, "a write through each member")  # type: ignore[misc]
         yield made[0], made[1]
     finally:
         for node in made:
@@ -104,8 +105,8 @@ async def test_a_batch_reaches_a_watcher_on_another_member_whole(nodes: tuple[No
         instances = batch(MAX_BATCH)
         await a.persistent.batch_register(SVC, instances)
         assert len(a.ips()) == MAX_BATCH  # the writer's own view has all of it on return
-        await wait_for(lambda: len(b.ips()) == MAX_BATCH, 15, "the batch listed on B")
-        await wait_for(lambda: len(watcher.events()) >= MAX_BATCH, 15, "the batch's events on B's watch")
+        await wait_until(lambda: len(b.ips()) == MAX_BATCH, 15, "the batch listed on B")
+        await wait_until(lambda: len(watcher.events()) >= MAX_BATCH, 15, "the batch's events on B's watch")
         events = watcher.events()
         assert sorted(e[1] for e in events) == sorted(INSTANCES.key(instance_name(SVC, "DEFAULT", i.ip, i.port))
                                                       for i in instances)
@@ -113,8 +114,8 @@ async def test_a_batch_reaches_a_watcher_on_another_member_whole(nodes: tuple[No
         assert len({e[3] for e in events}) == 1  # one etcd revision: one txn, never seen half-applied
 
         await a.persistent.batch_deregister(SVC, instances[: MAX_BATCH // 2])
-        await wait_for(lambda: len(b.ips()) == MAX_BATCH - MAX_BATCH // 2, 15, "the removal listed on B")
-        await wait_for(lambda: len(watcher.events()) >= MAX_BATCH + MAX_BATCH // 2, 15, "the removal's events")
+        await wait_until(lambda: len(b.ips()) == MAX_BATCH - MAX_BATCH // 2, 15, "the removal listed on B")
+        await wait_until(lambda: len(watcher.events()) >= MAX_BATCH + MAX_BATCH // 2, 15, "the removal's events")
         removed = [e for e in watcher.events() if e[0] is EventKind.DELETE]
         assert len(removed) == MAX_BATCH // 2 and len({e[3] for e in removed}) == 1
 
@@ -134,7 +135,7 @@ async def test_a_batch_the_store_refuses_part_way_writes_nothing(nodes: tuple[No
         await a.persistent.batch_register(SVC, [*batch(10), huge])
     assert (await a.store.range(INSTANCES.prefix)).items == ()
     await a.persistent.batch_register(SVC, batch(10))  # the store still takes the rest
-    await wait_for(lambda: len(b.ips()) == 10, 15, "the smaller batch on B")
+    await wait_until(lambda: len(b.ips()) == 10, 15, "the smaller batch on B")
 
 
 async def test_a_batch_worked_out_from_a_stale_view_is_applied_whole(nodes: tuple[Node, Node]) -> None:
@@ -145,7 +146,7 @@ async def test_a_batch_worked_out_from_a_stale_view_is_applied_whole(nodes: tupl
     a, b = nodes
     x, y = InstanceInfo("10.3.0.1", 5432), InstanceInfo("10.3.0.2", 5432)
     await a.persistent.batch_register(SVC, [x])
-    await wait_for(lambda: b.ips() == {"10.3.0.1"}, 15, "x on B")
+    await wait_until(lambda: b.ips() == {"10.3.0.1"}, 15, "x on B")
     await a.instances.stop()
     await b.persistent.batch_register(SVC, [InstanceInfo("10.3.0.1", 5432, weight=5.0)])
     watcher = Collector(b.store, INSTANCES.prefix, b.instances.revision + 1)
@@ -155,7 +156,7 @@ async def test_a_batch_worked_out_from_a_stale_view_is_applied_whole(nodes: tupl
         stored = {kv.key: decode(kv.value) for kv in (await a.store.range(INSTANCES.prefix)).items}
         assert stored == {INSTANCES.key(instance_name(SVC, "DEFAULT", i.ip, i.port)):
                           instance_doc(SVC, a.registry.naming._with_id(SVC, i)) for i in (x, y)}
-        await wait_for(lambda: len(watcher.events()) == 2, 15, "the batch's two events")
+        await wait_until(lambda: len(watcher.events()) == 2, 15, "the batch's two events")
         assert len({e[3] for e in watcher.events()}) == 1
     finally:
         await watcher.stop()

@@ -15,8 +15,8 @@ from shoal.cp.etcd import EtcdStore
 from shoal.cp.store import Keyspace, json_view
 from shoal.cp.supervisor import EtcdSupervisor, cluster_token, plan_members
 from shoal.errors import CpUnavailable
-
-from .helpers import managed_cluster, wait_for
+from shoal.testing.etcd import managed_cluster
+from shoal.testing.wait import wait_until
 
 META = Keyspace.META
 
@@ -51,7 +51,7 @@ async def _put(store: EtcdStore, key: str, value: bytes) -> int | None:
 async def test_members_of_one_list_form_one_cluster(cluster: list[EtcdSupervisor]) -> None:
     a, b = await _store_on(cluster[0]), await _store_on(cluster[1])
     try:
-        revision = await wait_for(lambda: _put(a, META.key("hello"), b"from a"), 30, "a write via member 0")
+        revision = await wait_until(lambda: _put(a, META.key("hello"), b"from a"), 30, "a write via member 0")
         kv = await b.get(META.key("hello"))  # a linearizable read through another member
         assert kv is not None and (kv.value, kv.mod_revision) == (b"from a", revision)
     finally:
@@ -64,10 +64,10 @@ async def test_a_killed_member_is_restarted_and_serves_again(cluster: list[EtcdS
     pid = victim.pid
     assert pid is not None and victim.starts == 1
     os.kill(pid, signal.SIGKILL)
-    await wait_for(lambda: victim.starts == 2 and victim.pid not in (None, pid), 30, "the member restarted")
+    await wait_until(lambda: victim.starts == 2 and victim.pid not in (None, pid), 30, "the member restarted")
     store = await _store_on(victim)
     try:
-        revision = await wait_for(lambda: _put(store, META.key("after-kill"), b"1"), 30, "a write via it")
+        revision = await wait_until(lambda: _put(store, META.key("after-kill"), b"1"), 30, "a write via it")
         assert revision > 0
     finally:
         await store.close()
@@ -79,9 +79,9 @@ async def test_without_a_quorum_writes_fail_within_the_timeout_and_reads_go_on(
     view = json_view(survivor, META)
     view.start()
     try:
-        await wait_for(lambda: _put(survivor, META.key("before"), b'"ok"'), 30, "a write with quorum")
+        await wait_until(lambda: _put(survivor, META.key("before"), b'"ok"'), 30, "a write with quorum")
         await view.wait_ready(30)
-        await wait_for(lambda: view.get("before") == "ok", what="the view")
+        await wait_until(lambda: view.get("before") == "ok", timeout=15.0, what="the view")
         await cluster[1].stop()
         await cluster[2].stop()
         async with asyncio.timeout(15):  # request timeout 2 s: bounded, never a hang
@@ -91,7 +91,7 @@ async def test_without_a_quorum_writes_fail_within_the_timeout_and_reads_go_on(
                 await view.create("during", "no")
         assert view.get("before") == "ok"
         await cluster[1].start()  # quorum again: writes go through
-        revision = await wait_for(lambda: _put(survivor, META.key("healed"), b'"yes"'), 30, "a write after healing")
+        revision = await wait_until(lambda: _put(survivor, META.key("healed"), b'"yes"'), 30, "a write after healing")
         await view.wait_revision(revision, 30)
         assert view.get("healed") == "yes"
     finally:
@@ -125,21 +125,21 @@ async def test_the_member_log_is_rotated_kept_bounded_and_written_on(tmp_path: P
     await member.start()
     try:
         await member.wait_listening(30)
-        await wait_for(lambda: member.log_rotations >= 1, 30, "the start-up output rotated")
+        await wait_until(lambda: member.log_rotations >= 1, 30, "the start-up output rotated")
         for _ in range(2):  # each restart writes more than the limit again
             before, pid = member.log_rotations, member.pid
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
-            await wait_for(lambda b=before: member.log_rotations > b and member.pid is not None, 30,  # type: ignore[misc]
-                           "a rotation after the restart")
-        await wait_for(lambda: member.log_path.stat().st_size > 0, 30, "etcd writing on in the truncated file")
+            await wait_until(lambda b=before: member.log_rotations > b and member.pid is not None,  # type: ignore[misc]
+                             30, "a rotation after the restart")
+        await wait_until(lambda: member.log_path.stat().st_size > 0, 30, "etcd writing on in the truncated file")
         assert not member.log_path.read_bytes().startswith(b"\0")  # appended at the new end, no hole
         newest, oldest = member.rotated_log_paths()
         assert newest.stat().st_size > limit and oldest.stat().st_size > limit
         assert not member.log_path.with_name("etcd.log.3").exists()
         store = await _store_on(member)
         try:
-            assert await wait_for(lambda: _put(store, META.key("logged"), b"1"), 30, "a write") > 0
+            assert await wait_until(lambda: _put(store, META.key("logged"), b"1"), 30, "a write") > 0
         finally:
             await store.close()
     finally:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from .harness import FaultCluster, Partition, PartitionUnavailable, partitions_unavailable
+from shoal.testing.faults import Partition, PartitionUnavailable, partitions_unavailable
+from shoal.testing.nodes import FaultCluster
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def fault_cluster(tmp_path: Path) -> Iterator[Callable[..., FaultCluster]]:
 
     yield factory
     for cluster in made:
-        cluster.close()
+        cluster.kill_all()
 
 
 @pytest.fixture

@@ -36,18 +36,10 @@ from pathlib import Path
 import pytest
 
 from shoal.cp.supervisor import EtcdSupervisor, plan_members
-from shoal.testing import poll_until
-
-from .harness import (
-    FAST_MEMBERS,
-    HostedServer,
-    Partition,
-    PartitionUnavailable,
-    free_port_on,
-    kill9,
-    partitions_unavailable,
-    until,
-)
+from shoal.testing.faults import Partition, PartitionUnavailable, kill9, partitions_unavailable
+from shoal.testing.nodes import FAST_MEMBERS
+from shoal.testing.procs import ServerProcess, free_port_block
+from shoal.testing.wait import poll_until
 
 pytestmark = pytest.mark.faults
 
@@ -82,10 +74,10 @@ class CgroupCluster:
         self.mode = mode
         self.etcds: list[subprocess.Popen[bytes]] = []
         self.hosts = [f"127.0.0.{2 + i}" for i in range(3)]
-        self.ports = [free_port_on(h, OFFSETS) for h in self.hosts]
+        self.ports = [free_port_block(OFFSETS, host=h) for h in self.hosts]
         self.members = ",".join(f"{h}:{p}" for h, p in zip(self.hosts, self.ports, strict=True))
         self.cgroups = [f"shoal-cp-{os.getpid()}-{i}" for i in range(3)]
-        self.nodes: list[HostedServer] = []
+        self.nodes: list[ServerProcess] = []
 
     def _in_cgroup(self, i: int, command: list[str]) -> list[str]:
         """``command`` made to join cgroup ``i`` before exec, so every socket it (and its children)
@@ -112,10 +104,10 @@ class CgroupCluster:
             (CGROUP2 / self.cgroups[i]).mkdir(exist_ok=True)
         mode_args = ["--cp-endpoints", ",".join(self._start_external_etcd())] if self.mode == "etcd" else []
         for i, (host, port) in enumerate(zip(self.hosts, self.ports, strict=True)):
-            node = HostedServer(port, self.root / f"node-{host}-{port}",
-                                ["--members", self.members, *mode_args, *ARGS], host=host)
+            node = ServerProcess(port, self.root / f"node-{host}-{port}",
+                                 ["--members", self.members, *mode_args, *ARGS], host=host)
             node.args = self._in_cgroup(i, node.args)
-            self.nodes.append(node.start())  # type: ignore[arg-type]
+            self.nodes.append(node.start())
         for node in self.nodes:
             node.wait_ready(90)
 
@@ -133,8 +125,8 @@ class CgroupCluster:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(int(pid), signal.SIGKILL)
                 with contextlib.suppress(AssertionError):
-                    poll_until(lambda p=path: not (p / "cgroup.procs").read_text().strip(), 10, 0.1,  # type: ignore[misc]
-                               f"{name} empty")
+                    poll_until(lambda p=path: not (p / "cgroup.procs").read_text().strip(),  # type: ignore[misc]
+                               10, 0.1, f"{name} empty")
                 with contextlib.suppress(OSError):
                     path.rmdir()
 
@@ -167,7 +159,7 @@ def test_the_minority_refuses_cp_writes_serves_reads_and_ap_and_agrees_after_hea
     a, b, c = cluster.nodes
     status, body = register_persistent(a, "cp", "10.9.1.1")
     assert status == 200, body
-    until(lambda: all(listed_ips(n, "cp") == {"10.9.1.1"} for n in cluster.nodes), 10, "replicated before")
+    poll_until(lambda: all(listed_ips(n, "cp") == {"10.9.1.1"} for n in cluster.nodes), 10, what="replicated before")
 
     # C alone on one side, A and B on the other.
     for i in (0, 1):
@@ -188,7 +180,8 @@ def test_the_minority_refuses_cp_writes_serves_reads_and_ap_and_agrees_after_hea
     # ... keeps serving reads from its view ...
     assert listed_ips(c, "cp") == {"10.9.1.1"}
     # ... and keeps taking ephemeral (AP) registrations once it holds A and B for down.
-    until(lambda: all(s != "UP" for addr, s in _states(c).items() if addr != c.addr), 30, "C to mark A and B down")
+    poll_until(lambda: all(s != "UP" for addr, s in _states(c).items() if addr != c.addr), 30,
+               what="C to mark A and B down")
     status, body = register_persistent_ap(c, "ap-minority", "10.9.4.1")
     assert status == 200, body
     assert listed_ips(c, "ap-minority") == {"10.9.4.1"}
@@ -198,7 +191,7 @@ def test_the_minority_refuses_cp_writes_serves_reads_and_ap_and_agrees_after_hea
 
     # The majority keeps writing (its first write may wait for a new etcd leader).
     # A write whose ip:port C is responsible for is forwarded to C until A holds C for down.
-    until(lambda: all(_states(n).get(c.addr) != "UP" for n in (a, b)), 30, "A and B to mark C down")
+    poll_until(lambda: all(_states(n).get(c.addr) != "UP" for n in (a, b)), 30, what="A and B to mark C down")
     answers: list[tuple[int, str]] = []
 
     def majority_write() -> bool:
@@ -217,8 +210,8 @@ def test_the_minority_refuses_cp_writes_serves_reads_and_ap_and_agrees_after_hea
     expected = {"10.9.1.1", "10.9.2.1", "10.9.2.2"}
     # ... and both list both writes: their views' watches are on a member of the majority, or move
     # there within seconds (an idle stream whose member fails a status probe is re-homed).
-    until(lambda: all(listed_ips(n, "cp") == expected for n in (a, b)), 30,
-          "the majority writes on A and B", interval=0.2)
+    poll_until(lambda: all(listed_ips(n, "cp") == expected for n in (a, b)), 30,
+               what="the majority writes on A and B", interval=0.2)
     majority_visible = time.monotonic() - written_at
     # Measured, not asserted: whether C heard of them during the cut (it must not; a leak means the
     # partition was not airtight, a fault of the harness rather than of the node).
@@ -236,15 +229,15 @@ def test_the_minority_refuses_cp_writes_serves_reads_and_ap_and_agrees_after_hea
         return all(x == lists[0] for x in lists) and expected <= lists[0] <= expected | {"10.9.3.1"}
 
     try:
-        until(agreed_sets, 60, "every node to agree after healing", interval=0.2)
+        poll_until(agreed_sets, 60, what="every node to agree after healing", interval=0.2)
     except AssertionError as exc:
         raise AssertionError(f"{exc}: {[sorted(x) for x in lists]}") from None
     agreed = time.monotonic() - healed_at
     early_applied = "10.9.3.1" in lists[0]
     poll_until(lambda: register_persistent(c, "cp", "10.9.3.1")[0] == 200, 30, 0.2, "C taking CP writes again")
     writable = time.monotonic() - healed_at
-    until(lambda: all(listed_ips(n, "cp") == expected | {"10.9.3.1"} for n in cluster.nodes), 10,
-          "C's write everywhere")
+    poll_until(lambda: all(listed_ips(n, "cp") == expected | {"10.9.3.1"} for n in cluster.nodes), 10,
+               what="C's write everywhere")
     print(f"cp partition ({cluster.mode}): majority write accepted {majority_stall:.1f} s after the cut, "
           f"{written_at - first_try:.1f} s after its first try ({len(answers)} attempts), "
           f"B's too and both listed on A and B {majority_visible:.1f} s later; "
@@ -254,7 +247,7 @@ def test_the_minority_refuses_cp_writes_serves_reads_and_ap_and_agrees_after_hea
           f"healing; C writable again {writable:.1f} s after healing")
 
 
-def _http(method: str, node: HostedServer, path: str, params: dict[str, str]) -> tuple[int, str]:
+def _http(method: str, node: ServerProcess, path: str, params: dict[str, str]) -> tuple[int, str]:
     """One request to ``node`` from :data:`TESTER`: (status, body); no answer is status 0."""
     conn = http.client.HTTPConnection(node.host, node.port, timeout=15, source_address=(TESTER, 0))
     try:
@@ -267,7 +260,7 @@ def _http(method: str, node: HostedServer, path: str, params: dict[str, str]) ->
         conn.close()
 
 
-def _states(node: HostedServer) -> dict[str, str]:
+def _states(node: ServerProcess) -> dict[str, str]:
     status, text = _http("GET", node, "/nacos/v1/core/cluster/nodes", {})
     assert status == 200, text
     data = json.loads(text)
@@ -275,22 +268,22 @@ def _states(node: HostedServer) -> dict[str, str]:
     return {m["address"]: str(m["state"]) for m in items}
 
 
-def _register(node: HostedServer, service: str, ip: str, ephemeral: bool) -> tuple[int, str]:
+def _register(node: ServerProcess, service: str, ip: str, ephemeral: bool) -> tuple[int, str]:
     return _http("POST", node, "/nacos/v1/ns/instance", {"serviceName": service, "ip": ip, "port": "7000",
                                                          "ephemeral": str(ephemeral).lower()})
 
 
-def register_persistent(node: HostedServer, service: str, ip: str) -> tuple[int, str]:
+def register_persistent(node: ServerProcess, service: str, ip: str) -> tuple[int, str]:
     """A persistent (CP) registration through the v1 Open API: (status, body)."""
     return _register(node, service, ip, False)
 
 
-def register_persistent_ap(node: HostedServer, service: str, ip: str) -> tuple[int, str]:
+def register_persistent_ap(node: ServerProcess, service: str, ip: str) -> tuple[int, str]:
     """An ephemeral (AP) registration through the v1 Open API."""
     return _register(node, service, ip, True)
 
 
-def listed_ips(node: HostedServer, service: str) -> set[str]:
+def listed_ips(node: ServerProcess, service: str) -> set[str]:
     """The IPs ``node`` lists for ``service`` (empty when it answers an error)."""
     status, text = _http("GET", node, "/nacos/v1/ns/instance/list", {"serviceName": service})
     return {h["ip"] for h in json.loads(text)["hosts"]} if status == 200 else set()

@@ -26,10 +26,13 @@ from typing import Any
 import grpc
 import pytest
 
-from integration.h2client import UNARY, H2Client, grpc_frame
-from integration.rawclient import PYTHON_LABELS, parse, payload
-
-from .harness import FAST_MEMBERS, FaultCluster, HostedServer, error_lines, http_get, rss_kb, tracebacks, until
+from shoal.testing.faults import error_lines, rss_kb, tracebacks
+from shoal.testing.h2client import UNARY, H2Client, grpc_frame
+from shoal.testing.http import http_get
+from shoal.testing.nodes import FAST_MEMBERS, FaultCluster
+from shoal.testing.procs import ServerProcess
+from shoal.testing.rawclient import PYTHON_LABELS, RawClient, parse, payload
+from shoal.testing.wait import poll_until
 
 pytestmark = pytest.mark.faults
 
@@ -53,28 +56,10 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultCluster]:
         cluster.start_all()
         yield cluster
     finally:
-        cluster.close()
+        cluster.kill_all()
 
 
-class Raw:
-    """A bare gRPC client of one node address: unary calls and one bi-stream."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.channel = grpc.aio.insecure_channel(f"{host}:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
-        self.unary_bytes = self.channel.unary_unary("/Request/request")
-        self.stream_bytes = self.channel.stream_stream("/BiRequestStream/requestBiStream")
-
-    async def call(self, type_name: str, raw: bytes, headers: dict[str, str] | None = None) -> tuple[str, Any]:
-        answer = await self.unary_bytes(payload(type_name, raw=raw, headers=headers).SerializeToString(), timeout=10)
-        from shoal.transport.grpc._proto import Payload
-
-        return parse(Payload.FromString(answer))
-
-    async def close(self) -> None:
-        await self.channel.close()
-
-
-async def _bad_protobuf_unary(node: HostedServer, raw: Raw) -> str:
+async def _bad_protobuf_unary(node: ServerProcess, raw: RawClient) -> str:
     try:
         await raw.unary_bytes(b"\x0a\xff\xff\xff\xff\xff\x0fnot a payload", timeout=10)
     except grpc.aio.AioRpcError as exc:
@@ -82,7 +67,7 @@ async def _bad_protobuf_unary(node: HostedServer, raw: Raw) -> str:
     return "OK"
 
 
-async def _bad_protobuf_stream(node: HostedServer, raw: Raw) -> str:
+async def _bad_protobuf_stream(node: ServerProcess, raw: RawClient) -> str:
     call = raw.stream_bytes()
     try:
         await call.write(b"\x12\x80\x80\x80\x80\x10garbage")
@@ -94,14 +79,14 @@ async def _bad_protobuf_stream(node: HostedServer, raw: Raw) -> str:
         call.cancel()
 
 
-def _line_too_long_sync(node: HostedServer) -> str:
+def _line_too_long_sync(node: ServerProcess) -> str:
     with socket.create_connection((node.host, node.port), timeout=10) as s:
         s.sendall(b"GET /nacos/v1/ns/instance/list?serviceName=" + b"x" * 20_000 + b" HTTP/1.1\r\nHost: a\r\n\r\n")
         head = s.recv(64)
     return head.split(b"\r\n", 1)[0].decode(errors="replace")
 
 
-async def _line_too_long(node: HostedServer, raw: Raw) -> str:
+async def _line_too_long(node: ServerProcess, raw: RawClient) -> str:
     return await asyncio.to_thread(_line_too_long_sync, node)
 
 
@@ -109,7 +94,7 @@ def _deep(depth: int = DEEP) -> bytes:
     return b"{\"a\":" * depth + b"1" + b"}" * depth
 
 
-async def _nested_setup(node: HostedServer, raw: Raw) -> str:
+async def _nested_setup(node: ServerProcess, raw: RawClient) -> str:
     from shoal.transport.grpc._proto import Payload
 
     call = raw.stream_bytes()
@@ -129,7 +114,7 @@ def _parseable_deep(depth: int = PARSEABLE_DEEP) -> str:
     return "[" * depth + "1" + "]" * depth
 
 
-async def _setup_with(raw: Raw, setup: bytes) -> str:
+async def _setup_with(raw: RawClient, setup: bytes) -> str:
     from shoal.transport.grpc._proto import Payload
 
     call = raw.stream_bytes()
@@ -145,23 +130,23 @@ async def _setup_with(raw: Raw, setup: bytes) -> str:
         call.cancel()
 
 
-async def _nested_headers_setup(node: HostedServer, raw: Raw) -> str:
+async def _nested_headers_setup(node: ServerProcess, raw: RawClient) -> str:
     """A setup body that parses, with a header value nested as deep as parsers allow."""
     body = ('{"headers":{"x":' + _parseable_deep() + '},"clientVersion":"faults","labels":{}}').encode()
     return await _setup_with(raw, body)
 
 
-async def _nested_labels_setup(node: HostedServer, raw: Raw) -> str:
+async def _nested_labels_setup(node: ServerProcess, raw: RawClient) -> str:
     body = ('{"headers":{},"clientVersion":' + _parseable_deep() + ',"labels":{"module":'
             + _parseable_deep() + '}}').encode()
     return await _setup_with(raw, body)
 
 
-async def _connected_stream(raw: Raw) -> Any:
+async def _connected_stream(raw: RawClient) -> Any:
     """ServerCheck, then a stream whose setup the node acknowledged (the connection is registered)."""
     from shoal.transport.grpc._proto import Payload
 
-    kind, _ = await raw.call("ServerCheckRequest", json.dumps({"headers": {}}).encode())
+    kind, _ = await raw.call("ServerCheckRequest", raw=json.dumps({"headers": {}}).encode())
     assert kind == "ServerCheckResponse"
     call = raw.stream_bytes()
     setup = {"headers": {}, "clientVersion": "faults", "tenant": "", "labels": PYTHON_LABELS,
@@ -172,7 +157,7 @@ async def _connected_stream(raw: Raw) -> Any:
     return call
 
 
-async def _nested_request(node: HostedServer, raw: Raw) -> str:
+async def _nested_request(node: ServerProcess, raw: RawClient) -> str:
     """A registered connection sends naming requests whose bodies are deep JSON."""
     call = await _connected_stream(raw)
     try:
@@ -180,14 +165,14 @@ async def _nested_request(node: HostedServer, raw: Raw) -> str:
         for body in (_deep(), ('{"headers":{"a":' + _parseable_deep() + '}}').encode(),
                      ('{"serviceName":"s","instance":{"ip":"1.1.1.1","port":1,"metadata":{"k":'
                       + _parseable_deep() + '}}}').encode()):
-            kind, answer = await raw.call("InstanceRequest", body)
+            kind, answer = await raw.call("InstanceRequest", raw=body)
             kinds.add(f"{kind} {answer.get('errorCode')}")
         return " | ".join(sorted(kinds))
     finally:
         call.cancel()
 
 
-async def _nested_response(node: HostedServer, raw: Raw, body: bytes | None = None) -> str:
+async def _nested_response(node: ServerProcess, raw: RawClient, body: bytes | None = None) -> str:
     """A proper connection, then a deep *Response on its stream; the stream must survive."""
     call = await _connected_stream(raw)
     try:
@@ -204,16 +189,16 @@ async def _nested_response(node: HostedServer, raw: Raw, body: bytes | None = No
         call.cancel()
 
 
-async def _nested_requestid_response(node: HostedServer, raw: Raw) -> str:
+async def _nested_requestid_response(node: ServerProcess, raw: RawClient) -> str:
     return await _nested_response(node, raw, ('{"resultCode":200,"requestId":' + _parseable_deep() + '}').encode())
 
 
-async def _cluster_list_body(node: HostedServer, raw: Raw, peer: str = "") -> str:
-    kind, body = await raw.call("DistroSnapshotRequest", b"[1, 2, 3]", headers={"shoal-member": peer})
+async def _cluster_list_body(node: ServerProcess, raw: RawClient, peer: str = "") -> str:
+    kind, body = await raw.call("DistroSnapshotRequest", raw=b"[1, 2, 3]", headers={"shoal-member": peer})
     return f"{kind} {body.get('errorCode', body.get('resultCode'))}"
 
 
-async def _cluster_bodies(node: HostedServer, raw: Raw, peer: str = "") -> str:
+async def _cluster_bodies(node: ServerProcess, raw: RawClient, peer: str = "") -> str:
     """Every request type a peer sends, with bodies of the wrong shape."""
     answers = set()
     for type_name, body in (
@@ -226,12 +211,12 @@ async def _cluster_bodies(node: HostedServer, raw: Raw, peer: str = "") -> str:
         ("DistroVerifyDetailRequest", b'{"buckets": 1, "clients": {"0": [["id", "rev"]]}}'),
         ("DistroVerifyDetailRequest", b'{"buckets": 1, "clients": []}'),
     ):
-        kind, answer = await raw.call(type_name, body, headers={"shoal-member": peer})
+        kind, answer = await raw.call(type_name, raw=body, headers={"shoal-member": peer})
         answers.add(f"{type_name} {kind} {answer.get('errorCode', answer.get('resultCode'))}")
     return " | ".join(sorted(answers))
 
 
-def _http_exchange(node: HostedServer, request: bytes) -> str:
+def _http_exchange(node: ServerProcess, request: bytes) -> str:
     """The status line of the answer to raw request bytes (one connection each)."""
     with socket.create_connection((node.host, node.port), timeout=10) as s:
         s.sendall(request)
@@ -249,7 +234,7 @@ def _form_post(path: str, form: bytes, method: str = "POST") -> bytes:
             f"Content-Length: {len(form)}\r\nConnection: close\r\n\r\n").encode() + form
 
 
-def _http_garbage_params_sync(node: HostedServer) -> str:
+def _http_garbage_params_sync(node: ServerProcess) -> str:
     deep = _parseable_deep().encode()
     statuses = set()
     for request in (
@@ -264,7 +249,7 @@ def _http_garbage_params_sync(node: HostedServer) -> str:
     return " ".join(sorted(statuses))
 
 
-def _http_invalid_utf8_sync(node: HostedServer) -> str:
+def _http_invalid_utf8_sync(node: ServerProcess) -> str:
     statuses = set()
     for request in (
         b"GET /nacos/v1/ns/instance/list?serviceName=%ff%fe%fd HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
@@ -278,25 +263,25 @@ def _http_invalid_utf8_sync(node: HostedServer) -> str:
     return " ".join(sorted(statuses))
 
 
-def _http_body_too_large_sync(node: HostedServer) -> str:
+def _http_body_too_large_sync(node: ServerProcess) -> str:
     size = 11 * 1024 * 1024  # over the default max-inbound-message-size (10 MiB)
     form = b"serviceName=s&ip=1.1.1.1&port=1&metadata=" + b"a" * size
     return _http_exchange(node, _form_post("/nacos/v1/ns/instance", form))
 
 
-async def _http_garbage_params(node: HostedServer, raw: Raw) -> str:
+async def _http_garbage_params(node: ServerProcess, raw: RawClient) -> str:
     return await asyncio.to_thread(_http_garbage_params_sync, node)
 
 
-async def _http_invalid_utf8(node: HostedServer, raw: Raw) -> str:
+async def _http_invalid_utf8(node: ServerProcess, raw: RawClient) -> str:
     return await asyncio.to_thread(_http_invalid_utf8_sync, node)
 
 
-async def _http_body_too_large(node: HostedServer, raw: Raw) -> str:
+async def _http_body_too_large(node: ServerProcess, raw: RawClient) -> str:
     return await asyncio.to_thread(_http_body_too_large_sync, node)
 
 
-def _frame_4gb_sync(node: HostedServer) -> str:
+def _frame_4gb_sync(node: ServerProcess) -> str:
     """A unary call whose gRPC prefix declares 4 GiB; a few bytes follow."""
     client = H2Client(node.grpc_port, host=node.host)
     try:
@@ -310,11 +295,11 @@ def _frame_4gb_sync(node: HostedServer) -> str:
         client.close()
 
 
-async def _frame_4gb(node: HostedServer, raw: Raw) -> str:
+async def _frame_4gb(node: ServerProcess, raw: RawClient) -> str:
     return await asyncio.to_thread(_frame_4gb_sync, node)
 
 
-KINDS: dict[str, Callable[[HostedServer, Raw], Awaitable[str]]] = {
+KINDS: dict[str, Callable[[ServerProcess, RawClient], Awaitable[str]]] = {
     "bad-protobuf-unary": _bad_protobuf_unary,
     "bad-protobuf-stream": _bad_protobuf_stream,
     "http-line-too-long": _line_too_long,
@@ -362,12 +347,12 @@ CLEAN: dict[str, Callable[[str], bool]] = {
 async def test_garbage_is_answered_cleanly(pair: FaultCluster, kind: str, tmp_path: Path) -> None:
     node = pair.nodes[0]
     port = node.cluster_port if kind.startswith("cluster") else node.grpc_port
-    raw = Raw(node.host, port)
+    raw = RawClient(port, host=node.host)
     send = KINDS[kind]
     if kind.startswith("cluster"):
         peer, cluster_send = pair.addr(1), KINDS[kind]
 
-        async def send(n: HostedServer, r: Raw) -> str:
+        async def send(n: ServerProcess, r: RawClient) -> str:
             return await cluster_send(n, r, peer)  # type: ignore[call-arg]
 
     log_from = len(node.log())
@@ -381,7 +366,7 @@ async def test_garbage_is_answered_cleanly(pair: FaultCluster, kind: str, tmp_pa
             peak = max(peak, rss_kb(node.pid))
     finally:
         await raw.close()
-    assert until(node.ready, 20, "the node to still serve")
+    assert poll_until(node.ready, 20, what="the node to still serve")
     assert http_get(node.url("/nacos/v1/ns/service/list?pageNo=1&pageSize=10"), 5)[0] == 200
     rss_after = _settled_rss(node.pid, rss_before)
     log = node.log()[log_from:]

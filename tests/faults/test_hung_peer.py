@@ -10,18 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .harness import (
-    FaultCluster,
-    Partition,
-    RssSampler,
-    freeze,
-    http_post,
-    owner_index,
-    rss_kb,
-    thaw,
-    tracebacks,
-    until,
-)
+from shoal.testing.faults import Partition, RssSampler, freeze, rss_kb, thaw, tracebacks
+from shoal.testing.http import timed_call
+from shoal.testing.nodes import FaultCluster, owner_index
+from shoal.testing.wait import poll_until
 
 pytestmark = pytest.mark.faults
 
@@ -52,7 +44,7 @@ def test_writes_for_a_hung_owner_succeed(fault_cluster: Callable[..., FaultClust
     cluster = fault_cluster(3)  # Nacos's member failure detection: a report every 2 s, DOWN after 3 failures
     cluster.start_all()
     a, c = 0, 2
-    until(lambda: all(s == "UP" for s in cluster.member_states(a).values()), 30, "A to see every member UP")
+    poll_until(lambda: all(s == "UP" for s in cluster.member_states(a).values()), 30, what="A to see every member UP")
     owned_by_c = iter(_tags(cluster, c, 400, 0))
 
     part: Partition | None = request.getfixturevalue("partition") if hang == "blackholed" else None
@@ -72,7 +64,7 @@ def test_writes_for_a_hung_owner_succeed(fault_cluster: Callable[..., FaultClust
         while time.monotonic() - frozen_at < 45:
             batch = [next(owned_by_c) for _ in range(4)]
             started = time.monotonic()
-            results = list(pool.map(lambda t: http_post(_register_url(cluster, a, *t), timeout=15), batch))
+            results = list(pool.map(lambda t: timed_call("POST", _register_url(cluster, a, *t), timeout=15), batch))
             for tag, (status, _text, took) in zip(batch, results, strict=True):
                 statuses.append(status)
                 latencies.append(took)
@@ -89,13 +81,13 @@ def test_writes_for_a_hung_owner_succeed(fault_cluster: Callable[..., FaultClust
     else:
         thaw(cluster.nodes[c])
     thawed_at = time.monotonic()
-    until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in range(3)), 60,
-          "every node to see every member UP again")
+    poll_until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in range(3)), 60,
+               what="every node to see every member UP again")
     up_again = time.monotonic() - thawed_at
     # A and B hold every write that succeeded. (That C gets them too is item 3's test: today the
     # writes accepted while C was DOWN never reach it.)
-    until(lambda: all(set(written) <= cluster.instance_ips(i, "hung") for i in (0, 1)), 30,
-          "every written instance on A and B")
+    poll_until(lambda: all(set(written) <= cluster.instance_ips(i, "hung") for i in (0, 1)), 30,
+               what="every written instance on A and B")
     agreed = time.monotonic() - thawed_at
     rss_after = rss_kb(cluster.nodes[a].pid)
     failures = [s for s in statuses if s != 200]

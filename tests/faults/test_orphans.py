@@ -15,7 +15,10 @@ from collections.abc import Callable
 
 import pytest
 
-from .harness import FAST_MEMBERS, FaultCluster, freeze, http_post, http_put, owner_index, thaw, tracebacks, until
+from shoal.testing.faults import freeze, thaw, tracebacks
+from shoal.testing.http import timed_call
+from shoal.testing.nodes import FAST_MEMBERS, FaultCluster, owner_index
+from shoal.testing.wait import poll_until
 
 pytestmark = pytest.mark.faults
 
@@ -35,28 +38,28 @@ def test_instances_registered_while_the_owner_was_stopped_are_beat_checked(
     cluster = fault_cluster(3, *FAST_MEMBERS)
     cluster.start_all()
     a, b, c = 0, 1, 2
-    until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in range(3)), 30,
-          "every member UP everywhere")
+    poll_until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in range(3)), 30,
+               what="every member UP everywhere")
     tags = [(f"10.3.0.{n}", 7000) for n in range(1, 120) if owner_index(cluster, f"10.3.0.{n}:7000") == c]
     silent, beating = tags[:6], tags[6]
 
     freeze(cluster.nodes[c])
-    until(lambda: all(cluster.member_states(i).get(cluster.addr(c)) == "DOWN" for i in (a, b)), 30,
-          "A and B to mark C DOWN")
+    poll_until(lambda: all(cluster.member_states(i).get(cluster.addr(c)) == "DOWN" for i in (a, b)), 30,
+               what="A and B to mark C DOWN")
     for n, (ip, port) in enumerate([*silent, beating]):
-        status, text, _ = http_post(_url(cluster, (a, b)[n % 2], "/nacos/v1/ns/instance", ip=ip, port=port,
+        status, text, _ = timed_call("POST", _url(cluster, (a, b)[n % 2], "/nacos/v1/ns/instance", ip=ip, port=port,
                                          metadata=SHORT))
         assert status == 200, text
     everything = {*silent, beating}
-    until(lambda: all(everything <= cluster.instance_ips(i, "orphans") for i in (a, b)), 20,
-          "the instances on A and B")
+    poll_until(lambda: all(everything <= cluster.instance_ips(i, "orphans") for i in (a, b)), 20,
+               what="the instances on A and B")
 
     stop_beating = threading.Event()
 
     def beat() -> None:  # the live instance beats every second, always through A (forwarded as needed)
         ip, port = beating
         while not stop_beating.is_set():
-            http_put(_url(cluster, a, "/nacos/v1/ns/instance/beat", ip=ip, port=port), timeout=5)
+            timed_call("PUT", _url(cluster, a, "/nacos/v1/ns/instance/beat", ip=ip, port=port), timeout=5)
             stop_beating.wait(1.0)
 
     beater = threading.Thread(target=beat, daemon=True)
@@ -64,11 +67,11 @@ def test_instances_registered_while_the_owner_was_stopped_are_beat_checked(
     try:
         thaw(cluster.nodes[c])
         back = time.monotonic()
-        until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in range(3)), 30,
-              "C UP everywhere again")
+        poll_until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in range(3)), 30,
+                   what="C UP everywhere again")
         try:
-            until(lambda: all(cluster.instance_ips(i, "orphans") == {beating} for i in range(3)), REMOVED_WITHIN_S,
-                  "the silent instances gone and the beating one kept, on every node", interval=0.5)
+            poll_until(lambda: all(cluster.instance_ips(i, "orphans") == {beating} for i in range(3)), REMOVED_WITHIN_S,
+                       what="the silent instances gone and the beating one kept, on every node", interval=0.5)
             agreed = time.monotonic() - back
         finally:
             views = {i: len(cluster.instance_ips(i, "orphans")) for i in range(3)}

@@ -14,7 +14,10 @@ from collections.abc import Callable
 
 import pytest
 
-from .harness import FaultCluster, freeze, http_post, kill9, tracebacks, until
+from shoal.testing.faults import freeze, kill9, tracebacks
+from shoal.testing.http import timed_call
+from shoal.testing.nodes import FaultCluster
+from shoal.testing.wait import poll_until
 
 pytestmark = pytest.mark.faults
 
@@ -27,14 +30,14 @@ def test_restart_while_a_peer_is_hung_loads_from_the_healthy_one(
         fault_cluster: Callable[..., FaultCluster]) -> None:
     cluster = fault_cluster(3)
     cluster.start_all()
-    until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in range(3)), 30,
-          "every member UP everywhere")
+    poll_until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in range(3)), 30,
+               what="every member UP everywhere")
     tags = [(f"10.11.0.{n}", 80) for n in range(1, 7)]
     for ip, port in tags:
         query = urllib.parse.urlencode({"serviceName": "restart", "ip": ip, "port": port, "metadata": KEEP})
-        status, text, _ = http_post(cluster.nodes[2].url(f"/nacos/v1/ns/instance?{query}"))
+        status, text, _ = timed_call("POST", cluster.nodes[2].url(f"/nacos/v1/ns/instance?{query}"))
         assert status == 200, text
-    until(lambda: all(cluster.instance_ips(i, "restart") == set(tags) for i in range(3)), 20, "replicated")
+    poll_until(lambda: all(cluster.instance_ips(i, "restart") == set(tags) for i in range(3)), 20, what="replicated")
 
     freeze(cluster.nodes[1])  # B (127.0.0.3) comes first in A's peer list
     kill9(cluster.nodes[0])

@@ -9,7 +9,10 @@ from collections.abc import Callable
 
 import pytest
 
-from .harness import FaultCluster, Partition, http_get, tracebacks, until
+from shoal.testing.faults import Partition, tracebacks
+from shoal.testing.http import http_get
+from shoal.testing.nodes import FaultCluster
+from shoal.testing.wait import poll_until
 
 pytestmark = pytest.mark.faults
 
@@ -38,7 +41,7 @@ def test_sigterm_while_loading_a_snapshot_stops_promptly(
         part.blackhole(cluster.hosts[1], cluster.ports_of(1))
     # the peer is never started; Nacos's default load timeout (30 s) applies
     node = cluster.start(0, "-D", "nacos.core.protocol.distro.data.load.timeoutMs=30000", wait=False)
-    until(lambda: _loading(cluster), 30, "the node to listen while it loads a snapshot")
+    poll_until(lambda: _loading(cluster), 30, what="the node to listen while it loads a snapshot")
 
     signalled = time.monotonic()
     node.signal(signal.SIGTERM)

@@ -11,17 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from .harness import (
-    FAST_MEMBERS,
-    FaultCluster,
-    free_port_on,
-    http_post,
-    kill,
-    kill9,
-    start_hosted,
-    tracebacks,
-    until,
-)
+from shoal.testing.faults import kill9, tracebacks
+from shoal.testing.http import timed_call
+from shoal.testing.nodes import FAST_MEMBERS, FaultCluster
+from shoal.testing.procs import ServerProcess, free_port_block, kill
+from shoal.testing.wait import poll_until
 
 pytestmark = pytest.mark.faults
 
@@ -35,15 +29,17 @@ DOWN_S = 6.0
 
 def test_beat_expiry_logs_the_real_idle_time(tmp_path: Path) -> None:
     host = "127.0.0.2"
-    node = start_hosted(tmp_path, host, free_port_on(host), ["-D", "shoal.naming.beat-check-interval-ms=300"])
+    port = free_port_block(host=host)
+    node = ServerProcess(port, tmp_path / f"node-{host}-{port}", ["-D", "shoal.naming.beat-check-interval-ms=300"],
+                         host=host, ready_timeout=45).start()
     try:
         node.wait_ready()
         metadata = json.dumps({"preserved.heart.beat.interval": "500", "preserved.heart.beat.timeout": "1000",
                                "preserved.ip.delete.timeout": "2000"})
         query = urllib.parse.urlencode({"serviceName": "expiry", "ip": "10.7.0.1", "port": 1, "metadata": metadata})
-        status, text, _ = http_post(node.url(f"/nacos/v1/ns/instance?{query}"))
+        status, text, _ = timed_call("POST", node.url(f"/nacos/v1/ns/instance?{query}"))
         assert status == 200, text
-        until(lambda: "AUTO-DELETE-IP" in node.log(), 20, "the never-beating instance to expire")
+        poll_until(lambda: "AUTO-DELETE-IP" in node.log(), 20, what="the never-beating instance to expire")
         idle = {kind: int(ms) for kind, ms in
                 re.findall(r"\[(AUTO-DELETE-IP|IP-DISABLED)\] \S+ of .*?: no beat for (-?\d+) ms", node.log())}
         print(f"fault 7 beat expiry: logged idle times {idle}")
@@ -66,10 +62,10 @@ def test_a_down_peer_is_logged_briefly(fault_cluster: Callable[..., FaultCluster
     else:  # B never starts; A serves after a short load timeout and keeps trying to load
         cluster.start(0, "-D", "nacos.core.protocol.distro.data.load.timeoutMs=2000")
     a = cluster.nodes[0]
-    until(lambda: cluster.member_states(0).get(cluster.addr(1)) == "DOWN", 30, "A to mark B DOWN")
+    poll_until(lambda: cluster.member_states(0).get(cluster.addr(1)) == "DOWN", 30, what="A to mark B DOWN")
     since = len(a.log())
     watch_until = time.monotonic() + WATCH_S
-    until(lambda: time.monotonic() >= watch_until, WATCH_S + 5, "the watch window to pass", interval=0.5)
+    poll_until(lambda: time.monotonic() >= watch_until, WATCH_S + 5, what="the watch window to pass", interval=0.5)
     window = a.log()[since:]
     about_b = [line for line in window.splitlines() if " WARNING " in line and cluster.addr(1) in line]
     print(f"fault 7 down peer ({when}): {len(about_b)} WARNING lines about it in {WATCH_S:.0f} s")
@@ -81,18 +77,19 @@ def test_a_down_peer_is_logged_briefly(fault_cluster: Callable[..., FaultCluster
 def test_a_restarted_peer_stays_up(fault_cluster: Callable[..., FaultCluster]) -> None:
     cluster = fault_cluster(3, *FAST_MEMBERS)  # frequent reports: more calls meet the channel in backoff
     cluster.start_all()
-    until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in range(3)), 30,
-          "every member UP everywhere")
+    poll_until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in range(3)), 30,
+               what="every member UP everywhere")
     c = cluster.addr(2)
     kill9(cluster.nodes[2])
-    until(lambda: all(cluster.member_states(i).get(c) == "DOWN" for i in (0, 1)), 45, "A and B to mark C DOWN")
+    poll_until(lambda: all(cluster.member_states(i).get(c) == "DOWN" for i in (0, 1)), 45,
+               what="A and B to mark C DOWN")
     # C stays down a while, as a restarted process does: A's and B's reconnect backoff grows to its cap
     down_until = time.monotonic() + DOWN_S
-    until(lambda: time.monotonic() >= down_until, DOWN_S + 5, "C's down time to pass", interval=0.5)
+    poll_until(lambda: time.monotonic() >= down_until, DOWN_S + 5, what="C's down time to pass", interval=0.5)
     logs_from = {i: len(cluster.nodes[i].log()) for i in (0, 1)}
     restarted = time.monotonic()
     cluster.start(2)
-    until(lambda: all(cluster.member_states(i).get(c) == "UP" for i in (0, 1)), 30, "A and B to see C UP")
+    poll_until(lambda: all(cluster.member_states(i).get(c) == "UP" for i in (0, 1)), 30, what="A and B to see C UP")
     up_after = time.monotonic() - restarted
     seen: dict[int, set[str]] = {0: set(), 1: set()}
     watch_until = time.monotonic() + WATCH_S  # C must stay UP on A and B for the whole window
@@ -102,7 +99,7 @@ def test_a_restarted_peer_stays_up(fault_cluster: Callable[..., FaultCluster]) -
             seen[i].add(cluster.member_states(i).get(c, "missing"))
         return time.monotonic() >= watch_until
 
-    until(watch, WATCH_S + 10, "the watch window to pass", interval=0.2)
+    poll_until(watch, WATCH_S + 10, what="the watch window to pass", interval=0.2)
     flaps = {i: re.findall(rf"member {re.escape(c)} is UP -> (\w+)", cluster.nodes[i].log()[logs_from[i]:])
              for i in (0, 1)}
     print(f"fault 7 restarted peer: UP on A and B {up_after:.1f} s after the restart; states seen after {seen}; "

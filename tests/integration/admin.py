@@ -1,36 +1,15 @@
-"""A `shoal server --auth` whose data dir already holds an admin `nacos` (made by `shoal users
-create`, as an operator would), and module-scoped servers with and without auth for the test
-modules of the HTTP APIs: they take the fixtures by assignment (``node = admin.node``); and the
-v3 auth administration's user-role-permission steps."""
+"""Module-scoped servers with and without auth for the test modules of the HTTP APIs; they take
+the fixtures by assignment (``node = admin.node``). The helpers behind them are
+:mod:`shoal.testing.auth`'s."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from shoal.testing import ServerProcess, free_port_block, kill, start_server
-
-from .cpcluster import call_json
-
-PASSWORD = "correct horse battery"
-
-
-def start_with_admin(root: Path, *args: str) -> ServerProcess:
-    """``shoal server --auth *args`` under ``root``, with the admin ``nacos`` / :data:`PASSWORD`."""
-    port = free_port_block()
-    data_dir = root / f"node-{port}"
-    data_dir.mkdir(parents=True)
-    (root / "pw").write_text(PASSWORD + "\n")
-    done = subprocess.run([sys.executable, "-m", "shoal", "users", "create", "nacos", "--password-file",
-                           str(root / "pw"), "--data-dir", str(data_dir), "--admin"], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stderr
-    return start_server(root, ["--auth", *args], port=port)
+from shoal.testing import ServerProcess, kill, start_server
+from shoal.testing.auth import start_with_admin
 
 
 @pytest.fixture(scope="module")
@@ -47,21 +26,3 @@ def auth_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProces
     server = start_with_admin(tmp_path_factory.mktemp("authnode"))
     yield server
     kill(server)
-
-
-def ok(body: Any) -> Any:
-    """The ``data`` of a 3.x ``Result`` that says success."""
-    assert body["code"] == 0 and body["message"] == "success", body
-    return body["data"]
-
-
-def add_user_with_grant(server: ServerProcess, token: dict[str, str], username: str, password: str, role: str,
-                        resource: str = "public:*:*", action: str = "rw") -> None:
-    """Through the v3 auth administration (as the admin ``token``): a user, a role for it and the
-    role's permission on ``resource``, each answered in the Result envelope."""
-    assert ok(call_json("POST", server.url("/nacos/v3/auth/user"), token,
-                        {"username": username, "password": password})) == "create user ok!"
-    assert ok(call_json("POST", server.url("/nacos/v3/auth/role"), token,
-                        {"role": role, "username": username})) == "add role ok!"
-    assert ok(call_json("POST", server.url("/nacos/v3/auth/permission"), token,
-                        {"role": role, "resource": resource, "action": action})) == "add permission ok!"

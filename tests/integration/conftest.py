@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import ServerProcess, free_port_block, kill, start_server
+from shoal.testing import NodeCluster, ServerProcess, kill, start_server
 
 HERE = Path(__file__).parent
 
@@ -44,21 +44,17 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
 def three_nodes(tmp_path: Path) -> Iterator[Callable[..., list[ServerProcess]]]:
     """Factory of three nodes on one member list (member reports every 300 ms), ``extra`` arguments
     going to each; it returns them once all are ready (``ready_timeout``), all are killed at teardown."""
-    started: list[ServerProcess] = []
+    made: list[NodeCluster] = []
 
     def factory(*extra: str, ready_timeout: float = 20) -> list[ServerProcess]:
-        ports = [free_port_block() for _ in range(3)]
-        members = ",".join(f"127.0.0.1:{p}" for p in ports)
-        batch = [start_server(tmp_path, ["--members", members, "-D", "shoal.member.report-interval-ms=300", *extra],
-                              port=p, wait=False) for p in ports]
-        started.extend(batch)
-        for node in batch:
-            node.wait_ready(timeout=ready_timeout)
-        return batch
+        cluster = NodeCluster(tmp_path, 3, ["-D", "shoal.member.report-interval-ms=300"])
+        made.append(cluster)
+        cluster.start_all(*extra, timeout=ready_timeout)
+        return cluster.all()
 
     yield factory
-    for node in started:
-        kill(node)
+    for cluster in made:
+        cluster.kill_all()
 
 
 @pytest.fixture

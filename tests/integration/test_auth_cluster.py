@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from shoal.testing import ServerProcess, kill, poll_until, start_server
-
-from .cpcluster import CpCluster, call, call_json
+from shoal.testing.http import call, call_json
+from shoal.testing.nodes import CpCluster
 
 ADMIN_PW = "admin-pass-1"
 DEV_PW = "dev-pass-1"

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import stat
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -19,8 +16,9 @@ from v2.nacos import ClientConfigBuilder, GRPCConfig, ListInstanceParam, NacosNa
 from v2.nacos.common.nacos_exception import NacosException as GrpcNacosException
 
 from shoal.testing import ServerProcess, kill, poll_until
+from shoal.testing.auth import PASSWORD, start_with_admin
+from shoal.testing.http import call
 
-from .admin import PASSWORD, start_with_admin
 from .test_http_sdk import nacos_v1  # noqa: F401  (the 1.x SDK fixture)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:nacos.*")
@@ -39,16 +37,6 @@ def auth_server(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     yield factory
     for server in started:
         kill(server)
-
-
-def http(method: str, url: str, params: dict[str, str] | None = None) -> tuple[int, str]:
-    query = f"?{urllib.parse.urlencode(params)}" if params else ""
-    request = urllib.request.Request(url + query, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 async def grpc_client(server: ServerProcess, tmp_path: Path, **credentials: str) -> Any:
@@ -81,7 +69,7 @@ def test_http_client_with_credentials_works_and_without_is_refused(
         anonymous.add_naming_instance("secured", "10.5.0.2", 80)
     with pytest.raises(nacos_v1.NacosException, match="Insufficient privilege"):
         anonymous.list_naming_instance("secured")
-    status, text = http("POST", server.url("/nacos/v1/auth/login"), {"username": "nacos", "password": "nope"})
+    status, text = call("POST", server.url("/nacos/v1/auth/login"), {"username": "nacos", "password": "nope"})
     assert (status, text) == (403, "unknown user!")
 
 
@@ -105,18 +93,18 @@ async def test_grpc_client_with_credentials_works_and_without_is_refused(
 
 def test_token_past_its_ttl_is_refused(auth_server: Callable[..., ServerProcess]) -> None:
     server = auth_server("-D", "nacos.core.auth.plugin.nacos.token.expire.seconds=2")
-    status, text = http("POST", server.url("/nacos/v1/auth/users/login"), {"username": "nacos", "password": PASSWORD})
+    status, text = call("POST", server.url("/nacos/v1/auth/users/login"), {"username": "nacos", "password": PASSWORD})
     answer = json.loads(text)
     assert status == 200 and answer["tokenTtl"] == 2 and answer["globalAdmin"] is True
     listing = {"serviceName": "any", "accessToken": answer["accessToken"]}
-    assert http("GET", server.url("/nacos/v1/ns/instance/list"), listing)[0] == 200
-    poll_until(lambda: http("GET", server.url("/nacos/v1/ns/instance/list"), listing) == (403, "token expired!"),
+    assert call("GET", server.url("/nacos/v1/ns/instance/list"), listing)[0] == 200
+    poll_until(lambda: call("GET", server.url("/nacos/v1/ns/instance/list"), listing) == (403, "token expired!"),
                10, 0.1, "the token to expire")
 
 
 def test_failed_logins_are_rate_limited(auth_server: Callable[..., ServerProcess]) -> None:
     server = auth_server("-D", "shoal.auth.login.max-failures=3")
     for _ in range(3):
-        assert http("POST", server.url("/nacos/v1/auth/login"), {"username": "nacos", "password": "x"})[0] == 403
-    status, text = http("POST", server.url("/nacos/v1/auth/login"), {"username": "nacos", "password": PASSWORD})
+        assert call("POST", server.url("/nacos/v1/auth/login"), {"username": "nacos", "password": "x"})[0] == 403
+    status, text = call("POST", server.url("/nacos/v1/auth/login"), {"username": "nacos", "password": PASSWORD})
     assert status == 429 and "too many failed logins" in text

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,9 +16,9 @@ from shoal.config import TestHooks
 from shoal.distro.snapshot import SNAPSHOT_REQUEST
 from shoal.distro.sync import SYNC_REQUEST
 from shoal.distro.verify import DETAIL_REQUEST
-from shoal.testing import ServerProcess, free_port_block, http_get, kill, start_server, wait_until
+from shoal.testing import NodeCluster, ServerProcess, http_get, kill, wait_until
+from shoal.testing.rawclient import RawClient, register_body
 
-from .rawclient import RawClient, register_body
 from .test_sdk_naming import Pushes, spawn_client
 
 # These tests exercise Distro (AP) only: each node keeps its CP store embedded instead of starting
@@ -32,56 +31,23 @@ FAST = ["-D", "shoal.cp.mode=embedded",
         "-D", "nacos.core.protocol.distro.data.load.retryDelayMs=300"]
 
 
-class Cluster:
-    def __init__(self, tmp_path: Path, size: int) -> None:
-        self.tmp_path = tmp_path
-        self.ports = [free_port_block() for _ in range(size)]
-        self.members = ",".join(f"127.0.0.1:{p}" for p in self.ports)
-        self.nodes: dict[int, ServerProcess] = {}
-
-    def start(self, i: int, *extra: str, wait: bool = True, hooks: TestHooks | None = None) -> ServerProcess:
-        server = start_server(self.tmp_path, ["--members", self.members, *FAST, *extra], port=self.ports[i],
-                              env=hooks.to_env() if hooks else None, wait=False)
-        self.nodes[i] = server
-        if wait:
-            server.wait_ready()
-        return server
-
-    def start_all(self, extra: dict[int, list[str]] | None = None, hooks: dict[int, TestHooks] | None = None) -> None:
-        for i in range(len(self.ports)):
-            self.start(i, *(extra or {}).get(i, []), wait=False, hooks=(hooks or {}).get(i))
-        for server in self.nodes.values():
-            server.wait_ready()
-
-    def addr(self, i: int) -> str:
-        return f"127.0.0.1:{self.ports[i]}"
-
-    def gauge(self, i: int, name: str) -> float:
-        status, text = http_get(f"http://127.0.0.1:{self.ports[i]}/nacos/actuator/prometheus")
-        assert status == 200
-        match = re.search(rf"^shoal_{name} (\S+)$", text, re.MULTILINE)
-        assert match, f"no shoal_{name} on node {i}"
-        return float(match.group(1))
-
-
 def peer_requests(server: ServerProcess, type_name: str, **labels: str) -> float:
     """How many cluster-port requests of ``type_name`` the node has answered (its Prometheus counter)."""
     return server.metric("requests_total", transport="cluster", type=type_name, **labels)
 
 
 @pytest.fixture
-def cluster_of(tmp_path: Path) -> Iterator[Callable[[int], Cluster]]:
-    made: list[Cluster] = []
+def cluster_of(tmp_path: Path) -> Iterator[Callable[[int], NodeCluster]]:
+    made: list[NodeCluster] = []
 
-    def factory(size: int) -> Cluster:
-        cluster = Cluster(tmp_path, size)
+    def factory(size: int) -> NodeCluster:
+        cluster = NodeCluster(tmp_path, size, FAST)
         made.append(cluster)
         return cluster
 
     yield factory
     for cluster in made:
-        for server in cluster.nodes.values():
-            kill(server)
+        cluster.kill_all()
 
 
 async def ips(client: Any, service: str) -> set[tuple[str, int]]:
@@ -90,7 +56,7 @@ async def ips(client: Any, service: str) -> set[tuple[str, int]]:
 
 
 async def test_register_replicates_pushes_and_disappears_with_its_client(
-        cluster_of: Callable[[int], Cluster], sdk: Any, tmp_path: Path) -> None:
+        cluster_of: Callable[[int], NodeCluster], sdk: Any, tmp_path: Path) -> None:
     cluster = cluster_of(3)
     cluster.start_all()
     a, b, c = [await sdk(cluster.addr(i)) for i in range(3)]
@@ -117,7 +83,7 @@ async def test_register_replicates_pushes_and_disappears_with_its_client(
         child.wait()
 
 
-async def test_lost_node_failover_restart_and_snapshot(cluster_of: Callable[[int], Cluster], sdk: Any) -> None:
+async def test_lost_node_failover_restart_and_snapshot(cluster_of: Callable[[int], NodeCluster], sdk: Any) -> None:
     cluster = cluster_of(3)
     cluster.start_all()
     every = ",".join(cluster.addr(i) for i in range(3))
@@ -147,9 +113,9 @@ async def test_lost_node_failover_restart_and_snapshot(cluster_of: Callable[[int
     await wait_until(lambda: all(cluster.gauge(i, "instances") == 1 for i in range(3)), what="one copy everywhere")
 
 
-async def test_divergence_is_repaired_by_verify(cluster_of: Callable[[int], Cluster], sdk: Any) -> None:
+async def test_divergence_is_repaired_by_verify(cluster_of: Callable[[int], NodeCluster], sdk: Any) -> None:
     cluster = cluster_of(3)
-    cluster.start_all(hooks={1: TestHooks(drop_incoming_sync=1)})  # B loses one batch
+    cluster.start_all(envs={1: TestHooks(drop_incoming_sync=1).to_env()})  # B loses one batch
     a, b, c = [await sdk(cluster.addr(i)) for i in range(3)]
     await a.register_instance(RegisterInstanceParam(service_name="heal", ip="10.40.0.1", port=1))
     await wait_until(lambda: _eq(ips(c, "heal"), {("10.40.0.1", 1)}), what="C in sync")
@@ -160,7 +126,7 @@ async def test_divergence_is_repaired_by_verify(cluster_of: Callable[[int], Clus
     assert peer_requests(cluster.nodes[1], DETAIL_REQUEST) >= 1
 
 
-async def test_a_200k_instance_snapshot_loads(cluster_of: Callable[[int], Cluster]) -> None:
+async def test_a_200k_instance_snapshot_loads(cluster_of: Callable[[int], NodeCluster]) -> None:
     cluster = cluster_of(2)
     cluster.start(0, "-D", "nacos.remote.server.grpc.sdk.max-inbound-message-size=67108864")
     loader = RawClient(cluster.nodes[0].grpc_port)
@@ -191,11 +157,11 @@ async def _eq(awaitable: Any, expected: set[tuple[str, int]]) -> bool:
     return bool(await awaitable == expected)
 
 
-async def test_cluster_port_refuses_strangers_and_a_wrong_identity(cluster_of: Callable[[int], Cluster]) -> None:
+async def test_cluster_port_refuses_strangers_and_a_wrong_identity(cluster_of: Callable[[int], NodeCluster]) -> None:
     cluster = cluster_of(2)
     identity = ["-D", "nacos.core.auth.server.identity.key=shoal-peer", "-D",
                 "nacos.core.auth.server.identity.value=cluster-secret"]
-    cluster.start_all(extra={0: identity, 1: identity})
+    cluster.start_all(each={0: identity, 1: identity})
     node = cluster.nodes[0]
     peer = f"127.0.0.1:{cluster.ports[1]}"
     cluster_port = RawClient(node.port + 1001)

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from shoal.testing import ServerProcess, ServerSet, free_port_blocks, poll_until
+from shoal.testing.auth import PASSWORD
+from shoal.testing.http import call as http
 
 from . import test_auth_e2e
-from .test_auth_e2e import PASSWORD, http
 
 auth_server = test_auth_e2e.auth_server  # `shoal server --auth` with an admin `nacos`
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

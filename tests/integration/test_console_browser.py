@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import ServerProcess, http_get, kill, poll_until, wait_until
+from shoal.testing import NodeCluster, ServerProcess, call, http_get, poll_until, wait_until
+from shoal.testing.auth import PASSWORD
 
 from . import test_auth_e2e
-from .test_auth_e2e import PASSWORD, grpc_client
+from .test_auth_e2e import grpc_client
 from .test_sdk_naming import Pushes
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -136,19 +137,6 @@ def browser(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Browser]
         driver.quit()
 
 
-def http_post(url: str, params: dict[str, str]) -> tuple[int, str]:
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
-    request = urllib.request.Request(f"{url}?{urllib.parse.urlencode(params)}", method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=5) as resp:
-            return int(resp.status), resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read().decode()
-
-
 async def in_browser(fn: Callable[..., Any], *args: Any) -> Any:
     return await asyncio.to_thread(fn, *args)
 
@@ -254,16 +242,16 @@ async def test_unhealthy_filter_and_paging_without_auth(server: ServerProcess, s
 
 
 def test_cluster_page_shows_three_members(tmp_path: Path, browser: Browser) -> None:
-    from .test_cluster import Cluster
+    from .test_cluster import FAST
 
-    cluster = Cluster(tmp_path, 3)
+    cluster = NodeCluster(tmp_path, 3, FAST)
     try:
         cluster.start_all()
         node = cluster.nodes[0]
         poll_until(lambda: sum(m.get("state") == "UP" for m in node.members()) == 3, timeout=WAIT_S,
                    what="three members UP")
         for n in range(30):  # ip:port clients: each lands on (and is owned by) the node the mapper names
-            status, _ = http_post(node.url("/nacos/v1/ns/instance"), {
+            status, _ = call("POST", node.url("/nacos/v1/ns/instance"), {
                 "serviceName": "spread", "ip": f"10.11.0.{n + 1}", "port": "80", "ephemeral": "true"})
             assert status == 200
         browser.open(node.url("/nacos/#/cluster"))
@@ -283,25 +271,17 @@ def test_cluster_page_shows_three_members(tmp_path: Path, browser: Browser) -> N
         assert sum(owned) == 30, owned
         browser.screenshot("07-cluster-3-nodes", full_page=True)
     finally:
-        for server in cluster.nodes.values():
-            kill(server)
+        cluster.kill_all()
 
 
 async def test_namespace_switcher_shows_a_namespaces_services(server: ServerProcess, sdk: Any,
                                                               browser: Browser) -> None:
-    import urllib.parse
-    import urllib.request
-
     from selenium.webdriver.support.ui import Select
     from v2.nacos import RegisterInstanceParam
 
-    def create_namespace() -> int:
-        body = urllib.parse.urlencode({"customNamespaceId": "dev", "namespaceName": "Development"}).encode()
-        request = urllib.request.Request(server.url("/nacos/v1/console/namespaces"), body, method="POST")
-        with urllib.request.urlopen(request, timeout=5) as resp:
-            return int(resp.status)
-
-    assert await asyncio.to_thread(create_namespace) == 200
+    status, _ = await asyncio.to_thread(call, "POST", server.url("/nacos/v1/console/namespaces"),
+                                        data={"customNamespaceId": "dev", "namespaceName": "Development"})
+    assert status == 200
     client = await sdk(server.addr, namespace="dev")
     assert await client.register_instance(RegisterInstanceParam(service_name="inventory", ip="10.5.0.1", port=7000))
     await in_browser(browser.open, server.url("/nacos/"))

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from shoal.testing import ServerProcess, poll_until
-
-from .cpcluster import CpCluster, etcd_pids, kill_pid
-from .etcdcluster import ExternalEtcdCluster, healthy, listed_ips, register_persistent, revision
+from shoal.testing.etcd import ExternalEtcdCluster, etcd_pids, healthy, kill_pid, revision
+from shoal.testing.nodes import CpCluster
+from shoal.testing.openapi import listed_ips, register_persistent
 
 #: A short store deadline so a write sent to a dead member fails over quickly.
 CP_FAST = ["-D", "shoal.cp.request-timeout-ms=2000"]

@@ -1,25 +1,22 @@
 """The managed etcd members under the cluster TLS settings (``nacos.remote.peer.rpc.tls.*``): the
 CP data (password hashes, the token key) travels between members and to each node over TLS only.
 
-Three real nodes with real etcd members; certificates from ``certs.py`` into tmp_path."""
+Three real nodes with real etcd members; certificates from ``shoal.testing.certs`` into tmp_path."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import ssl
 import subprocess
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from shoal.testing import poll_until, start_server
-
-from .certs import Pki, encrypted_copy, make_pki
-from .cpcluster import CpCluster, etcd_pids, free_blocks, kill_pid
-from .etcdcluster import listed_ips, register_persistent
+from shoal.testing import free_port_blocks, poll_until, start_server, timed_call
+from shoal.testing.certs import Pki, encrypted_copy, make_pki
+from shoal.testing.etcd import etcd_pids, kill_pid
+from shoal.testing.nodes import CpCluster
+from shoal.testing.openapi import listed_ips, register_persistent
 
 PEER = "nacos.remote.peer.rpc.tls"
 
@@ -36,26 +33,14 @@ def peer_tls(pki: Pki, mutual: bool = True, trust: bool = True, key: Path | None
 
 def plaintext_answer(url: str) -> int | None:
     """The HTTP status a plaintext request to ``url`` gets, or None when no HTTP answer comes."""
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (OSError, http.client.HTTPException):  # reset, closed, or a TLS alert that is no HTTP
-        return None
+    return timed_call("GET", url, timeout=5)[0] or None  # 0: reset, closed, or a TLS alert that is no HTTP
 
 
 def https_status(url: str, pki: Pki, with_cert: bool) -> int | None:
     ctx = ssl.create_default_context(cafile=str(pki.ca))
     if with_cert:
         ctx.load_cert_chain(str(pki.client.cert), str(pki.client.key))
-    try:
-        with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (OSError, http.client.HTTPException):
-        return None
+    return timed_call("GET", url, timeout=5, context=ctx)[0] or None
 
 
 @pytest.fixture
@@ -91,21 +76,15 @@ def test_managed_members_form_the_cluster_over_mutual_tls_and_refuse_plaintext(t
         for url in (f"http://127.0.0.1:{client_port}/health", f"http://127.0.0.1:{client_port}/version",
                     f"http://127.0.0.1:{peer_port}/members"):
             assert plaintext_answer(url) in (None, 400), url
-        request = urllib.request.Request(f"http://127.0.0.1:{client_port}/v3/kv/range", method="POST",
-                                         data=json.dumps({"key": "AA==", "range_end": "AA=="}).encode())
-        try:
-            with urllib.request.urlopen(request, timeout=5) as resp:
-                raise AssertionError(f"plaintext range answered {resp.status}: {resp.read()[:200]!r}")
-        except urllib.error.HTTPError as exc:
-            assert exc.code == 400, exc.code
-        except (OSError, http.client.HTTPException):
-            pass
+        status, text, _ = timed_call("POST", f"http://127.0.0.1:{client_port}/v3/kv/range", timeout=5,
+                                     body=json.dumps({"key": "AA==", "range_end": "AA=="}).encode())
+        assert status in (0, 400), f"plaintext range answered {status}: {text[:200]!r}"
     finally:
         cluster.stop_all()
 
 
 def _exit(tmp_path: Path, args: list[str]) -> tuple[int, str]:
-    ports = free_blocks(2)
+    ports = free_port_blocks(2)
     members = ",".join(f"127.0.0.1:{p}" for p in ports)
     node = start_server(tmp_path / "bad", ["--members", members, *args], port=ports[0], wait=False)
     try:

@@ -4,11 +4,8 @@ consistency job naming a real divergence between two nodes."""
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 import sys
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ from shoal.config import TestHooks
 from shoal.distro.sync import SYNC_REQUEST
 from shoal.export.reader import find_snapshots, read_snapshot
 from shoal.testing import ServerProcess, free_port_block, http_get, kill, poll_until, start_server, wait_until
+from shoal.testing.http import call_json
 
 
 def shoal(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -48,10 +46,8 @@ def test_export_needs_an_admin_when_auth_is_on(servers: Callable[..., ServerProc
     server = servers("--auth")
     status, _ = http_get(server.url("/nacos/v1/shoal/export"))
     assert status == 403
-    request = urllib.request.Request(server.url("/nacos/v1/auth/users/admin"),
-                                     data=urllib.parse.urlencode({"password": "s3cret-pass"}).encode())
-    with urllib.request.urlopen(request, timeout=10) as resp:
-        assert json.loads(resp.read())["username"] == "nacos"
+    admin = call_json("POST", server.url("/nacos/v1/auth/users/admin"), data={"password": "s3cret-pass"})
+    assert admin["username"] == "nacos"
     password = tmp_path / "pw"
     password.write_text("s3cret-pass\n")
     result = shoal("export", "--addr", server.addr, "--out", str(tmp_path / "snap"), "--username", "nacos",

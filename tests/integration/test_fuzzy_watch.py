@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from shoal.testing import ServerProcess, free_port_block, kill, start_server, wait_until
-
-from .rawclient import PYTHON_LABELS, RawClient, register_body
+from shoal.testing.rawclient import PYTHON_LABELS, RawClient, register_body
 
 PATTERN_A = "public>>DEFAULT_GROUP>>fz-a*"
 

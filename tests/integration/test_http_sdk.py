@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -17,7 +15,7 @@ import pytest
 from v2.nacos import ListInstanceParam, RegisterInstanceParam, SubscribeServiceParam
 
 from shoal.config import TestHooks
-from shoal.testing import ServerProcess, poll_until, wait_until
+from shoal.testing import ServerProcess, call, http_get, poll_until, wait_until
 
 # Short beat rules for the instances of these tests (the defaults are proven on a manual clock).
 FAST_BEATS = {"preserved.heart.beat.interval": "300", "preserved.heart.beat.timeout": "1500",
@@ -100,7 +98,7 @@ def test_instance_whose_beats_stop_turns_unhealthy_then_disappears(
         nonlocal beats_seen
         [inst] = hosts(client, "beating")
         assert inst["healthy"], inst
-        _status, text = _get(server.url("/nacos/actuator/prometheus"))
+        _status, text = http_get(server.url("/nacos/actuator/prometheus"), 5)
         beats_seen = _counter(text, "/nacos/v1/ns/instance/beat")
         return beats_seen >= 10
 
@@ -152,31 +150,14 @@ def test_writes_are_forwarded_to_the_responsible_node(servers: Callable[..., Ser
     assert [h["ip"] for h in hosts(on_owner, "fwd")] == ["10.4.0.1"]
     assert hosts(via_entry, "fwd") == []  # reads are local; only the owner holds the client
     assert via_entry.send_heartbeat("fwd", "10.4.0.1", 80)["code"] == 10200
-    status, text = _put(entry.url("/nacos/v1/ns/instance/beat?serviceName=fwd&ip=10.4.0.1&port=80"),
-                        {"User-Agent": "Nacos-Server:2.5.1"})
+    status, text = call("PUT", entry.url("/nacos/v1/ns/instance/beat?serviceName=fwd&ip=10.4.0.1&port=80"),
+                        headers={"User-Agent": "Nacos-Server:2.5.1"})
     assert (status, "invalid redirect" in text) == (400, True)
     assert via_entry.remove_naming_instance("fwd", "10.4.0.1", 80)
     assert hosts(on_owner, "fwd") == []
 
 
 # --- small HTTP helpers ----------------------------------------------------------------------
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def _put(url: str, headers: dict[str, str]) -> tuple[int, str]:
-    request = urllib.request.Request(url, method="PUT", headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
 def _counter(prometheus_text: str, path: str) -> int:
     total = 0
     for line in prometheus_text.splitlines():

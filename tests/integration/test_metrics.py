@@ -12,9 +12,6 @@ import json
 import re
 import subprocess
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from v2.nacos import RegisterInstanceParam, SubscribeServiceParam
 
 from shoal.config import TestHooks
-from shoal.testing import ServerProcess, free_port_block, http_get, kill, start_server, wait_until
+from shoal.testing import NodeCluster, ServerProcess, free_port_block, http_get, kill, start_server, wait_until
+from shoal.testing.http import call
+from shoal.testing.openapi import register
 
 from .test_cluster import FAST
 from .test_sdk_naming import Pushes
@@ -73,24 +72,17 @@ def scrape(server: ServerProcess) -> Scrape:
 
 
 def get_json(url: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    request = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=5) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    """(status, parsed body) of a GET; an error status keeps its body as text."""
+    status, text = call("GET", url, headers=headers)
+    return status, json.loads(text) if status == 200 else text
 
 
 def http_register(server: ServerProcess, service: str, ip: str, port: int, metadata: dict[str, str] | None = None,
                   namespace: str = "") -> None:
-    params = f"serviceName={service}&ip={ip}&port={port}"
-    if metadata:
-        params += "&metadata=" + urllib.parse.quote(json.dumps(metadata))
+    fields = {"metadata": json.dumps(metadata)} if metadata else {}
     if namespace:
-        params += f"&namespaceId={namespace}"
-    request = urllib.request.Request(server.url(f"/nacos/v1/ns/instance?{params}"), method="POST")
-    with urllib.request.urlopen(request, timeout=5) as resp:
-        assert resp.read() == b"ok"
+        fields["namespaceId"] = namespace
+    assert register(server, service, ip, port, **fields) == (200, "ok")
 
 
 def operator_counts(server: ServerProcess) -> dict[str, Any]:
@@ -281,19 +273,13 @@ def test_prometheus_sd_wants_basic_auth_when_auth_is_on(auth_node: ServerProcess
 
 # --- three nodes -------------------------------------------------------------------------------------
 def start_three(tmp_path: Path, hooks: dict[int, TestHooks] | None = None) -> list[ServerProcess]:
-    ports = [free_port_block() for _ in range(3)]
-    members = ",".join(f"127.0.0.1:{p}" for p in ports)
-    nodes = [start_server(tmp_path, ["--members", members, *FAST, *SD], port=p, wait=False,
-                          env=(hooks or {})[i].to_env() if i in (hooks or {}) else None)
-             for i, p in enumerate(ports)]
+    cluster = NodeCluster(tmp_path, 3, [*FAST, *SD])
     try:
-        for node in nodes:
-            node.wait_ready(40)
+        cluster.start_all(envs={i: h.to_env() for i, h in (hooks or {}).items()}, timeout=40)
     except BaseException:
-        for node in nodes:
-            kill(node)
+        cluster.kill_all()
         raise
-    return nodes
+    return cluster.all()
 
 
 @pytest.fixture

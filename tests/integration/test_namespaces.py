@@ -9,9 +9,11 @@ import re
 from pathlib import Path
 
 from shoal.testing import ServerProcess, kill, poll_until, start_server
+from shoal.testing.etcd import ExternalEtcdCluster
+from shoal.testing.http import call, call_json
+from shoal.testing.nodes import CpCluster
 
 from . import admin
-from .cpcluster import CpCluster, ExternalEtcd, call, call_json
 
 node = admin.node  # one standalone server for the module
 V1 = "/nacos/v1/console/namespaces"
@@ -103,8 +105,8 @@ def test_namespaces_survive_a_restart(tmp_path: Path) -> None:
 
 
 def test_created_on_one_node_is_seen_and_changed_on_the_others(tmp_path: Path) -> None:
-    etcd = ExternalEtcd(tmp_path).start()
-    cluster = CpCluster(tmp_path, 3, ["--cp-endpoints", etcd.endpoint])
+    etcd = ExternalEtcdCluster(tmp_path, 1).start()
+    cluster = CpCluster(tmp_path, 3, ["--cp-endpoints", etcd.endpoints])
     try:
         cluster.start_all()
         a, b, c = (cluster.node(i) for i in range(3))

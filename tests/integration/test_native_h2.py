@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from shoal.transport.grpc.transports import native_available
+from shoal.transport.selection import native_available
 
 pytest.importorskip("h2", reason="the h2 dev dependency drives HTTP/2 frames directly")
 from shoal.testing import ServerProcess, kill, start_server
-
-from .h2client import STREAM, UNARY, H2Client, grpc_frame, nacos
-from .rawclient import register_body
+from shoal.testing.h2client import STREAM, UNARY, H2Client, grpc_frame, nacos
+from shoal.testing.rawclient import register_body
 
 pytestmark = pytest.mark.skipif(not native_available(), reason="the h2grpc extension is not built")
 

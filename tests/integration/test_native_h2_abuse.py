@@ -24,14 +24,14 @@ from pathlib import Path
 import pytest
 
 from shoal.testing import ServerProcess, kill, poll_until, start_server
-from shoal.transport.grpc.transports import native_available
+from shoal.transport.selection import native_available
 
 pytest.importorskip("h2", reason="the h2 dev dependency drives HTTP/2 frames directly")
 import h2.settings
 import hpack  # h2's own HPACK codec
 
-from .h2client import UNARY, H2Client, grpc_frame, nacos
-from .rawclient import register_body
+from shoal.testing.h2client import UNARY, H2Client, grpc_frame, nacos
+from shoal.testing.rawclient import register_body
 
 pytestmark = pytest.mark.skipif(not native_available(), reason="the h2grpc extension is not built")
 

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from shoal.testing import ServerProcess, poll_until, start_server
-
-from .cpcluster import CpCluster, ExternalEtcd, call, call_json
+from shoal.testing.etcd import ExternalEtcdCluster
+from shoal.testing.http import call, call_json
+from shoal.testing.nodes import CpCluster
+from shoal.testing.openapi import hosts as listed
 
 SWITCHES = "/nacos/v1/ns/operator/switches"
 
@@ -23,17 +25,13 @@ def beat_interval(node: ServerProcess, ip: str) -> int:
     return int(answer["clientBeatInterval"])
 
 
-def listed(node: ServerProcess, service: str) -> list[dict[str, Any]]:
-    return list(call_json("GET", node.url("/nacos/v1/ns/instance/list"), {"serviceName": service})["hosts"])
-
-
 def switches(node: ServerProcess, path: str = SWITCHES) -> dict[str, Any]:
     return dict(call_json("GET", node.url(path)))
 
 
 def test_a_switch_set_on_one_node_changes_the_other_and_survives_a_restart(tmp_path: Path) -> None:
-    etcd = ExternalEtcd(tmp_path).start()
-    cluster = CpCluster(tmp_path, 2, ["--cp-endpoints", etcd.endpoint])
+    etcd = ExternalEtcdCluster(tmp_path, 1).start()
+    cluster = CpCluster(tmp_path, 2, ["--cp-endpoints", etcd.endpoints])
     try:
         cluster.start_all()
         a, b = cluster.node(0), cluster.node(1)

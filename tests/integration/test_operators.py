@@ -7,12 +7,10 @@ import json
 import os
 import subprocess
 import sys
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from shoal.testing import ServerSet, free_port_block, http_get, poll_until
+from shoal.testing import ServerSet, call, free_port_block, http_get, poll_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 STOCK = FIXTURES / "nacos-2.5.1-application.properties"
@@ -25,9 +23,9 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 30) 
 
 
 def register(base: str, service: str, ip: str, port: int, **extra: str) -> None:
-    data = urllib.parse.urlencode({"serviceName": service, "ip": ip, "port": port, **extra}).encode()
-    with urllib.request.urlopen(f"{base}/nacos/v1/ns/instance", data=data, timeout=5) as resp:
-        assert resp.status == 200
+    status, text = call("POST", f"{base}/nacos/v1/ns/instance", data={"serviceName": service, "ip": ip, "port": port,
+                                                                     **extra})
+    assert status == 200, text
 
 
 def hosts(base: str, service: str) -> list[dict[str, Any]]:

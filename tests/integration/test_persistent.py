@@ -7,9 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,16 +14,15 @@ from typing import Any
 import pytest
 from v2.nacos import SubscribeServiceParam
 
-from shoal.testing import ServerProcess, free_port_block, poll_until, start_server, wait_until
+from shoal.testing import NodeCluster, ServerProcess, http, poll_until, start_server, wait_until
+from shoal.testing.openapi import hosts as listed
+from shoal.testing.rawclient import RawClient, register_body
 
-from .rawclient import RawClient, register_body
 from .test_http_sdk import nacos_v1, v1_client  # noqa: F401 - fixtures
 from .test_sdk_naming import Pushes
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:nacos.*")
 
-#: Ports a managed-etcd node needs: etcd client (-1000), etcd peer (-999), HTTP, SDK, cluster.
-CP_OFFSETS = (-1000, -999, 0, 1000, 1001)
 FAST_HEALTH = ["-D", "shoal.health.check-interval-ms=300", "-D", "shoal.health.check-jitter-ms=0",
                "-D", "shoal.health.check-times=1"]
 # Default member reports: a member marked down under a loaded CI box would move the service's
@@ -36,19 +32,8 @@ FAST_CLUSTER = ["-D", "shoal.cp.request-timeout-ms=2000",
 
 
 def call(server: ServerProcess, method: str, path: str, **params: Any) -> tuple[int, str]:
-    query = urllib.parse.urlencode({k: str(v) for k, v in params.items()})
-    request = urllib.request.Request(f"{server.url(path)}?{query}", method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            return int(resp.status), resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read().decode()
-
-
-def listed(server: ServerProcess, service: str) -> list[dict[str, Any]]:
-    status, body = call(server, "GET", "/nacos/v1/ns/instance/list", serviceName=service)
-    assert status == 200, body
-    return list(json.loads(body)["hosts"])
+    """One request to ``server`` with ``params`` in the query."""
+    return http.call(method, server.url(path), params)
 
 
 def test_v1_http_client_registers_lists_and_removes_a_persistent_instance(
@@ -206,29 +191,9 @@ def test_persistent_instances_survive_a_restart_standalone(tmp_path: Path) -> No
 
 
 # --- three nodes, each with its managed etcd member -----------------------------------------
-class CpCluster:
-    def __init__(self, root: Path, size: int = 3) -> None:
-        self.root = root
-        self.ports: list[int] = []
-        for _ in range(size):
-            self.ports.append(free_port_block(CP_OFFSETS, avoid=self.ports))
-        self.members = ",".join(f"127.0.0.1:{p}" for p in self.ports)
-        self.nodes: list[ServerProcess] = []
-
-    def start_all(self, *extra: str) -> None:
-        self.nodes = [start_server(self.root, ["--members", self.members, *FAST_CLUSTER, *extra], port=p, wait=False)
-                      for p in self.ports]
-        for node in self.nodes:
-            node.wait_ready(60)
-
-    def kill_all(self) -> None:
-        for node in self.nodes:
-            node.kill()
-
-
 @pytest.fixture
-def cp_cluster(tmp_path: Path) -> Iterator[CpCluster]:
-    cluster = CpCluster(tmp_path)
+def cp_cluster(tmp_path: Path) -> Iterator[NodeCluster]:
+    cluster = NodeCluster(tmp_path, 3, FAST_CLUSTER, ready_timeout=60)
     yield cluster
     cluster.kill_all()
 
@@ -238,10 +203,10 @@ def _all_members_up(node: ServerProcess, size: int) -> bool:
 
 
 async def test_three_nodes_share_persistent_instances_checks_and_restart(
-        cp_cluster: CpCluster, sdk: Any) -> None:
+        cp_cluster: NodeCluster, sdk: Any) -> None:
     cp_cluster.start_all(*FAST_HEALTH)
-    a, b, c = cp_cluster.nodes
-    for node in cp_cluster.nodes:
+    a, b, c = cp_cluster.all()
+    for node in cp_cluster.all():
         poll_until(lambda n=node: _all_members_up(n, 3), 20, 0.1, "every member UP")  # type: ignore[misc]
 
     # A real listener: healthy while it accepts, unhealthy once closed, healthy again on reopen.
@@ -261,9 +226,9 @@ async def test_three_nodes_share_persistent_instances_checks_and_restart(
             return None
         return bool(pushes.calls[-1][0].healthy)
 
-    checks_before = [n.metric("health_checks_total", type="TCP") for n in cp_cluster.nodes]
+    checks_before = [n.metric("health_checks_total", type="TCP") for n in cp_cluster.all()]
     await wait_until(lambda: pushed_health() is True, 10, "a push with the healthy instance")
-    await wait_until(lambda: sum(n.metric("health_checks_total", type="TCP") for n in cp_cluster.nodes)
+    await wait_until(lambda: sum(n.metric("health_checks_total", type="TCP") for n in cp_cluster.all())
                      > sum(checks_before) + 2, 10, "checks running")
     listener.close()
     await wait_until(lambda: pushed_health() is False, 10, "a push with the instance unhealthy")
@@ -276,7 +241,7 @@ async def test_three_nodes_share_persistent_instances_checks_and_restart(
     finally:
         listener.close()
     # Only one node runs the checks of a service (the only persistent service so far).
-    counts = [n.metric("health_checks_total", type="TCP") for n in cp_cluster.nodes]
+    counts = [n.metric("health_checks_total", type="TCP") for n in cp_cluster.all()]
     assert sum(1 for count in counts if count > 0) == 1, counts
 
     # Written on A, listed on B and C within a second.
@@ -302,14 +267,14 @@ async def test_three_nodes_share_persistent_instances_checks_and_restart(
     # All three nodes (and their etcd members) killed and restarted: the instances are back.
     cp_cluster.kill_all()
     await asyncio.to_thread(cp_cluster.start_all, *FAST_HEALTH)
-    for node in cp_cluster.nodes:
+    for node in cp_cluster.all():
         assert {h["ip"] for h in listed(node, "shared")} == {"10.6.0.1"}
         assert [h["port"] for h in listed(node, "checked")] == [port]
 
     # Two of three members gone: the last node refuses CP writes with a clear 503, keeps reading
     # its view and keeps taking ephemeral (AP) registrations.
-    survivor = cp_cluster.nodes[0]
-    for node in cp_cluster.nodes[1:]:
+    survivor = cp_cluster.all()[0]
+    for node in cp_cluster.all()[1:]:
         node.kill()
     status, body = call(survivor, "POST", "/nacos/v1/ns/instance", serviceName="shared", ip="10.6.0.2",
                         port=7000, ephemeral="false")
@@ -322,18 +287,18 @@ def _service_known(node: ServerProcess, service: str) -> bool:
     return call(node, "GET", "/nacos/v1/ns/service", serviceName=service)[0] == 200
 
 
-async def test_deleting_a_service_on_one_node_deletes_it_on_every_node(cp_cluster: CpCluster) -> None:
+async def test_deleting_a_service_on_one_node_deletes_it_on_every_node(cp_cluster: NodeCluster) -> None:
     """ServiceOperatorV2Impl.delete goes through Raft in Nacos: a service is deleted cluster-wide,
     whether it was created through the API (a document) or made by registrations (none); one that
     still has instances is a 400 (v2: 21009 SERVICE_DELETE_FAILURE), an unknown one 21008."""
     cp_cluster.start_all()
-    a, b, c = cp_cluster.nodes
-    for node in cp_cluster.nodes:
+    a, b, c = cp_cluster.all()
+    for node in cp_cluster.all():
         poll_until(lambda n=node: _all_members_up(n, 3), 20, 0.1, "every member UP")  # type: ignore[misc]
 
     # made by an ephemeral registration on A (Distro gives B and C its record), then emptied
     assert call(a, "POST", "/nacos/v1/ns/instance", serviceName="used", ip="10.7.0.1", port=1)[0] == 200
-    for node in cp_cluster.nodes:
+    for node in cp_cluster.all():
         poll_until(lambda n=node: len(listed(n, "used")) == 1, 10, 0.05, f"the instance on {node.addr}")  # type: ignore[misc]
     # while it has an instance, no node deletes it
     status, body = call(b, "DELETE", "/nacos/v1/ns/service", serviceName="used")
@@ -341,7 +306,7 @@ async def test_deleting_a_service_on_one_node_deletes_it_on_every_node(cp_cluste
     status, body = call(c, "DELETE", "/nacos/v2/ns/service", serviceName="used")
     assert status == 400 and json.loads(body)["code"] == 21009, (status, body)
     assert call(a, "DELETE", "/nacos/v1/ns/instance", serviceName="used", ip="10.7.0.1", port=1)[0] == 200
-    for node in cp_cluster.nodes:
+    for node in cp_cluster.all():
         poll_until(lambda n=node: listed(n, "used") == [], 10, 0.05, f"the instance gone on {node.addr}")  # type: ignore[misc]
         assert _service_known(node, "used")
     assert call(b, "DELETE", "/nacos/v1/ns/service", serviceName="used")[0] == 200
@@ -360,5 +325,5 @@ async def test_deleting_a_service_on_one_node_deletes_it_on_every_node(cp_cluste
     assert call(b, "DELETE", "/nacos/v1/ns/instance", serviceName="made", ip="10.7.0.2", port=5432,
                 ephemeral="false")[0] == 200
     assert call(b, "DELETE", "/nacos/v2/ns/service", serviceName="made")[0] == 200
-    for node in cp_cluster.nodes:
+    for node in cp_cluster.all():
         poll_until(lambda n=node: not _service_known(n, "made"), 5, 0.05, f"the service gone on {node.addr}")  # type: ignore[misc]

@@ -16,8 +16,7 @@ import grpc
 import pytest
 
 from shoal.testing import ServerProcess, http_get, wait_until
-
-from .rawclient import RawClient, register_body
+from shoal.testing.rawclient import RawClient, register_body
 
 
 @pytest.fixture

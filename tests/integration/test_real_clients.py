@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from shoal.testing import ServerProcess, http_get, poll_until
-from shoal.transport.grpc.transports import native_available
+from shoal.transport.selection import native_available
 
 from .clients import runner
 

@@ -17,8 +17,7 @@ import pytest
 from v2.nacos import RegisterInstanceParam
 
 from shoal.testing import ServerProcess, http_get, wait_until
-
-from .moving import JAVA, PYTHON, MovingClient, acounts, aloader, loader, python_connections
+from shoal.testing.moving import JAVA, PYTHON, MovingClient, acounts, aloader, loader, python_connections
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ from typing import Any
 from v2.nacos import RegisterInstanceParam
 
 from shoal.testing import ServerProcess, wait_until
-
-from .moving import (
+from shoal.testing.moving import (
     JAVA,
     PYTHON,
     MovingClient,

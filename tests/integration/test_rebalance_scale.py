@@ -19,8 +19,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from shoal.testing import ServerProcess, wait_until
-
-from .moving import JAVA, PYTHON, MovingClient, acounts, aloader, instance_body, listed, loader
+from shoal.testing.moving import JAVA, PYTHON, MovingClient, acounts, aloader, instance_body, listed, loader
 
 pytestmark = pytest.mark.slow
 

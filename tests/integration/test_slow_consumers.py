@@ -11,14 +11,13 @@ from typing import Any
 
 import pytest
 
-from shoal.transport.grpc.transports import native_available
+from shoal.transport.selection import native_available
 
 pytest.importorskip("h2", reason="the h2 dev dependency drives HTTP/2 frames directly")
 from shoal.testing import ServerProcess, http_get, poll_until
 from shoal.testing.ci import require
-
-from .h2client import H2Client, grpc_frame, nacos
-from .rawclient import register_body
+from shoal.testing.h2client import H2Client, grpc_frame, nacos
+from shoal.testing.rawclient import register_body
 
 MIB = 1024 * 1024
 SERVICE = "slow-consumers"

@@ -1,6 +1,6 @@
 """TLS on the SDK gRPC port, the cluster port and the HTTP port, with real processes and clients.
 
-Certificates are generated per test into tmp_path (``certs.py``). Every gRPC case runs on both
+Certificates are generated per test into tmp_path (``shoal.testing.certs``). Every gRPC case runs on both
 server transports (native over the loop's SSL transport, and grpc.aio).
 """
 
@@ -24,10 +24,9 @@ from v2.nacos import ListInstanceParam, RegisterInstanceParam
 from shoal.config import Config, TestHooks
 from shoal.errors import ConfigError, TlsConfigError
 from shoal.testing import ServerProcess, ServerSet, free_port_block, http_get, wait_until
+from shoal.testing.certs import Pki, encrypted_copy, make_pki
+from shoal.testing.rawclient import RawClient, register_body
 from shoal.tls import NodeTls
-
-from .certs import Pki, encrypted_copy, make_pki
-from .rawclient import RawClient, register_body
 
 TRANSPORTS = ["native", "grpcio"]
 SDK = "nacos.remote.server.rpc.tls"

@@ -6,8 +6,6 @@ auth rules of each (no token, a non-admin user, an admin)."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -15,11 +13,11 @@ import pytest
 
 from shoal.config import TestHooks
 from shoal.testing import ServerProcess, poll_until, wait_until
+from shoal.testing.auth import PASSWORD, add_user_with_grant, ok
+from shoal.testing.http import call, call_json
+from shoal.testing.rawclient import RawClient
 
 from . import admin
-from .admin import PASSWORD, add_user_with_grant, ok
-from .cpcluster import call, call_json
-from .rawclient import RawClient
 
 node = admin.node  # one server for the module
 auth_node = admin.auth_node  # with auth and an admin `nacos`
@@ -38,12 +36,8 @@ def error(method: str, url: str, status: int, params: dict[str, str] | None = No
 
 def call_raw(method: str, url: str, raw: bytes, content_type: str = "application/json") -> tuple[int, Any]:
     """A call with a raw body (3.x's @RequestBody routes take JSON)."""
-    request = urllib.request.Request(url, data=raw, method=method, headers={"Content-Type": content_type})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    status, text = call(method, url, body=raw, headers={"Content-Type": content_type})
+    return status, json.loads(text)
 
 
 def instances(server: ServerProcess, svc: dict[str, str]) -> dict[str, dict[str, Any]]:

@@ -11,10 +11,10 @@ import pytest
 
 from shoal.config import TestHooks
 from shoal.testing import ServerProcess, poll_until
+from shoal.testing.auth import PASSWORD, add_user_with_grant, ok
+from shoal.testing.http import call, call_json
 
 from . import admin
-from .admin import PASSWORD, add_user_with_grant, ok
-from .cpcluster import call, call_json
 
 node = admin.node  # one server for the module
 auth_node = admin.auth_node  # with auth and an admin `nacos`

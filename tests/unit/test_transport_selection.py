@@ -12,7 +12,7 @@ import pytest
 from shoal.config import Config
 from shoal.errors import ConfigError
 from shoal.kernels import NO_EXTENSIONS
-from shoal.transport.grpc.transports import GRPCIO, NATIVE, native_available, transport_name
+from shoal.transport.selection import GRPCIO, NATIVE, native_available, transport_name
 
 
 def test_the_default_follows_the_kernel_mode() -> None:

@@ -1,25 +1,41 @@
-"""Test support shipped with the package (as raft's ``testing.go`` or asyncpg's ``_testbase``).
+"""Test support shipped with the package (as raft's ``testing.go`` or asyncpg's ``_testbase``),
+used by ``tests/`` and ``bench/`` alike. Nothing here is imported by the server itself.
+
+Imported from here (no dependency beyond the server's own):
 
 * :func:`wait_until` / :func:`poll_until` — poll a condition with a deadline (async / blocking);
 * :func:`make_registry` / :class:`Registry` — the model stack on a manual clock;
 * :class:`SimCluster` — N Distro nodes in one process on an in-memory network;
 * :class:`ServerProcess`, :func:`start_server`, :class:`ServerSet`, :func:`free_port_block` —
-  real ``shoal server`` processes on loopback, always cleaned up.
+  real ``shoal server`` processes on loopback, always cleaned up;
+* :class:`NodeCluster` and its presets :class:`CpCluster`, :class:`FaultCluster` — several real
+  nodes on one member list (:mod:`shoal.testing.nodes`);
+* :func:`call`, :func:`call_json`, :func:`http_get`, :func:`timed_call` — HTTP requests
+  (:mod:`shoal.testing.http`).
 
-Nothing here is imported by the server itself.
+Imported from their modules (they need the ``dev`` extra or are specific):
+:mod:`~shoal.testing.rawclient` (a Nacos gRPC client over grpc.aio that sends exactly the bytes a
+test asks for), :mod:`~shoal.testing.h2client` (a frame-level HTTP/2 gRPC client),
+:mod:`~shoal.testing.moving` (SDK-like clients that follow rebalancing), :mod:`~shoal.testing.etcd`
+(real etcd members and clusters), :mod:`~shoal.testing.proxy` (a cuttable TCP proxy),
+:mod:`~shoal.testing.faults` (signals, RSS, log checks, iptables partitions),
+:mod:`~shoal.testing.certs` (a throw-away PKI), :mod:`~shoal.testing.ci` (skip here, fail in CI),
+:mod:`~shoal.testing.openapi` (register and list over the v1 Open API), :mod:`~shoal.testing.auth`
+(a node with an admin user, the v3 grant steps).
 """
 
 from __future__ import annotations
 
 from shoal.testing.cluster import SVC, SimCluster, SimNode
+from shoal.testing.http import call, call_json, http_get, timed_call
 from shoal.testing.model import Registry, config_with, make_registry
+from shoal.testing.nodes import CpCluster, FaultCluster, NodeCluster
 from shoal.testing.procs import (
     NODE_OFFSETS,
     ServerProcess,
     ServerSet,
     free_port_block,
     free_port_blocks,
-    http_get,
     kill,
     metric_sum,
     metric_values,
@@ -30,11 +46,16 @@ from shoal.testing.wait import poll_until, wait_until
 __all__ = [
     "NODE_OFFSETS",
     "SVC",
+    "CpCluster",
+    "FaultCluster",
+    "NodeCluster",
     "Registry",
     "ServerProcess",
     "ServerSet",
     "SimCluster",
     "SimNode",
+    "call",
+    "call_json",
     "config_with",
     "free_port_block",
     "free_port_blocks",
@@ -45,5 +66,6 @@ __all__ = [
     "metric_values",
     "poll_until",
     "start_server",
+    "timed_call",
     "wait_until",
 ]

@@ -20,13 +20,12 @@ import ssl
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from shoal.childproc import dying_with_parent
+from shoal.testing.http import http_get
 from shoal.testing.wait import poll_until
 
 HOST = "127.0.0.1"
@@ -100,16 +99,6 @@ def _bindable(host: str, port: int) -> bool:
     return True
 
 
-def http_get(url: str, timeout: float = 2.0, context: ssl.SSLContext | None = None) -> tuple[int, str]:
-    """(status, body) of a GET (``https://`` with ``context``); HTTP errors are answers too, only
-    transport errors raise."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:
-            return int(resp.status), resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read().decode()
-
-
 def metric_values(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     """Every sample of ``name`` in a Prometheus text page, with its labels."""
     out = []
@@ -135,13 +124,15 @@ class ServerProcess:
     :func:`shoal.childproc.dying_with_parent` (only from a thread that outlives the server: the kernel signals
     when the starting thread exits). ``https`` is the client context for a node whose HTTP
     port serves TLS (``server.ssl.*``): its URLs are then ``https://`` and every probe goes
-    through that context.
+    through that context. ``ready_timeout`` is how long :meth:`wait_ready` waits by default (a
+    node whose peers may be stopped or cut off needs longer).
     """
 
     def __init__(self, port: int, data_dir: Path, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
                  *, entry: Sequence[str] = ("-m", "shoal"), die_with_parent: bool = False,
-                 host: str = HOST, https: ssl.SSLContext | None = None) -> None:
+                 host: str = HOST, https: ssl.SSLContext | None = None, ready_timeout: float = 20.0) -> None:
         self.host = host
+        self.ready_timeout = ready_timeout  #: how long :meth:`wait_ready` waits unless told
         self.https = https
         self.port = port
         self.data_dir = data_dir
@@ -215,9 +206,11 @@ class ServerProcess:
         except OSError:
             return False
 
-    def wait_ready(self, timeout: float = 20, interval: float = 0.05) -> float:
-        """Poll readiness until it answers 200; returns the time.time() it did."""
-        poll_until(self.ready, timeout, interval, what=f"server on {self.port} to be ready")
+    def wait_ready(self, timeout: float | None = None, interval: float = 0.05) -> float:
+        """Poll readiness until it answers 200 (within ``timeout``, default ``ready_timeout``);
+        returns the time.time() it did."""
+        poll_until(self.ready, self.ready_timeout if timeout is None else timeout, interval,
+                   what=f"server on {self.port} to be ready")
         return time.time()
 
     def signal(self, sig: int) -> None:

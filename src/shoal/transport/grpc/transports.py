@@ -14,21 +14,17 @@ streams to a :class:`StreamService`; the connection is identified by its peer ad
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
 from collections.abc import Awaitable
 from typing import Protocol
 
 from shoal.config import Config
-from shoal.errors import ConfigError
 from shoal.tls import PortTls
 from shoal.transport.grpc.connections import Connection, StreamSink
+from shoal.transport.selection import NATIVE
+from shoal.transport.selection import transport_name as transport_name  # re-exported: the choice moved there
 
 log = logging.getLogger(__name__)
-
-NATIVE = "native"
-GRPCIO = "grpcio"
 
 
 class UnaryService(Protocol):
@@ -59,32 +55,6 @@ class GrpcTransport(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self, grace_s: float) -> None: ...
-
-
-def native_available() -> bool:
-    """True when the h2grpc extension is built and extensions are not switched off."""
-    if os.environ.get("SHOAL_NO_EXTENSIONS", "") not in ("", "0"):
-        return False
-    try:
-        importlib.import_module("shoal._ext.h2grpc")
-    except ImportError:
-        return False
-    return True
-
-
-def transport_name(config: Config) -> str:
-    """The transport the gRPC ports run on; ConfigError for a bad or unavailable choice."""
-    wanted = config.remote_transport or (NATIVE if native_available() else GRPCIO)
-    if wanted not in (NATIVE, GRPCIO):
-        raise ConfigError(f"shoal.remote.transport must be {NATIVE} or {GRPCIO}, not {wanted!r}")
-    if wanted == NATIVE and not native_available():
-        raise ConfigError("shoal.remote.transport=native needs the h2grpc extension (built with libnghttp2; "
-                          "not available with SHOAL_NO_EXTENSIONS=1)")
-    for name in ("max_inbound_message_size", "cluster_max_inbound_message_size", "outbound_queue_bytes",
-                 "write_stall_timeout_ms"):
-        if getattr(config, name) <= 0:
-            raise ConfigError(f"{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
-    return wanted
 
 
 def make_transport(config: Config, port: int, label: str, unary: UnaryService, streams: StreamService | None,

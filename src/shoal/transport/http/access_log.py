@@ -18,8 +18,7 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web import BaseRequest, StreamResponse
 
 from shoal.config import Config
-
-ACCESS_LOGGER = "shoal.access"
+from shoal.logutil import ACCESS_LOGGER
 
 
 class NacosAccessLogger(AbstractAccessLogger):

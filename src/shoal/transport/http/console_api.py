@@ -40,10 +40,10 @@ from shoal.service_layer.catalog import (
     page_slice,
 )
 from shoal.tasks import run_blocking
-from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http.api import Api, dumps, json_text, v2_ok
 from shoal.transport.http.params import Params
 from shoal.transport.http.routes import ADMIN, Route
+from shoal.transport.selection import transport_name
 
 if TYPE_CHECKING:
     from shoal.distro.protocol import DistroProtocol, MemberFigures

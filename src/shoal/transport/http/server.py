@@ -37,7 +37,6 @@ from shoal.metrics import Metrics
 from shoal.model.keys import DEFAULT_GROUP, GROUP_SEPARATOR
 from shoal.tls import PortTls
 from shoal.tls import describe as describe_tls
-from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http import access_log
 from shoal.transport.http.api import Api, core_ok, dumps, error_response, v2_ok
 from shoal.transport.http.auth_routes import IDENTITY_KEY
@@ -45,6 +44,7 @@ from shoal.transport.http.forward import Forwarder, MemberView, Standalone, Stan
 from shoal.transport.http.naming import distro_tag, persistent_write
 from shoal.transport.http.params import Params, read_params
 from shoal.transport.http.routes import ADMIN, IDENTITY, Handler, Route
+from shoal.transport.selection import transport_name
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,8 @@ import random
 import time
 from typing import Any
 
-from shoal.testing import http_get
-
-from .rawclient import RawClient, register_body
+from shoal.testing.http import http_get
+from shoal.testing.rawclient import RawClient, register_body
 
 JAVA = "Nacos-Java-Client:v2.5.1"
 PYTHON = "Nacos-Python-Client:v3.2.0"

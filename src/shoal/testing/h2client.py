@@ -30,6 +30,12 @@ def nacos(type_name: str, body: Any = None) -> bytes:
     return payload_codec.encode(type_name, json.dumps(body if body is not None else {}).encode())
 
 
+def _text_headers(headers: Any) -> dict[str, str]:
+    """Header pairs as text (the connection decodes them as UTF-8; the library's types allow bytes)."""
+    return {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in headers or ()}
+
+
 @dataclass
 class StreamResult:
     """What the server sent on one stream so far."""
@@ -110,8 +116,7 @@ class H2Client:
         chunks = [data[i:i + size] for i in range(0, len(data), size)] or [b""]
         for i, chunk in enumerate(chunks):
             need = len(chunk)
-            self.wait(lambda n=need: self.conn.local_flow_control_window(stream_id) >= n,  # type: ignore[misc]
-                      what="send window")
+            self.wait(lambda n=need: self.conn.local_flow_control_window(stream_id) >= n, what="send window")
             self.conn.send_data(stream_id, chunk, end_stream=end and i == len(chunks) - 1)
         self.flush()
 
@@ -155,9 +160,9 @@ class H2Client:
         sid = getattr(event, "stream_id", None)
         result = self.streams.get(sid) if sid is not None else None
         if isinstance(event, h2.events.ResponseReceived) and result is not None:
-            result.headers = dict(event.headers)
+            result.headers = _text_headers(event.headers)
         elif isinstance(event, h2.events.TrailersReceived) and result is not None:
-            result.trailers = dict(event.headers)
+            result.trailers = _text_headers(event.headers)
         elif isinstance(event, h2.events.DataReceived):
             if result is not None:
                 result.data += event.data

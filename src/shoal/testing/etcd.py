@@ -1,17 +1,41 @@
-"""A real three-member etcd cluster on loopback for the ``--cp-endpoints`` mode, and small probes
-of one member's own state through etcd's v3 JSON gateway (issue 12's member-loss proofs)."""
+"""Real etcd for the CP tests: the binary, the members a node's supervisor would run, external
+clusters for the ``--cp-endpoints`` mode, the members a node spawned, and probes of one member's
+own state through etcd's v3 JSON gateway."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
+import shutil
+import signal
 import subprocess
-import urllib.request
 from pathlib import Path
+from typing import Any
 
-from shoal.testing import ServerProcess, poll_until
+from shoal.cp.supervisor import EtcdMember, EtcdSupervisor, plan_members
+from shoal.testing.http import call
+from shoal.testing.procs import free_port_blocks
+from shoal.testing.wait import poll_until
 
-from .cpcluster import ETCD, call, free_blocks, kill_pid
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+
+
+def require_etcd() -> str:
+    """The etcd binary; a missing one is a broken test machine, not a reason to skip."""
+    if not Path(ETCD).exists():
+        raise RuntimeError("etcd is not installed: run ci/setup.sh as root (Debian package etcd-server)")
+    return ETCD
+
+
+def managed_cluster(data_root: Path, size: int, **kw: Any) -> list[EtcdSupervisor]:
+    """Supervisors of ``size`` members planned from one member list, as every node plans them
+    (not started); ``kw`` goes to each :class:`EtcdSupervisor`."""
+    mains = free_port_blocks(size, (0, -1000, -999))
+    planned: list[EtcdMember] = plan_members([("127.0.0.1", port) for port in mains])
+    return [EtcdSupervisor(me, planned, data_root / f"node{i}", require_etcd(), **kw)
+            for i, me in enumerate(planned)]
 
 
 class EtcdMemberProcess:
@@ -22,7 +46,7 @@ class EtcdMemberProcess:
         self.endpoint = f"127.0.0.1:{client_port}"
         self.data_dir = root / name
         peer = client_port + 1
-        self.args = [ETCD, "--name", name, "--data-dir", str(self.data_dir),
+        self.args = [require_etcd(), "--name", name, "--data-dir", str(self.data_dir),
                      "--listen-client-urls", f"http://127.0.0.1:{client_port}",
                      "--advertise-client-urls", f"http://127.0.0.1:{client_port}",
                      "--listen-peer-urls", f"http://127.0.0.1:{peer}",
@@ -46,10 +70,11 @@ class EtcdMemberProcess:
 
 
 class ExternalEtcdCluster:
-    """``size`` etcd members (client port P, peer port P+1) forming one cluster."""
+    """``size`` etcd members (client port P, peer port P+1) forming one cluster: the external
+    store of the ``--cp-endpoints`` mode (one member is enough where members are not the point)."""
 
     def __init__(self, root: Path, size: int = 3) -> None:
-        ports = free_blocks(size, (0, 1))
+        ports = free_port_blocks(size, (0, 1))
         initial = ",".join(f"e{i}=http://127.0.0.1:{p + 1}" for i, p in enumerate(ports))
         self.members = [EtcdMemberProcess(root / "etcd", f"e{i}", p, initial) for i, p in enumerate(ports)]
 
@@ -85,22 +110,31 @@ def revision(endpoint: str, serializable: bool) -> int:
     everything = base64.b64encode(b"\0").decode()
     body = json.dumps({"key": everything, "range_end": everything, "count_only": True,
                        "serializable": serializable}).encode()
-    request = urllib.request.Request(f"http://{endpoint}/v3/kv/range", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=3) as resp:
-            return int(json.loads(resp.read())["header"]["revision"])
+        status, text = call("POST", f"http://{endpoint}/v3/kv/range", body=body,
+                            headers={"Content-Type": "application/json"}, timeout=3)
+        return int(json.loads(text)["header"]["revision"]) if status == 200 else -1
     except (OSError, ValueError, KeyError):
         return -1
 
 
-def register_persistent(node: ServerProcess, service: str, ip: str, port: int = 7000) -> tuple[int, str]:
-    """POST one persistent instance to ``node``'s v1 Open API: (status, body)."""
-    return call("POST", node.url("/nacos/v1/ns/instance"),
-                {"serviceName": service, "ip": ip, "port": str(port), "ephemeral": "false"})
+def etcd_pids(data_dir: Path) -> list[int]:
+    """The etcd members a node under ``data_dir`` spawned (they run in sessions of their own, so
+    they outlive a SIGKILLed node): found by their ``--data-dir`` argument."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"etcd") and any(str(data_dir).encode() in arg for arg in argv):
+            found.append(int(proc.name))
+    return found
 
 
-def listed_ips(node: ServerProcess, service: str) -> set[str]:
-    """The IPs ``node`` lists for ``service`` (empty when it answers an error)."""
-    status, text = call("GET", node.url("/nacos/v1/ns/instance/list"), {"serviceName": service})
-    return {h["ip"] for h in json.loads(text)["hosts"]} if status == 200 else set()
+def kill_pid(pid: int) -> None:
+    """SIGKILL ``pid`` if it still exists."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)

@@ -1,54 +1,11 @@
-"""Real etcd members on free loopback ports, a cuttable TCP proxy, and deadline polling."""
+"""A loopback TCP proxy a test can cut or freeze: what a lost or hung member looks like from a client."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
-from shoal.cp.supervisor import EtcdMember, EtcdSupervisor, plan_members
-from shoal.testing import free_port_blocks
-
-ETCD = shutil.which("etcd") or "/usr/bin/etcd"
-
-
-def require_etcd() -> str:
-    """The etcd binary; a missing one is a broken test machine, not a reason to skip."""
-    if not Path(ETCD).exists():
-        raise RuntimeError("etcd is not installed: run ci/setup.sh as root (Debian package etcd-server)")
-    return ETCD
-
-
-def free_main_ports(count: int, offsets: tuple[int, ...] = (0, -1000, -999)) -> list[int]:
-    """``count`` main ports whose port+offsets are all free now and do not overlap each other."""
-    return free_port_blocks(count, offsets)
-
-
-def managed_cluster(data_root: Path, size: int, **kw: Any) -> list[EtcdSupervisor]:
-    """Supervisors of ``size`` members planned from one member list, as every node plans them."""
-    mains = free_main_ports(size)
-    members = [("127.0.0.1", port) for port in mains]
-    planned: list[EtcdMember] = plan_members(members)
-    return [EtcdSupervisor(me, planned, data_root / f"node{i}", require_etcd(), **kw)
-            for i, me in enumerate(planned)]
-
-
-async def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    """Await until ``predicate()`` (sync or async) is truthy, polling, or fail at the deadline."""
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                value = predicate()
-                if asyncio.iscoroutine(value):
-                    value = await value
-                if value:
-                    return value
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
+from shoal.testing.procs import free_port_block
 
 
 class TcpProxy:
@@ -58,7 +15,7 @@ class TcpProxy:
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
-        self.port = free_main_ports(1, (0,))[0]
+        self.port = free_port_block((0,))
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._flowing = asyncio.Event()

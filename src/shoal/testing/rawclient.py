@@ -1,4 +1,7 @@
-"""A bare Nacos gRPC client for protocol tests: it sends exactly the bytes a test asks for."""
+"""A bare Nacos gRPC client over grpc.aio for protocol tests: it sends exactly the Payload (or the
+bytes) a test asks for, on one channel = one HTTP/2 transport = one Nacos connection.
+
+Its frame-level twin is :mod:`shoal.testing.h2client`, for what grpc.aio will not send."""
 
 from __future__ import annotations
 
@@ -27,9 +30,9 @@ def parse(p: Any) -> tuple[str, dict[str, Any]]:
 class RawClient:
     """One channel = one HTTP/2 transport = one Nacos connection."""
 
-    def __init__(self, grpc_port: int, credentials: Any = None) -> None:
+    def __init__(self, grpc_port: int, credentials: Any = None, host: str = "127.0.0.1") -> None:
         """``credentials`` (grpc.ssl_channel_credentials): a TLS channel; None: plaintext."""
-        target, options = f"127.0.0.1:{grpc_port}", [("grpc.use_local_subchannel_pool", 1)]
+        target, options = f"{host}:{grpc_port}", [("grpc.use_local_subchannel_pool", 1)]
         self.channel = (grpc.aio.insecure_channel(target, options=options) if credentials is None
                         else grpc.aio.secure_channel(target, credentials, options=options))
         self._unary = self.channel.unary_unary("/Request/request", request_serializer=Payload.SerializeToString,
@@ -37,6 +40,9 @@ class RawClient:
         self._stream_factory = self.channel.stream_stream(
             "/BiRequestStream/requestBiStream", request_serializer=Payload.SerializeToString,
             response_deserializer=Payload.FromString)
+        #: The same two methods on bytes, for what is not a Payload at all (garbage).
+        self.unary_bytes = self.channel.unary_unary("/Request/request")
+        self.stream_bytes = self.channel.stream_stream("/BiRequestStream/requestBiStream")
         self.stream: Any = None
 
     async def call(self, type_name: str, body: Any = None, **kw: Any) -> tuple[str, dict[str, Any]]:
@@ -48,7 +54,7 @@ class RawClient:
     async def send(self, type_name: str, body: Any = None, **kw: Any) -> None:
         await self.stream.write(payload(type_name, body, **kw))
 
-    async def receive(self, timeout: float = 5) -> tuple[str, dict[str, Any]]:
+    async def receive(self, timeout: float = 5) -> tuple[str, dict[str, Any]]:  # noqa: ASYNC109 - one read's deadline
         message = await asyncio.wait_for(self.stream.read(), timeout)
         if message is grpc.aio.EOF:
             raise EOFError("stream ended")
