@@ -24,6 +24,7 @@ from shoal.distro.responsibility import (
     Responsibility,
     Standalone,
 )
+from shoal.dns import DnsServer
 from shoal.errors import ConfigError
 from shoal.export.eventlog import ChangeLog
 from shoal.export.node_export import NodeExporter, export_and_rotate
@@ -38,6 +39,7 @@ from shoal.node_metrics import watch_node
 from shoal.push.fuzzy import FuzzyNotifier
 from shoal.push.service import PushService
 from shoal.service_layer.fuzzy import FuzzyWatchContext
+from shoal.service_layer.lock import LockService
 from shoal.service_layer.namespaces import NamespaceService
 from shoal.service_layer.persistent import PersistentNaming
 from shoal.service_layer.switches import Switches
@@ -47,6 +49,7 @@ from shoal.tls import NodeTls
 from shoal.transport.grpc.cluster_server import ClusterServer
 from shoal.transport.grpc.connections import Connection, ConnectionManager
 from shoal.transport.grpc.limits import LimitRuleFile
+from shoal.transport.grpc.lock_handlers import LockConnectionListener, lock_handlers
 from shoal.transport.grpc.naming_handlers import NamingConnectionListener, naming_handlers
 from shoal.transport.grpc.peer_client import GrpcPeerTransport
 from shoal.transport.grpc.server import SdkServer
@@ -203,6 +206,13 @@ class Node:
                                                         self._responsible_server).routes(ADMIN))
         if config.rebalance_enabled:
             self.periodics.append(Periodic("rebalance", config.rebalance_interval_ms, self.loader.rebalance_tick))
+        # --- Nacos 3.3 modules (docs/protocol.md §8, §9): the lock module on the CP store, built-in DNS ---
+        self.locks = LockService(self.cp.store, self.address, self.clock.now_ms, config.lock_default_expire_ms,
+                                 config.lock_max_expire_ms)
+        self.sdk_server.handlers.update(lock_handlers(self.locks))
+        self.sdk_connections.on_unregister_hooks.append(LockConnectionListener(self.locks))
+        self.periodics.append(Periodic("lock-sweep", 60_000, self.locks.sweep))
+        self.dns = DnsServer(config, self.naming) if config.dns_enabled else None
         self._serving = False
         self._started = False
         self._cp_started = False
@@ -235,6 +245,8 @@ class Node:
         await self.auth.start(self.cp.store, wait_s=0)  # users and the cluster's token key, from the CP store
         cp_ready = asyncio.get_running_loop().create_task(self._wait_cp_ready(), name="cp-ready")
         await self.http.start()
+        if self.dns is not None:  # Nacos 3.3 built-in DNS
+            await self.dns.start()
         await self.sdk_server.start()
         self._started = True
         if self.cluster_server is not None and self.distro is not None:
@@ -271,6 +283,9 @@ class Node:
         if self.loader_peers is not None:
             await self.loader_peers.stop()
         await self.http.stop()
+        if self.dns is not None:  # Nacos 3.3 built-in DNS, and the lock module's pending releases
+            await self.dns.stop()
+        await self.locks.stop()
         await self.namespace_view.stop()
         await self.instance_view.stop()
         await self.service_view.stop()
