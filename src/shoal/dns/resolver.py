@@ -87,7 +87,8 @@ class DnsResolver:
             limit = max(UDP_PLAIN, min(query.payload, UDP_EDNS_MAX))
         else:
             limit = max_size
-        return response.to_wire(max_size=limit, prefer_truncation=True)
+        # our weighted order, not dnspython's default shuffle of each rrset
+        return response.to_wire(max_size=limit, prefer_truncation=True, want_shuffle=False)
 
     # --- resolution -----------------------------------------------------------------------
     def _resolve(self, question: dns.rrset.RRset, response: dns.message.Message) -> None:
