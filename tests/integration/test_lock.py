@@ -152,6 +152,12 @@ async def test_two_nodes_contend_for_one_lock(tmp_path: Path, connect: Callable[
         # a holder's connection closing on node 3 frees the lock for node 1
         await c.close()
         await wait_until(lambda: acquire(a, "leader"), 15, "node 3's closed holder released")
+        # a node shutting down releases what its connections hold, long before their expiry
+        d = await connect(nodes[2])
+        assert await acquire(d, "shutdown", expired_ms=600_000)
+        assert not await acquire(b, "shutdown")
+        await asyncio.to_thread(nodes[2].stop)
+        assert await acquire(b, "shutdown")
     finally:
         for n in nodes:
             kill(n)

@@ -196,11 +196,15 @@ class LockService:
         except CpUnavailable as exc:
             log.warning("lock sweep skipped: %s", exc)
 
-    async def stop(self) -> None:
+    async def stop(self, grace_s: float = 2.0) -> None:
+        """Let the releases of connections closed by the shutdown finish (bounded), then cancel
+        what is left: those locks expire instead."""
         tasks, self._tasks = set(self._tasks), set()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- helpers --------------------------------------------------------------------------
     def _expiry(self, expire_ms: int) -> int:
