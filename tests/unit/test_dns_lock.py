@@ -4,17 +4,25 @@ test_lock.py)."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import dns.flags
+import dns.message
+import dns.rcode
 import pytest
 
 from shoal.config import Config
 from shoal.cp.embedded import EmbeddedStore
 from shoal.cp.store import Keyspace
-from shoal.dns import RateLimiter
+from shoal.dns import DnsResolver, RateLimiter
+from shoal.dns.resolver import UDP_EDNS_MAX, Prepared
 from shoal.errors import ConfigError, InvalidParam
+from shoal.model.instance import InstanceInfo
+from shoal.model.keys import ServiceKey
 from shoal.service_layer.lock import LockService, check_lock
+from shoal.testing import make_registry
 
 
 def test_dns_and_lock_settings_use_nacos_names_and_defaults() -> None:
@@ -98,3 +106,46 @@ def test_bad_lock_instances_are_invalid_params(key: object, lock_type: object, e
                                                owner: object) -> None:
     with pytest.raises(InvalidParam):
         check_lock(key, lock_type, expire, owner)
+
+
+def _ask(resolver: DnsResolver, name: str, rdtype: str = "A", max_size: int | None = 512) -> dns.message.Message:
+    wire = resolver.answer(dns.message.make_query(name, rdtype, use_edns=False).to_wire(), max_size)
+    assert wire is not None
+    return dns.message.from_wire(wire)
+
+
+def _records(message: dns.message.Message) -> list[str]:
+    return [rd.to_text() for rrset in message.answer for rd in rrset]
+
+
+def test_dns_answers_follow_every_change_of_the_service() -> None:
+    """The records are cached per version of the service: each change shows in the next answer."""
+    reg = make_registry()
+    resolver = DnsResolver(reg.config, reg.naming, random.Random(1))
+    key = ServiceKey("public", "DEFAULT_GROUP", "svc")
+    reg.connect("c1")
+    assert _ask(resolver, "svc.nacos").rcode() == dns.rcode.NXDOMAIN
+    reg.naming.batch_register_instances("c1", key, [InstanceInfo("10.0.0.1", 80)])
+    assert _records(_ask(resolver, "svc.nacos")) == ["10.0.0.1"]
+    reg.naming.batch_register_instances("c1", key, [InstanceInfo("10.0.0.1", 80), InstanceInfo("10.0.0.2", 80)])
+    assert sorted(_records(_ask(resolver, "svc.nacos"))) == ["10.0.0.1", "10.0.0.2"]
+    reg.naming.batch_register_instances("c1", key, [InstanceInfo("10.0.0.1", 80, healthy=False),
+                                                    InstanceInfo("10.0.0.2", 80)])
+    assert _records(_ask(resolver, "svc.nacos")) == ["10.0.0.2"]
+    reg.naming.deregister_instance("c1", key)
+    reply = _ask(resolver, "svc.nacos")
+    assert reply.rcode() == dns.rcode.NOERROR and not reply.answer  # the empty service is still there
+
+
+def test_a_big_service_builds_only_what_an_answer_can_hold() -> None:
+    reg = make_registry()
+    resolver = DnsResolver(reg.config, reg.naming, random.Random(2))
+    reg.connect("c1")
+    reg.naming.batch_register_instances("c1", ServiceKey("public", "DEFAULT_GROUP", "big"),
+                                        [InstanceInfo(f"10.1.{i // 250}.{i % 250}", 80) for i in range(2000)])
+    prepared = resolver.prepare(dns.message.make_query("big.nacos", "SRV").to_wire(), 512)
+    assert isinstance(prepared, Prepared) and prepared.records <= 2 * (UDP_EDNS_MAX // 16 + 1)
+    udp = _ask(resolver, "big.nacos", "A")
+    assert udp.flags & dns.flags.TC and len(_records(udp)) < 40
+    tcp = _ask(resolver, "big.nacos", "A", None)
+    assert not tcp.flags & dns.flags.TC and len(_records(tcp)) == 2000

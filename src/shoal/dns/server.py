@@ -19,15 +19,18 @@ from collections.abc import Callable
 from typing import cast
 
 from shoal.config import Config
-from shoal.dns.resolver import DnsResolver
+from shoal.dns.resolver import DnsResolver, Prepared
 from shoal.logutil import RateLimitedLog
 from shoal.service_layer import NamingService
+from shoal.tasks import run_blocking
 
 log = logging.getLogger(__name__)
 
 #: TCP connections served at once (more are closed on accept), and how long one may idle.
 MAX_TCP_CONNECTIONS = 256
 TCP_IDLE_S = 10.0
+#: A TCP answer of more records than this is encoded in a worker thread, not on the loop.
+INLINE_RECORDS = 64
 #: Source addresses whose buckets are remembered (least recently seen forgotten first).
 MAX_SOURCES = 65536
 
@@ -97,9 +100,26 @@ class DnsServer:
         try:
             return self.resolver.answer(data, max_size)
         except Exception:
-            self.resolver.garbage.log(logging.ERROR, "dns-unexpected", "unexpected failure answering a DNS query",
-                                      exc_info=True)
+            self._unexpected()
             return None
+
+    async def answer_tcp(self, data: bytes) -> bytes | None:
+        """:meth:`answer` for TCP, whose answers may hold thousands of records: the model is read
+        on the loop, a big answer is encoded off it (dnspython spends ~30 us a record)."""
+        try:
+            prepared = self.resolver.prepare(data, None)
+            if not isinstance(prepared, Prepared):
+                return prepared
+            if prepared.records <= INLINE_RECORDS:
+                return prepared.render()
+            return await run_blocking(prepared.render)
+        except Exception:
+            self._unexpected()
+            return None
+
+    def _unexpected(self) -> None:
+        self.resolver.garbage.log(logging.ERROR, "dns-unexpected", "unexpected failure answering a DNS query",
+                                  exc_info=True)
 
     async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -115,7 +135,7 @@ class DnsServer:
                     data = await reader.readexactly(size)
                 if not self.allow(source):
                     break
-                answer = self.answer(data, None)
+                answer = await self.answer_tcp(data)
                 if answer is None:
                     break  # garbage without a header: nothing sensible to say on this stream
                 writer.write(len(answer).to_bytes(2, "big") + answer)
