@@ -300,3 +300,16 @@ def test_dns_is_off_unless_enabled(tmp_path: Path) -> None:
             assert sock.connect_ex(("127.0.0.1", dns_port)) != 0
     finally:
         kill(server)
+
+
+def test_a_dns_port_in_use_stops_the_node_cleanly(tmp_path: Path) -> None:
+    dns_port = free_port_block(offsets=(0,))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", dns_port))
+        server = start_server(tmp_path, dns_args(dns_port), wait=False)
+        try:
+            poll_until(lambda: not server.alive(), 30, what="the node to give up")
+            assert server.proc.returncode != 0
+            assert "Traceback" not in server.log()
+        finally:
+            kill(server)

@@ -70,11 +70,17 @@ class DnsServer:
         self._tcp_tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
+        """Bind UDP and TCP; a port that cannot be bound is an OSError naming the setting."""
         loop = asyncio.get_running_loop()
-        transport, _ = await loop.create_datagram_endpoint(lambda: _UdpProtocol(self),
-                                                           local_addr=(self.host, self.port))
-        self._udp = transport
-        self._tcp = await asyncio.start_server(self._serve_tcp, self.host, self.port)
+        try:
+            transport, _ = await loop.create_datagram_endpoint(lambda: _UdpProtocol(self),
+                                                               local_addr=(self.host, self.port))
+            self._udp = transport
+            self._tcp = await asyncio.start_server(self._serve_tcp, self.host, self.port)
+        except OSError as exc:
+            await self.stop()
+            raise OSError(exc.errno, f"cannot bind the DNS port {self.host}:{self.port} (nacos.naming.dns.port, "
+                                     f".bind-address): {exc.strerror or exc}") from None
         log.info("DNS serving %s on %s:%d (UDP and TCP)", self.resolver.suffix, self.host, self.port)
 
     async def stop(self) -> None:
