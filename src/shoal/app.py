@@ -212,7 +212,7 @@ class Node:
         self.sdk_server.handlers.update(lock_handlers(self.locks))
         self.sdk_connections.on_unregister_hooks.append(LockConnectionListener(self.locks))
         self.periodics.append(Periodic("lock-sweep", 60_000, self.locks.sweep))
-        self.dns = DnsServer(config, self.naming) if config.dns_enabled else None
+        self.dns = DnsServer(config, self.naming, self.is_serving) if config.dns_enabled else None
         self._serving = False
         self._started = False
         self._cp_started = False

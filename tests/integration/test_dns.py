@@ -100,11 +100,11 @@ def resolver(port: int) -> dns.resolver.Resolver:
 
 
 def ask(port: int, name: str, rdtype: str = "A", source: str = "127.0.0.1", tcp: bool = False,
-        use_edns: bool = False) -> dns.message.Message:
+        use_edns: bool = False, timeout: float = 5) -> dns.message.Message:
     query = dns.message.make_query(name, rdtype, use_edns=use_edns)
     if tcp:
-        return dns.query.tcp(query, "127.0.0.1", timeout=5, port=port, source=source)
-    return dns.query.udp(query, "127.0.0.1", timeout=5, port=port, source=source, ignore_trailing=True)
+        return dns.query.tcp(query, "127.0.0.1", timeout=timeout, port=port, source=source)
+    return dns.query.udp(query, "127.0.0.1", timeout=timeout, port=port, source=source, ignore_trailing=True)
 
 
 def answers(message: dns.message.Message) -> list[str]:
@@ -313,3 +313,20 @@ def test_a_dns_port_in_use_stops_the_node_cleanly(tmp_path: Path) -> None:
             assert "Traceback" not in server.log()
         finally:
             kill(server)
+
+
+def test_a_starting_node_answers_servfail_not_nxdomain(tmp_path: Path) -> None:
+    dns_port = free_port_block(offsets=(0,))
+    server = start_server(tmp_path, dns_args(dns_port, "-D", "shoal.startup.delay-ms=60000"), wait=False)
+    try:
+        def status_of(name: str) -> str | None:
+            try:
+                return dns.rcode.to_text(ask(dns_port, name, timeout=0.5).rcode())
+            except (dns.exception.Timeout, ConnectionError):
+                return None  # not listening yet
+
+        assert poll_until(lambda: status_of(f"anything.{SUFFIX}"), 30) == "SERVFAIL"
+        assert not server.ready()
+        assert status_of("example.com") == "REFUSED"  # outside the zone: the same answer as ever
+    finally:
+        kill(server)

@@ -20,6 +20,7 @@ import collections
 import ipaddress
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import dns.edns
@@ -83,8 +84,10 @@ class DnsResolver:
     """Turns a DNS query into its answer from the naming model (Nacos 3.3 ``DnsServer``'s
     resolution; the names follow ``nacos.naming.dns.*``)."""
 
-    def __init__(self, config: Config, naming: NamingService, rng: random.Random | None = None) -> None:
+    def __init__(self, config: Config, naming: NamingService, rng: random.Random | None = None,
+                 serving: Callable[[], bool] = lambda: True) -> None:
         self.reads = DnsReads(naming, config.dns_namespace)
+        self.serving = serving
         self.suffix = dns.name.from_text(config.dns_domain_suffix.strip(".") + ".")
         self.group = config.dns_default_group
         self.ttl = config.dns_ttl
@@ -134,6 +137,11 @@ class DnsResolver:
         name = question.name
         if question.rdclass not in (dns.rdataclass.IN, dns.rdataclass.ANY) or not name.is_subdomain(self.suffix):
             response.set_rcode(dns.rcode.REFUSED)  # not our zone: we are no recursive resolver
+            return
+        if not self.serving():
+            # starting (loading peers' data or the CP store): an NXDOMAIN now would be cached by
+            # resolvers for a name that exists; SERVFAIL makes them retry or ask another node
+            response.set_rcode(dns.rcode.SERVFAIL)
             return
         labels = name.relativize(self.suffix).labels
         if name == self.suffix:

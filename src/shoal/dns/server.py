@@ -59,10 +59,10 @@ class RateLimiter:
 class DnsServer:
     """The DNS listeners of one node (Nacos 3.3's DNS module), started by ``Node``."""
 
-    def __init__(self, config: Config, naming: NamingService) -> None:
+    def __init__(self, config: Config, naming: NamingService, serving: Callable[[], bool] = lambda: True) -> None:
         self.host = config.dns_bind_address
         self.port = config.dns_port
-        self.resolver = DnsResolver(config, naming)
+        self.resolver = DnsResolver(config, naming, serving=serving)
         self.limiter = RateLimiter(config.dns_rate_limit)
         self.limited = RateLimitedLog(log)
         self._udp: asyncio.DatagramTransport | None = None
