@@ -216,7 +216,27 @@ async def test_rate_is_bounded_per_source(node: ServerProcess, port: int, regist
             except TimeoutError:
                 return got
 
+    def tcp_burst() -> int:
+        """Pipelined queries on one TCP connection: answered up to the bucket, then closed."""
+        with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.52", 0)) as sock:
+            frame = wire.to_wire()
+            sock.sendall((len(frame).to_bytes(2, "big") + frame) * sent)
+            data = b""
+            try:
+                while chunk := sock.recv(65536):
+                    data += chunk
+            except ConnectionResetError:
+                pass  # closed with our unread queries still in its buffer: a reset after the answers
+        got = 0
+        while len(data) >= 2:
+            size = int.from_bytes(data[:2], "big")
+            data = data[2 + size:]
+            got += 1
+        return got
+
     answered = await asyncio.to_thread(burst)
+    assert 0 < answered < sent, answered
+    answered = await asyncio.to_thread(tcp_burst)
     assert 0 < answered < sent, answered
     # another source is not held back by that one
     assert answers(await asyncio.to_thread(ask, port, f"limited.{SUFFIX}", "A", "127.0.0.51")) == ["10.6.0.1"]
