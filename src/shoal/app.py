@@ -25,6 +25,7 @@ from shoal.distro.responsibility import (
     Responsibility,
     Standalone,
 )
+from shoal.dns import DnsServer
 from shoal.errors import ConfigError
 from shoal.export.eventlog import ChangeLog
 from shoal.export.node_export import NodeExporter, export_and_rotate
@@ -39,6 +40,7 @@ from shoal.node_metrics import watch_node
 from shoal.push.fuzzy import FuzzyNotifier
 from shoal.push.service import PushService
 from shoal.service_layer.fuzzy import FuzzyWatchContext
+from shoal.service_layer.lock import LockService
 from shoal.service_layer.namespaces import NamespaceService
 from shoal.service_layer.persistent import PersistentNaming
 from shoal.service_layer.switches import Switches
@@ -49,6 +51,7 @@ from shoal.transport.grpc.client_requests import ClientRequests
 from shoal.transport.grpc.cluster_server import ClusterServer
 from shoal.transport.grpc.connections import Connection, ConnectionManager
 from shoal.transport.grpc.limits import LimitRuleFile
+from shoal.transport.grpc.lock_handlers import LockConnectionListener, lock_handlers
 from shoal.transport.grpc.naming_handlers import NamingConnectionListener, naming_handlers
 from shoal.transport.grpc.peer_client import GrpcPeerTransport
 from shoal.transport.grpc.server import SdkServer
@@ -96,6 +99,7 @@ class ModelPhase:
     persistent: PersistentNaming
     namespaces: NamespaceService
     switches: Switches
+    locks: LockService  # the Nacos 3.3 lock module on the CP store (docs/protocol.md §9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,7 @@ class TransportPhase:
     sdk: SdkServer
     http: HttpServer
     cluster: ClusterServer | None
+    dns: DnsServer | None  # Nacos 3.3 built-in DNS (docs/protocol.md §8), when enabled
 
 
 def build_members(config: Config, clock: Clock) -> MemberManager | None:
@@ -149,11 +154,13 @@ def build_cp_phase(config: Config, members: MemberManager | None) -> CpPhase:
                    json_view(store, Keyspace.SERVICES), json_view(store, Keyspace.META))
 
 
-def build_model_phase(config: Config, clock: Clock, live: LiveConfig, cp: CpPhase) -> ModelPhase:
+def build_model_phase(config: Config, clock: Clock, live: LiveConfig, cp: CpPhase, address: str) -> ModelPhase:
     """The registry and the use cases over it; the switches reload ``live`` from the CP document."""
     stack = ModelStack.build(config, clock, live)
+    locks = LockService(cp.runtime.store, address, clock.now_ms, config.lock_default_expire_ms,
+                        config.lock_max_expire_ms)
     return ModelPhase(stack, PersistentNaming(stack.naming, cp.instances, cp.services),
-                      NamespaceService(cp.namespaces, clock.now_ms), Switches(live, cp.meta))
+                      NamespaceService(cp.namespaces, clock.now_ms), Switches(live, cp.meta), locks)
 
 
 def build_cluster_phase(config: Config, clock: Clock, hooks: TestHooks, tls: NodeTls, stack: ModelStack,
@@ -182,19 +189,35 @@ def build_transport_phase(config: Config, tls: NodeTls, metrics: Metrics, auth: 
     port (routes installed by the node) and, in a cluster, the cluster port."""
     stack = model.stack
     connections = ConnectionManager(config, stack.clock, limits, source="sdk",
-                                    listeners=[NamingConnectionListener(stack.naming)], on_unregister=[on_closed])
+                                    listeners=[NamingConnectionListener(stack.naming)],
+                                    on_unregister=[on_closed, LockConnectionListener(model.locks)])
     requests = ClientRequests(connections)
     fuzzy_notifier = FuzzyNotifier(config, requests)
     fuzzy = FuzzyWatchContext(config, stack.bus, stack.services, stack.index, fuzzy_notifier.enqueue)
-    sdk = SdkServer(config, connections, naming_handlers(stack.naming, model.persistent, fuzzy), status.is_serving,
-                    metrics, config.grpc_port, auth=auth if config.auth_enabled else None, tls=tls.sdk)
+    handlers = {**naming_handlers(stack.naming, model.persistent, fuzzy), **lock_handlers(model.locks)}
+    sdk = SdkServer(config, connections, handlers, status.is_serving, metrics, config.grpc_port,
+                    auth=auth if config.auth_enabled else None, tls=tls.sdk)
     forwarder = Forwarder(cluster.responsibility, config.http_forward_timeout_ms,
                           tls.http.client_context() if tls.http is not None else None, cluster.fallback)
     members = MemberList(cluster.members.all_members) if cluster.members is not None else None
     http = HttpServer(config, status, metrics, auth, forwarder, members, tls=tls.http)
     cluster_server = (ClusterServer(config, cluster.distro.dispatch, metrics, tls=tls.peer)
                       if cluster.distro is not None else None)
-    return TransportPhase(connections, requests, fuzzy, fuzzy_notifier, sdk, http, cluster_server)
+    dns = DnsServer(config, stack.naming, status.is_serving) if config.dns_enabled else None
+    return TransportPhase(connections, requests, fuzzy, fuzzy_notifier, sdk, http, cluster_server, dns)
+
+
+def node_address(config: Config, members: MemberManager | None) -> str:
+    """This node's ip:port as peers, snapshots and lock holders name it."""
+    if members is not None:
+        return members.self_address
+    host = config.self_address or config.host
+    if host in ("", "0.0.0.0", "::"):
+        try:
+            host = socket.gethostbyname(socket.gethostname())
+        except OSError:
+            host = "127.0.0.1"
+    return f"{host}:{config.port}"
 
 
 class Node:
@@ -221,7 +244,7 @@ class Node:
 
         members = build_members(config, clock)
         cp = self.cp_phase = build_cp_phase(config, members)
-        model = self.model_phase = build_model_phase(config, clock, self.live, cp)
+        model = self.model_phase = build_model_phase(config, clock, self.live, cp, node_address(config, members))
         cluster = self.cluster = build_cluster_phase(config, clock, hooks, self.tls, model.stack, members,
                                                      self._renew_beats)
         net = self.transports = build_transport_phase(config, self.tls, self.metrics, self.auth, self, model,
@@ -235,6 +258,7 @@ class Node:
         self.members, self.distro, self.responsibility = cluster.members, cluster.distro, cluster.responsibility
         self.sdk_connections, self.sdk_server, self.http = net.connections, net.sdk, net.http
         self.cluster_server, self.fuzzy, self.fuzzy_notifier = net.cluster, net.fuzzy, net.fuzzy_notifier
+        self.locks, self.dns = model.locks, net.dns
 
         # --- the loops over them ------------------------------------------------------------------
         self.push = PushService(self.live, clock, self.bus, net.requests, self.index.subscribers_of,
@@ -273,6 +297,7 @@ class Node:
             Periodic("persistent-health-check", min(200, config.health_check_interval_ms),
                      self.health_checker.tick),
             Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick),
+            Periodic("lock-sweep", 60_000, self.locks.sweep),
         ]
         if config.export_dir:
             periodics.append(Periodic("arrow-export", config.export_interval_ms, self._export_periodically))
@@ -333,6 +358,8 @@ class Node:
         await self.auth.start(self.cp.store, wait_s=0)  # users and the cluster's token key, from the CP store
         cp_ready = asyncio.get_running_loop().create_task(self._wait_cp_ready(), name="cp-ready")
         await self.http.start()
+        if self.dns is not None:
+            await self.dns.start()
         await self.sdk_server.start()
         self._started = True
         if self.cluster_server is not None and self.distro is not None:
@@ -369,6 +396,9 @@ class Node:
         if self.loader_peers is not None:
             await self.loader_peers.stop()
         await self.http.stop()
+        if self.dns is not None:
+            await self.dns.stop()
+        await self.locks.stop()  # the lock module's pending releases of closed connections
         for view in self.cp_phase.views:
             await view.stop()
         await self.auth.stop()
@@ -394,15 +424,7 @@ class Node:
     @functools.cached_property
     def address(self) -> str:
         """This node's ip:port as peers and snapshots name it (resolved once, at construction)."""
-        if self.members is not None:
-            return self.members.self_address
-        host = self.config.self_address or self.config.host
-        if host in ("", "0.0.0.0", "::"):
-            try:
-                host = socket.gethostbyname(socket.gethostname())
-            except OSError:
-                host = "127.0.0.1"
-        return f"{host}:{self.config.port}"
+        return node_address(self.config, self.members)
 
     def _self_member(self) -> dict[str, Any]:
         """This node's Member JSON (v3 ``cluster/node/self``)."""

@@ -72,6 +72,20 @@ def host_port_or_empty(value: Any) -> str | None:
     return None if not value or ":" in str(value) else "must be ip:port"
 
 
+def not_empty(value: Any) -> str | None:
+    """Constraint: a non-blank text."""
+    return None if str(value).strip() else "must not be empty"
+
+
+def dns_suffix(value: Any) -> str | None:
+    """Constraint: a DNS name of letters, digits, '-' and '.' (the zone the DNS port answers)."""
+    labels = str(value).strip(".").split(".")
+    if not all(label and len(label) < 64 and all(c.isascii() and (c.isalnum() or c == "-") for c in label)
+               for label in labels):
+        return "must be a DNS name such as nacos or svc.example"
+    return None
+
+
 def _setting(default: Any, prop: str, doc: str, check: Check | None = None) -> Any:
     """A setting: its default, property name, one-line doc and (optionally) its constraint.
 
@@ -664,6 +678,30 @@ class Config:
         100_000, "shoal.cp.history-revisions", "Revisions of history kept for watch resume (older compacted).",
         check=positive,
     )
+
+    # --- built-in DNS (Nacos 3.3, docs/protocol.md §8) ----------------------------------------
+    dns_enabled: bool = _setting(False, "nacos.naming.dns.enabled", "Answer DNS (A, AAAA, SRV) for services.")
+    dns_bind_address: str = _setting("127.0.0.1", "nacos.naming.dns.bind-address", "Address the DNS port binds to.")
+    dns_port: int = _setting(5353, "nacos.naming.dns.port", "DNS port (UDP and TCP).", check=port_number)
+    dns_domain_suffix: str = _setting(
+        "nacos", "nacos.naming.dns.domain-suffix",
+        "Zone answered: {service}.{suffix} or {service}.{group}.{suffix}; names outside it are REFUSED.",
+        check=dns_suffix)
+    dns_default_group: str = _setting(
+        "DEFAULT_GROUP", "nacos.naming.dns.default-group", "Group of a {service}.{suffix} name.", check=not_empty)
+    dns_namespace: str = _setting("public", "nacos.naming.dns.namespace", "Namespace whose services DNS answers.")
+    dns_ttl: int = _setting(60, "nacos.naming.dns.ttl", "TTL (seconds) of every DNS answer.", check=non_negative)
+    dns_rate_limit: int = _setting(
+        200, "shoal.dns.rate-limit",
+        "DNS queries per second answered for one source address (burst of as many); the rest are dropped.",
+        check=positive)
+
+    # --- lock module (Nacos 3.x LockOperationRequest, docs/protocol.md §9) ------------------
+    lock_default_expire_ms: int = _setting(
+        30_000, "nacos.lock.default_expire_time", "Expiry of a lock whose expiredTime is negative (ms).",
+        check=positive)
+    lock_max_expire_ms: int = _setting(
+        1_800_000, "nacos.lock.max_expire_time", "Longest expiry a lock may ask for (ms).", check=positive)
 
     # ------------------------------------------------------------------------------------
     @property

@@ -45,7 +45,7 @@ async def test_server_check_then_setup_then_naming(raw: Any) -> None:
                                                  "abilityTable": {"x": True}})
     kind, ack = await client.receive()
     assert kind == "SetupAckRequest" and ack["abilityTable"] == {"supportPersistentInstanceByGrpc": True,
-                                                          "fuzzyWatch": True}
+                                                          "fuzzyWatch": True, "lock": True}
     assert "requestId" not in ack and ack["headers"] == {}
     kind, body = await client.call("InstanceRequest", register_body("proto-a"))
     assert (kind, body["resultCode"], body["type"]) == ("InstanceResponse", 200, "registerInstance")
@@ -100,8 +100,7 @@ async def test_request_before_setup_is_unregistered_301(raw: Any, type_name: str
     assert (reply["resultCode"], reply["errorCode"], reply["message"]) == (500, 301, "Connection is unregistered.")
 
 
-@pytest.mark.parametrize("type_name", ["NoSuchRequest", "ConfigQueryRequest", "ConfigPublishRequest",
-                                       "LockOperationRequest", ""])
+@pytest.mark.parametrize("type_name", ["NoSuchRequest", "ConfigQueryRequest", "ConfigPublishRequest", ""])
 async def test_unknown_and_config_module_types_get_302(raw: Any, type_name: str) -> None:
     client = await raw()
     await client.connect()

@@ -61,6 +61,7 @@ class Keyspace(StrEnum):
     ROLES = "roles"              # <role>/<username>
     PERMISSIONS = "permissions"  # <role>/<resource>/<action>
     META = "meta"                # cluster-wide singletons (e.g. token-secret-key)
+    LOCKS = "locks"              # the lock module's locks: <lockType>/<key> (service_layer/lock.py)
 
     @property
     def prefix(self) -> str:

@@ -59,7 +59,7 @@ class AuthFilter(Protocol):
 
 
 #: Abilities we advertise in SetupAckRequest: only what is implemented (docs/protocol.md §2.3).
-SERVER_ABILITIES = {"supportPersistentInstanceByGrpc": True, "fuzzyWatch": True}
+SERVER_ABILITIES = {"supportPersistentInstanceByGrpc": True, "fuzzyWatch": True, "lock": True}
 
 
 class SdkServer:
