@@ -39,7 +39,6 @@ from shoal.push.fuzzy import FuzzyNotifier
 from shoal.push.service import PushService
 from shoal.service_layer.fuzzy import FuzzyWatchContext
 from shoal.service_layer.namespaces import NamespaceService
-from shoal.service_layer.persistent import PersistentNaming
 from shoal.service_layer.switches import Switches
 from shoal.stack import ModelStack
 from shoal.tasks import Periodic, run_blocking
@@ -52,7 +51,6 @@ from shoal.transport.grpc.peer_client import GrpcPeerTransport
 from shoal.transport.grpc.server import SdkServer
 from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http.api import Api
-from shoal.transport.http.auth_routes import AuthRoutes
 from shoal.transport.http.console_api import ClusterFiguresRoutes
 from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import MemberList
@@ -74,7 +72,23 @@ class Node:
         self.config = config
         self.clock = clock or SystemClock()
         self.hooks = hooks or TestHooks()
-        self.model = ModelStack.build(config, self.clock)
+        self.members: MemberManager | None = None
+        member_list = parse_member_list(config.members)
+        if not member_list and config.cluster_conf:
+            try:
+                member_list = read_cluster_conf(Path(config.cluster_conf))
+            except OSError as exc:
+                raise ConfigError(f"cannot read cluster.conf {config.cluster_conf}: {exc.strerror}") from None
+        if member_list:
+            self.members = MemberManager.from_list(member_list, config.port, self.clock.now_ms,
+                                                   self_ip=config.self_address, host=config.host,
+                                                   fail_access_cnt=config.member_fail_access_cnt)
+        # The CP store (docs/architecture.md §3.5): persistent instances, service metadata, namespaces
+        # and auth data are cluster-wide through it, fed into the model by the views' watches on every node.
+        self.cp: CpRuntime = build_cp(config, [(m.ip, m.port) for m in self.members.all_members()]
+                                      if self.members is not None else [],
+                                      self.members.self_address if self.members is not None else "")
+        self.model = ModelStack.build(config, self.clock, self.cp.store)
         self.bus = self.model.bus
         self.clients = self.model.clients
         self.services = self.model.services
@@ -109,19 +123,9 @@ class Node:
                      initial_delay_ms=min(1000, config.connection_check_interval_ms)),
             Periodic("empty-service-cleaner", config.empty_service_clean_interval_ms, self._clean_services),
         ]
-        self.members: MemberManager | None = None
         self.distro: DistroProtocol | None = None
         self.cluster_server: ClusterServer | None = None
-        member_list = parse_member_list(config.members)
-        if not member_list and config.cluster_conf:
-            try:
-                member_list = read_cluster_conf(Path(config.cluster_conf))
-            except OSError as exc:
-                raise ConfigError(f"cannot read cluster.conf {config.cluster_conf}: {exc.strerror}") from None
-        if member_list:
-            self.members = MemberManager.from_list(member_list, config.port, self.clock.now_ms,
-                                                   self_ip=config.self_address, host=config.host,
-                                                   fail_access_cnt=config.member_fail_access_cnt)
+        if self.members is not None:
             identity = ((config.cluster_identity_key, config.cluster_identity_value)
                         if config.cluster_identity_key else None)
             transport = GrpcPeerTransport(self.members.self_address, config.cluster_port_offset, identity,
@@ -139,19 +143,12 @@ class Node:
         if self.distro is not None and not self.hooks.forward_all_to:
             # an owner that does not answer a forwarded write in time: handle it here (docs/protocol.md §5.5)
             self.http.forwarder.fallback = DistroFallback(self.distro.members, self.distro.handoff)
-        # The CP store (issue 12): persistent instances, service metadata, namespaces and auth data
-        # are cluster-wide through it, fed into the model by the views' watches on every node.
-        self.cp: CpRuntime = build_cp(config, [(m.ip, m.port) for m in self.members.all_members()]
-                                      if self.members is not None else [],
-                                      self.members.self_address if self.members is not None else "")
         self.namespace_view = json_view(self.cp.store, Keyspace.NAMESPACES)
         self.namespaces = NamespaceService(self.namespace_view, self.clock.now_ms)
         NamespaceRoutes(self.namespaces).register(self.http.add_route, ADMIN, IDENTITY)
-        self.instance_view = json_view(self.cp.store, Keyspace.INSTANCES)
-        self.service_view = json_view(self.cp.store, Keyspace.SERVICES)
-        self.persistent = PersistentNaming(self.naming, self.instance_view, self.service_view)
-        self.http.set_persistent(self.persistent)
-        self.sdk_server.handlers.update(naming_handlers(self.naming, self.persistent, self.fuzzy))
+        self.instance_view = self.model.instance_view
+        self.service_view = self.model.service_view
+        self.persistent = self.naming.persistent
         mapper = self.distro.mapper if self.distro is not None else None
         self.health_checker = PersistentHealthChecker(
             self.persistent, mapper.responsible if mapper is not None else (lambda _name: True),
@@ -169,7 +166,7 @@ class Node:
         self.meta_view = json_view(self.cp.store, Keyspace.META)
         self.switches = Switches(config, self.meta_view)
         self.switches.subscribe(self._apply_switches)
-        operator = OperatorRoutes(self.naming, self.persistent, self.switches, self.http.forwarder)
+        operator = OperatorRoutes(self.naming, self.switches, self.http.forwarder)
         operator.register(self.http.add_route, ADMIN)
         # Arrow snapshots: the change-event log is always kept; periodic export when configured.
         self.changelog = ChangeLog(self.bus, self.clock, self.clients, config.event_log_capacity)
@@ -193,14 +190,15 @@ class Node:
             self.periodics.append(Periodic("moved-client-grace", min(500, config.rebalance_grace_ms),
                                            self._release_moved))
         # The Nacos 3.x surface (docs/protocol.md §5.7): route tables over the same handlers.
-        v3_core = V3CoreRoutes(self.namespaces, loader_routes, self.http.server_state, self.http.cluster_nodes_v2,
+        v3_core = V3CoreRoutes(self.namespaces, loader_routes, self.http.state, self.http.cluster_nodes_v2,
                                self._self_member, self.readiness_problem)
         install(self.http.add_route, v3_core.routes(ADMIN))
         if self.http.naming_routes is not None:
-            auth_routes = AuthRoutes(self.auth) if self.auth is not None else None
-            install(self.http.add_route, V3Routes(self.http.naming_routes, auth_routes).routes(ADMIN, IDENTITY))
-            install(self.http.add_route, V3NamingRoutes(self.http.naming_routes, operator,
-                                                        self._responsible_server).routes(ADMIN))
+            install(self.http.add_route, V3Routes(self.naming, self.http.naming_routes, self.auth).routes(ADMIN,
+                                                                                                        IDENTITY))
+            install(self.http.add_route, V3NamingRoutes(self.naming, self.http.naming_routes, operator,
+                                                        self._responsible_server, self.is_serving,
+                                                        self.http.forwarder.owner_of).routes(ADMIN))
         if config.rebalance_enabled:
             self.periodics.append(Periodic("rebalance", config.rebalance_interval_ms, self.loader.rebalance_tick))
         self._serving = False
@@ -349,10 +347,10 @@ class Node:
         subscriber = client.subscriptions.get(service) if client is not None else None
         if subscriber is None:
             return None
-        return self.naming.push_payload(service, subscriber.clusters)
+        return self.naming.reads.push_payload(service, subscriber.clusters)
 
     async def _clean_services(self) -> None:
-        self.naming.clean_empty_services()
+        self.naming.cleaner.clean_empty_services()
 
     async def _release_moved(self) -> None:
         self.naming.moved.tick()

@@ -56,9 +56,12 @@ Factory = Callable[..., Any]
 @pytest.fixture
 async def make_http(tmp_path: Path) -> AsyncIterator[Factory]:
     made: list[TestClient[Any, Any]] = []
+    registries: list[Registry] = []
 
     async def factory(responsibility: Any = None, **overrides: Any) -> Http:
         registry = make_registry(data_dir=str(tmp_path / f"n{len(made)}"), **overrides)
+        await registry.start_cp()
+        registries.append(registry)
         auth = AuthService(registry.config, now_s=lambda: registry.clock.now_ms() / 1000)
         await auth.start()
         server = HttpServer(registry.config, Status(), Metrics(), registry.naming, auth, responsibility)
@@ -70,6 +73,8 @@ async def make_http(tmp_path: Path) -> AsyncIterator[Factory]:
     yield factory
     for client in made:
         await client.close()
+    for registry in registries:
+        await registry.stop_cp()
 
 
 @pytest.fixture
@@ -146,8 +151,8 @@ async def test_v1_beat_shapes(http: Http) -> None:
 async def test_http_registration_is_visible_to_grpc_reads_and_the_other_way(http: Http) -> None:
     await http.call("POST", "/nacos/v1/ns/instance", params={"serviceName": "svc", "ip": "10.0.0.5", "port": "1"})
     http.registry.connect("conn-1")
-    http.registry.naming.register_instance("conn-1", SVC, InstanceInfo("10.0.0.6", 2))
-    grpc_view = json.loads(http.registry.naming.query(SVC))
+    http.registry.naming.ephemeral.register_instance("conn-1", SVC, InstanceInfo("10.0.0.6", 2))
+    grpc_view = json.loads(http.registry.naming.reads.query(SVC))
     http_view = await http.call("GET", "/nacos/v1/ns/instance/list", params={"serviceName": "svc"})
     assert {h["ip"] for h in grpc_view["hosts"]} == {h["ip"] for h in http_view["hosts"]} == {"10.0.0.5", "10.0.0.6"}
     assert grpc_view["name"] == "svc" and http_view["name"] == "DEFAULT_GROUP@@svc"
@@ -261,7 +266,6 @@ BAD_INPUTS = [
     ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "weight": "-1"}, 400, "weights range"),
     ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "healthy": "maybe"}, 400, "'healthy'"),
     ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "enabled": "2"}, 400, "'enabled'"),
-    ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "ephemeral": "false"}, 400, "persistent"),
     ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "metadata": "a"}, 400, "'metadata'"),
     ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "metadata": "[1]"}, 400, "'metadata'"),
     ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "metadata": '{"a":{"b":1}}'}, 400,

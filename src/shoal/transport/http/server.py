@@ -35,7 +35,6 @@ from shoal.logutil import RateLimitedLog
 from shoal.metrics import Metrics
 from shoal.model.keys import DEFAULT_GROUP, GROUP_SEPARATOR
 from shoal.service_layer import NamingService
-from shoal.service_layer.persistent import PersistentNaming
 from shoal.tls import PortTls
 from shoal.tls import describe as describe_tls
 from shoal.transport.grpc.transports import transport_name
@@ -181,11 +180,6 @@ class HttpServer:
         route("GET", "/nacos/index.html", c.index, Api.V1)
         route("GET", "/nacos/console/{name}", c.static, Api.V1)
 
-    def set_persistent(self, persistent: PersistentNaming) -> None:
-        """Serve persistent instances and service metadata from the CP store (issue 12)."""
-        if self.naming_routes is not None:
-            self.naming_routes.persistent = persistent
-
     def _auth_routes(self, a: AuthRoutes) -> None:
         route = self._route
         route("POST", "/nacos/v1/auth/login", a.login, Api.V1)
@@ -311,9 +305,12 @@ class HttpServer:
                             headers={"X-Prometheus-Format": "0.0.4"})
 
     async def server_state(self, request: web.Request, params: Params) -> web.Response:
+        return web.Response(text=dumps(self.state()), content_type="application/json")
+
+    def state(self) -> dict[str, str]:
         """Nacos's ServerStateController answer (strings), and which transport and kernels this node runs."""
         cluster = bool(self.config.members or self.config.cluster_conf)
-        state = {
+        return {
             "version": f"shoal-{__version__}",
             "standalone_mode": "cluster" if cluster else "standalone",
             "function_mode": "naming",
@@ -323,7 +320,6 @@ class HttpServer:
             "shoal_transport": transport_name(self.config),
             "shoal_kernels": ",".join(f"{k}={v}" for k, v in sorted(kernels.implementation().items())),
         }
-        return web.Response(text=dumps(state), content_type="application/json")
 
     def _member_list(self, params: Params, address_key: str) -> list[dict[str, object]]:
         members = self.members.members() if self.members is not None else [self_member_json(self.config)]
