@@ -193,12 +193,10 @@ class Node:
         v3_core = V3CoreRoutes(self.namespaces, loader_routes, self.http.state, self.http.cluster_nodes_v2,
                                self._self_member, self.readiness_problem)
         install(self.http.add_route, v3_core.routes(ADMIN))
-        if self.http.naming_routes is not None:
-            install(self.http.add_route, V3Routes(self.naming, self.http.naming_routes, self.auth).routes(ADMIN,
-                                                                                                        IDENTITY))
-            install(self.http.add_route, V3NamingRoutes(self.naming, self.http.naming_routes, operator,
-                                                        self._responsible_server, self.is_serving,
-                                                        self.http.forwarder.owner_of).routes(ADMIN))
+        install(self.http.add_route, V3Routes(self.naming, self.http.naming_routes, self.auth).routes(ADMIN, IDENTITY))
+        install(self.http.add_route, V3NamingRoutes(self.naming, self.http.naming_routes, operator,
+                                                    self._responsible_server, self.is_serving,
+                                                    self.http.forwarder.owner_of).routes(ADMIN))
         if config.rebalance_enabled:
             self.periodics.append(Periodic("rebalance", config.rebalance_interval_ms, self.loader.rebalance_tick))
         self._serving = False

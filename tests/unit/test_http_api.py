@@ -184,6 +184,29 @@ async def test_v2_errors_use_nacos_error_codes(http: Http) -> None:
     assert bad["code"] == 20002 and "port" in bad["data"]
 
 
+async def test_one_instance_api_serves_both_kinds_by_ephemeral(http: Http) -> None:
+    """The instance façade picks the path on ``ephemeral``: an ip:port client in the model, or a
+    document in the (embedded) CP store that comes back through the watch; PATCH and DELETE reach
+    whichever kind the instance is."""
+    eph = {"serviceName": "eph", "ip": "1.1.1.1", "port": "1"}
+    cp = {"serviceName": "cp", "ip": "2.2.2.2", "port": "2", "ephemeral": "false"}
+    assert await http.call("POST", REG, params=eph) == "ok"
+    assert await http.call("POST", REG, params=cp) == "ok"
+    assert http.registry.clients.get("1.1.1.1:1#true") is not None
+    assert http.registry.clients.get("2.2.2.2:2#false") is None  # no ip:port client for a persistent one
+    assert http.registry.instance_view.get("public/DEFAULT_GROUP@@cp/DEFAULT/2.2.2.2:2") is not None
+    listed = await http.call("GET", "/nacos/v1/ns/instance/list", params={"serviceName": "cp"})
+    assert [(h["ip"], h["ephemeral"]) for h in listed["hosts"]] == [("2.2.2.2", False)]
+    for params in (eph, cp):
+        assert await http.call("PATCH", REG, params={**params, "weight": "3"}) == "ok"
+        listed = await http.call("GET", "/nacos/v1/ns/instance/list", params={"serviceName": params["serviceName"]})
+        assert [h["weight"] for h in listed["hosts"]] == [3.0]
+    assert await http.call("DELETE", REG, params=cp) == "ok"
+    assert await http.call("DELETE", REG, params=eph) == "ok"
+    for name in ("eph", "cp"):
+        assert (await http.call("GET", "/nacos/v1/ns/instance/list", params={"serviceName": name}))["hosts"] == []
+
+
 async def test_services_v1_and_v2(http: Http) -> None:
     assert await http.call("POST", "/nacos/v1/ns/service", params={
         "serviceName": "persist", "protectThreshold": "0.5", "metadata": '{"owner":"ops"}'}) == "ok"

@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Collection, Mapping, Sequence
 
 from shoal.errors import InvalidParam
 from shoal.model.instance import InstanceInfo
-from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
+from shoal.model.keys import ServiceKey
 from shoal.service_layer.ephemeral import EphemeralInstances
 from shoal.service_layer.ip_port import IpPortInstances
-from shoal.service_layer.persistent import PersistentNaming, instance_name
+from shoal.service_layer.persistent import PersistentNaming
 from shoal.service_layer.reads import NamingReads
 
 #: A beat names an instance kind that has none: persistent instances are checked by the server.
@@ -57,7 +57,7 @@ class InstanceOperations:
         return self._persistent.register(service, inst)
 
     def deregister_persistent(self, service: ServiceKey, inst: InstanceInfo) -> Awaitable[None]:
-        self._persistent.validator.check_params(service, clusters=inst.cluster)
+        self._persistent.check_deregister(service, inst.cluster)
         return self._persistent.deregister(service, inst.ip, inst.port, inst.cluster)
 
     def batch_persistent(self, service: ServiceKey, instances: Sequence[InstanceInfo],
@@ -115,7 +115,7 @@ class InstanceOperations:
     # --- the metadata batch (operator) ----------------------------------------------------------
     def is_persistent(self, service: ServiceKey, ip: str, port: int, cluster: str) -> bool:
         """Whether the CP store holds the instance ``ip:port`` of ``cluster`` of the service."""
-        return self._persistent.instances.get(instance_name(service, cluster or DEFAULT_CLUSTER, ip, port)) is not None
+        return self._persistent.holds(service, ip, port, cluster)
 
     def metadata_targets(self, service: ServiceKey, persistent: bool, named: Sequence[Target]) -> list[Target]:
         """The instances of one kind a metadata batch applies to: those of ``named`` of that kind,

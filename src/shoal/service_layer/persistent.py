@@ -183,6 +183,14 @@ class PersistentNaming:
         self._validated(service, inst, legal=True)
         self._check_kind(service)
 
+    def check_deregister(self, service: ServiceKey, cluster: str) -> None:
+        """The rules a persistent deregistration must meet (raises before any write)."""
+        self.validator.check_params(service, clusters=cluster)
+
+    def holds(self, service: ServiceKey, ip: str, port: int, cluster: str) -> bool:
+        """Whether the store holds the persistent instance ``ip:port`` of ``cluster`` (this node's view)."""
+        return self.instances.get(instance_name(service, cluster or DEFAULT_CLUSTER, ip, port)) is not None
+
     async def register(self, service: ServiceKey, inst: InstanceInfo) -> None:
         """Register (or replace) one persistent instance."""
         self.check_register(service, inst)
@@ -241,7 +249,7 @@ class PersistentNaming:
         """Remove the persistent instance ``ip:port`` of the service, whatever its cluster (Nacos
         removes the ``ip:port#false`` client's publication; the cluster is not compared); an
         unknown one is a successful no-op."""
-        self.validator.check_params(service, clusters=cluster)
+        self.check_deregister(service, cluster)
         names = [name for name, inst in self._by_service.get(service, {}).items()
                  if inst.ip == ip and inst.port == port]
         for name in names or [instance_name(service, cluster or DEFAULT_CLUSTER, ip, port)]:

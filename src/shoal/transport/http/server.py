@@ -92,7 +92,7 @@ class NodeStatus(Protocol):
 class HttpServer:
     """The main-port aiohttp application: every route behind one Nacos-filter-chain wrapper."""
 
-    def __init__(self, config: Config, status: NodeStatus, metrics: Metrics, naming: NamingService | None = None,
+    def __init__(self, config: Config, status: NodeStatus, metrics: Metrics, naming: NamingService,
                  auth: AuthService | None = None, responsibility: Responsibility | None = None,
                  members: MemberView | None = None, tls: PortTls | None = None) -> None:
         self.config = config
@@ -108,7 +108,6 @@ class HttpServer:
         logging.getLogger("aiohttp.server").addFilter(BAD_HTTP_FILTER)  # idempotent: one instance
         self.app = web.Application(client_max_size=config.max_inbound_message_size)
         self._runner: web.AppRunner | None = None
-        self.naming_routes: NamingRoutes | None = None
         route = self._route
         route("GET", "/nacos/v1/console/health/liveness", self.liveness, Api.V1)
         route("GET", "/nacos/v1/console/health/readiness", self.readiness, Api.V1)
@@ -116,16 +115,15 @@ class HttpServer:
         route("GET", "/nacos/v1/console/server/state", self.server_state, Api.V1)
         route("GET", "/nacos/v1/core/cluster/nodes", self.cluster_nodes, Api.CORE, ADMIN)
         route("GET", "/nacos/v2/core/cluster/node/list", self.cluster_nodes_v2, Api.V2, ADMIN)
-        if naming is not None:
-            self.naming_routes = NamingRoutes(config, naming, status.is_serving, self.forwarder.owner_of)
-            self._naming_routes(self.naming_routes)
-            self._console_routes(ConsoleRoutes(naming))
-            if config.prometheus_sd_enabled:
-                sd = PrometheusSdRoutes(naming, auth)
-                route("GET", "/nacos/prometheus", sd.all_targets, Api.V1)
-                route("GET", "/nacos/prometheus/namespaceId/{namespaceId}", sd.namespace_targets, Api.V1)
-                route("GET", "/nacos/prometheus/namespaceId/{namespaceId}/service/{service}", sd.service_targets,
-                      Api.V1)
+        self.naming_routes = NamingRoutes(config, naming, status.is_serving, self.forwarder.owner_of)
+        self._naming_routes(self.naming_routes)
+        self._console_routes(ConsoleRoutes(naming))
+        if config.prometheus_sd_enabled:
+            sd = PrometheusSdRoutes(naming, auth)
+            route("GET", "/nacos/prometheus", sd.all_targets, Api.V1)
+            route("GET", "/nacos/prometheus/namespaceId/{namespaceId}", sd.namespace_targets, Api.V1)
+            route("GET", "/nacos/prometheus/namespaceId/{namespaceId}/service/{service}", sd.service_targets,
+                  Api.V1)
         if auth is not None:
             self._auth_routes(AuthRoutes(auth))
 
