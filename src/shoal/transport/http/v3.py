@@ -96,10 +96,9 @@ def search_param(p: Params, name: str) -> str:
 
 
 class V3Routes:
-    """The v3 client (OPEN_API) and auth endpoints over the use cases (no rule lives here).
-    ``auth`` is None when the node has no auth service."""
+    """The v3 client (OPEN_API) and auth endpoints over the use cases (no rule lives here)."""
 
-    def __init__(self, naming: NamingService, v2: NamingRoutes, auth: AuthService | None) -> None:
+    def __init__(self, naming: NamingService, v2: NamingRoutes, auth: AuthService) -> None:
         self.instances = naming.instance_ops
         self.reads = naming.reads
         self.v2 = v2
@@ -107,31 +106,26 @@ class V3Routes:
 
     def routes(self, admin: str, identity: str) -> list[Route]:
         """The route table of the client and auth APIs."""
-        table = []
-        if self.auth is not None:
-            table += [
-                Route("POST", LOGIN, AuthRoutes(self.auth).login, api=Api.V1),
-                Route("POST", AUTH_USER + "/admin", self.create_admin),
-                Route("POST", AUTH_USER, self.create_user, admin),
-                Route("DELETE", AUTH_USER, self.delete_user, admin),
-                Route("PUT", AUTH_USER, self.update_user, identity),
-                Route("GET", AUTH_USER + "/list", self.list_users, admin),
-                Route("GET", AUTH_USER + "/search", self.search_users, admin),
-                Route("POST", AUTH_ROLE, self.add_role, admin),
-                Route("DELETE", AUTH_ROLE, self.delete_role, admin),
-                Route("GET", AUTH_ROLE + "/list", self.list_roles, admin),
-                Route("GET", AUTH_ROLE + "/search", self.search_roles, admin),
-                Route("POST", AUTH_PERMISSION, self.add_permission, admin),
-                Route("DELETE", AUTH_PERMISSION, self.delete_permission, admin),
-                Route("GET", AUTH_PERMISSION + "/list", self.list_permissions, admin),
-                Route("GET", AUTH_PERMISSION, self.duplicate_permission, admin),
-            ]
-        table += [
+        return [
+            Route("POST", LOGIN, AuthRoutes(self.auth).login, api=Api.V1),
+            Route("POST", AUTH_USER + "/admin", self.create_admin),
+            Route("POST", AUTH_USER, self.create_user, admin),
+            Route("DELETE", AUTH_USER, self.delete_user, admin),
+            Route("PUT", AUTH_USER, self.update_user, identity),
+            Route("GET", AUTH_USER + "/list", self.list_users, admin),
+            Route("GET", AUTH_USER + "/search", self.search_users, admin),
+            Route("POST", AUTH_ROLE, self.add_role, admin),
+            Route("DELETE", AUTH_ROLE, self.delete_role, admin),
+            Route("GET", AUTH_ROLE + "/list", self.list_roles, admin),
+            Route("GET", AUTH_ROLE + "/search", self.search_roles, admin),
+            Route("POST", AUTH_PERMISSION, self.add_permission, admin),
+            Route("DELETE", AUTH_PERMISSION, self.delete_permission, admin),
+            Route("GET", AUTH_PERMISSION + "/list", self.list_permissions, admin),
+            Route("GET", AUTH_PERMISSION, self.duplicate_permission, admin),
             Route("POST", CLIENT_INSTANCE, self.client_register, WRITE, distro=True),
             Route("DELETE", CLIENT_INSTANCE, self.v2.v2_deregister, WRITE, distro=True),
             Route("GET", CLIENT_INSTANCE + "/list", self.client_list, READ),
         ]
-        return table
 
     # --- client (OPEN_API) ------------------------------------------------------------------
     async def client_register(self, request: web.Request, p: Params) -> web.StreamResponse:
@@ -153,25 +147,21 @@ class V3Routes:
         return v2_ok(f"[{','.join(hosts)}]")
 
     # --- auth -------------------------------------------------------------------------------
-    def _auth(self) -> AuthService:
-        assert self.auth is not None  # the auth routes exist only with an auth service
-        return self.auth
-
     async def create_admin(self, request: web.Request, p: Params) -> web.StreamResponse:
         """The first admin as a ``Result<User>``; once one exists, HTTP 200 with code 409 (as
         UserControllerV3 answers it)."""
         try:
-            user = await self._auth().create_admin(p.get("password") or "")
+            user = await self.auth.create_admin(p.get("password") or "")
         except AdminExists as exc:
             return json_text(dumps({"code": exc.http_status, "message": exc.message, "data": None}))
         return v2_ok(dumps(user))
 
     async def create_user(self, request: web.Request, p: Params) -> web.StreamResponse:
-        await self._auth().create_user(p.text("username"), p.get("password") or "")
+        await self.auth.create_user(p.text("username"), p.get("password") or "")
         return message("create user ok!")
 
     async def delete_user(self, request: web.Request, p: Params) -> web.StreamResponse:
-        await self._auth().delete_user(p.text("username"))
+        await self.auth.delete_user(p.text("username"))
         return message("delete user ok!")
 
     async def update_user(self, request: web.Request, p: Params) -> web.StreamResponse:
@@ -180,48 +170,48 @@ class V3Routes:
         identity = request.get(IDENTITY_KEY)
         if identity is not None and not identity.global_admin and identity.username != username:
             raise Forbidden("authorization failed!")
-        await self._auth().update_password(username, p.get("newPassword") or "")
+        await self.auth.update_password(username, p.get("newPassword") or "")
         return message("update user ok!")
 
     async def list_users(self, request: web.Request, p: Params) -> web.StreamResponse:
         name = p.text("username")
         blur = p.text("search", "accurate").lower() == "blur"
-        users = [{"username": u} for u in self._auth().data.usernames()
+        users = [{"username": u} for u in self.auth.data.usernames()
                  if not name or (name in u if blur else u == name)]
         return v2_ok(dumps(auth_page(users, p)))
 
     async def search_users(self, request: web.Request, p: Params) -> web.StreamResponse:
-        return v2_ok(dumps(self._auth().search_users(search_param(p, "username"))))
+        return v2_ok(dumps(self.auth.search_users(search_param(p, "username"))))
 
     async def add_role(self, request: web.Request, p: Params) -> web.StreamResponse:
-        await self._auth().add_role(p.text("role"), p.text("username"))
+        await self.auth.add_role(p.text("role"), p.text("username"))
         return message("add role ok!")
 
     async def delete_role(self, request: web.Request, p: Params) -> web.StreamResponse:
-        await self._auth().delete_role(p.text("role"), p.text("username"))
+        await self.auth.delete_role(p.text("role"), p.text("username"))
         return message("delete role of user " + (p.text("username") or "*") + " ok!")
 
     async def list_roles(self, request: web.Request, p: Params) -> web.StreamResponse:
         username, role = p.text("username"), p.text("role")
-        roles = [{"role": r, "username": u} for r, u in self._auth().data.roles()
+        roles = [{"role": r, "username": u} for r, u in self.auth.data.roles()
                  if (not username or u == username) and (not role or r == role)]
         return v2_ok(dumps(auth_page(roles, p)))
 
     async def search_roles(self, request: web.Request, p: Params) -> web.StreamResponse:
-        return v2_ok(dumps(self._auth().search_roles(search_param(p, "role"))))
+        return v2_ok(dumps(self.auth.search_roles(search_param(p, "role"))))
 
     async def add_permission(self, request: web.Request, p: Params) -> web.StreamResponse:
-        await self._auth().add_permission(p.text("role"), p.text("resource"), p.text("action"))
+        await self.auth.add_permission(p.text("role"), p.text("resource"), p.text("action"))
         return message("add permission ok!")
 
     async def delete_permission(self, request: web.Request, p: Params) -> web.StreamResponse:
-        await self._auth().delete_permission(p.text("role"), p.text("resource"), p.text("action"))
+        await self.auth.delete_permission(p.text("role"), p.text("resource"), p.text("action"))
         return message("delete permission ok!")
 
     async def list_permissions(self, request: web.Request, p: Params) -> web.StreamResponse:
         role = p.text("role")
         perms = [{"role": x.role, "resource": x.resource, "action": x.action}
-                 for x in self._auth().data.permissions() if not role or x.role == role]
+                 for x in self.auth.data.permissions() if not role or x.role == role]
         return v2_ok(dumps(auth_page(perms, p)))
 
     async def duplicate_permission(self, request: web.Request, p: Params) -> web.StreamResponse:
@@ -229,5 +219,5 @@ class V3Routes:
         (an ``rw`` grant covers either action), as the console asks before adding one."""
         role, resource, action = p.required("role"), p.required("resource"), p.required("action")
         found = any(x.role == role and x.resource == resource and x.action in (action, "rw")
-                    for x in self._auth().data.permissions())
+                    for x in self.auth.data.permissions())
         return v2_ok("true" if found else "false")
