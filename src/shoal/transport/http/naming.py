@@ -57,26 +57,26 @@ class NamingRoutes:
         return v2_ok('"ok"')
 
     async def v1_deregister(self, request: web.Request, p: Params) -> web.Response:
-        await self.deregister(p.v1_service(), p)
+        await self._deregister(p.v1_service(), p)
         return ok_text()
 
     async def v2_deregister(self, request: web.Request, p: Params) -> web.Response:
-        await self.deregister(p.v2_service(), p)
+        await self._deregister(p.v2_service(), p)
         return v2_ok('"ok"')
 
-    async def deregister(self, service: ServiceKey, p: Params) -> None:
+    async def _deregister(self, service: ServiceKey, p: Params) -> None:
         ip, port, ephemeral = p.required("ip"), p.port(), p.boolean("ephemeral", True)
         await self.instances.deregister(service, ip, port, p.cluster(), ephemeral=ephemeral)
 
     async def v1_update(self, request: web.Request, p: Params) -> web.Response:
-        await self.update(p.v1_service(), p)
+        await self._update(p.v1_service(), p)
         return ok_text()
 
     async def v2_update(self, request: web.Request, p: Params) -> web.Response:
-        await self.update(p.v2_service(), p)
+        await self._update(p.v2_service(), p)
         return v2_ok('"ok"')
 
-    async def update(self, service: ServiceKey, p: Params) -> None:
+    async def _update(self, service: ServiceKey, p: Params) -> None:
         """PUT: weight, enabled and metadata as given (defaults 1.0 / true / none)."""
         ip, port, ephemeral = p.required("ip"), p.port(), p.boolean("ephemeral", True)
         await self.instances.update(service, ip, port, p.cluster(), ephemeral=ephemeral, weight=p.weight(1.0),
