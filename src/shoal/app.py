@@ -72,6 +72,10 @@ class Node:
         self.config = config
         self.clock = clock or SystemClock()
         self.hooks = hooks or TestHooks()
+        self.grpc_transport = transport_name(config)  # a bad or unbuilt choice is a ConfigError here
+        # Every configured certificate, key and CA file is read and checked here, before any port
+        # opens: a bad one is a TlsConfigError (exit 2), never a plaintext port.
+        self.tls = NodeTls.load(config)
         self.members: MemberManager | None = None
         member_list = parse_member_list(config.members)
         if not member_list and config.cluster_conf:
@@ -98,10 +102,6 @@ class Node:
         self.metrics = Metrics()
         self.auth = AuthService(config)
 
-        self.grpc_transport = transport_name(config)  # a bad or unbuilt choice is a ConfigError here
-        # Every configured certificate, key and CA file is read and checked here, before any port
-        # opens: a bad one is a TlsConfigError (exit 2), never a plaintext port.
-        self.tls = NodeTls.load(config)
         self.limits = LimitRuleFile(config.limit_rule_path)
         self.sdk_connections = ConnectionManager(config, self.clock, self.limits, source="sdk")
         # A naming connection's client is created and released by the service layer.
