@@ -27,27 +27,24 @@ BATCH_REGISTER = "batchRegisterInstance"
 BATCH_DEREGISTER = "batchDeregisterInstance"
 
 
-def naming_handlers(naming: NamingService, fuzzy: FuzzyWatchContext | None = None) -> dict[str, Handler]:
-    """The handler table for the naming module (the 3.x fuzzy watch is served when ``fuzzy`` is
-    given)."""
+def naming_handlers(naming: NamingService, fuzzy: FuzzyWatchContext) -> dict[str, Handler]:
+    """The handler table for the naming module, the 3.x fuzzy watch included."""
     h = _NamingHandlers(naming, fuzzy)
-    table = {
+    return {
         "InstanceRequest": Handler("InstanceResponse", h.instance),
         "BatchInstanceRequest": Handler("BatchInstanceResponse", h.batch_instance),
         "PersistentInstanceRequest": Handler("InstanceResponse", h.persistent_instance),
         "ServiceQueryRequest": Handler(QUERY_RESPONSE, h.query),
         "SubscribeServiceRequest": Handler("SubscribeServiceResponse", h.subscribe),
         "ServiceListRequest": Handler("ServiceListResponse", h.list_services),
+        "NamingFuzzyWatchRequest": Handler("NamingFuzzyWatchResponse", h.fuzzy_watch),
     }
-    if fuzzy is not None:
-        table["NamingFuzzyWatchRequest"] = Handler("NamingFuzzyWatchResponse", h.fuzzy_watch)
-    return table
 
 
 class _NamingHandlers:
     """Each naming request: parse the body, call the service layer, shape the response."""
 
-    def __init__(self, naming: NamingService, fuzzy: FuzzyWatchContext | None = None) -> None:
+    def __init__(self, naming: NamingService, fuzzy: FuzzyWatchContext) -> None:
         self.instances = naming.instance_ops
         self.reads = naming.reads
         self.subscriptions = naming.subscriptions
@@ -128,7 +125,6 @@ class _NamingHandlers:
 
     def fuzzy_watch(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         """NamingFuzzyWatchRequest (NamingFuzzyWatchRequestHandler): a limit is a typed 500 with its code."""
-        assert self.fuzzy is not None
         pattern = text(body, "groupKeyPattern")
         if not pattern:
             raise InvalidParam("Param 'groupKeyPattern' is required")
