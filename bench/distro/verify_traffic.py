@@ -238,7 +238,7 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
         c0 = time.process_time()
         for i in range(start, min(start + chunk, args.clients)):
             a.connect(ids[i])
-            a.naming.register_instance(ids[i], services[i % len(services)],
+            a.naming.ephemeral.register_instance(ids[i], services[i % len(services)],
                                        InstanceInfo(f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}", 8080))
         c1 = time.process_time()
         await flush(cluster)

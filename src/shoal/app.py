@@ -77,18 +77,13 @@ log = logging.getLogger(__name__)
 # --- the phases: each builds one layer from the ones before it and returns it as a bundle ----------
 @dataclass(frozen=True, slots=True)
 class CpPhase:
-    """The CP store and the views every node watches (namespaces, persistent instances, service
-    metadata, the switches document), started by :meth:`Node.start` before any listener."""
+    """The CP store and the views of it that the node itself watches (namespaces, the switches
+    document); the model's own views (persistent instances, service documents) are built by
+    :class:`ModelStack`. All are started by :meth:`Node.start` before any listener."""
 
     runtime: CpRuntime
     namespaces: CpView[Any]
-    instances: CpView[Any]
-    services: CpView[Any]
     meta: CpView[Any]
-
-    @property
-    def views(self) -> tuple[CpView[Any], ...]:
-        return (self.namespaces, self.instances, self.services, self.meta)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +91,7 @@ class ModelPhase:
     """The registry (ModelStack: model + NamingService) and the CP use cases over the views."""
 
     stack: ModelStack
-    persistent: PersistentNaming
+    persistent: PersistentNaming  # the CP half of the naming use cases (``stack.naming.persistent``)
     namespaces: NamespaceService
     switches: Switches
     locks: LockService  # the Nacos 3.3 lock module on the CP store (docs/protocol.md §9)
@@ -150,16 +145,15 @@ def build_cp_phase(config: Config, members: MemberManager | None) -> CpPhase:
     runtime = build_cp(config, [(m.ip, m.port) for m in members.all_members()] if members is not None else [],
                        members.self_address if members is not None else "")
     store = runtime.store
-    return CpPhase(runtime, json_view(store, Keyspace.NAMESPACES), json_view(store, Keyspace.INSTANCES),
-                   json_view(store, Keyspace.SERVICES), json_view(store, Keyspace.META))
+    return CpPhase(runtime, json_view(store, Keyspace.NAMESPACES), json_view(store, Keyspace.META))
 
 
 def build_model_phase(config: Config, clock: Clock, live: LiveConfig, cp: CpPhase, address: str) -> ModelPhase:
     """The registry and the use cases over it; the switches reload ``live`` from the CP document."""
-    stack = ModelStack.build(config, clock, live)
+    stack = ModelStack.build(config, clock, cp.runtime.store, live)
     locks = LockService(cp.runtime.store, address, clock.now_ms, config.lock_default_expire_ms,
                         config.lock_max_expire_ms)
-    return ModelPhase(stack, PersistentNaming(stack.naming, cp.instances, cp.services),
+    return ModelPhase(stack, stack.naming.persistent,
                       NamespaceService(cp.namespaces, clock.now_ms), Switches(live, cp.meta), locks)
 
 
@@ -194,7 +188,7 @@ def build_transport_phase(config: Config, tls: NodeTls, metrics: Metrics, auth: 
     requests = ClientRequests(connections)
     fuzzy_notifier = FuzzyNotifier(config, requests)
     fuzzy = FuzzyWatchContext(config, stack.bus, stack.services, stack.index, fuzzy_notifier.enqueue)
-    handlers = {**naming_handlers(stack.naming, model.persistent, fuzzy), **lock_handlers(model.locks)}
+    handlers = {**naming_handlers(stack.naming, fuzzy), **lock_handlers(model.locks)}
     sdk = SdkServer(config, connections, handlers, status.is_serving, metrics, config.grpc_port,
                     auth=auth if config.auth_enabled else None, tls=tls.sdk)
     forwarder = Forwarder(cluster.responsibility, config.http_forward_timeout_ms,
@@ -259,6 +253,9 @@ class Node:
         self.sdk_connections, self.sdk_server, self.http = net.connections, net.sdk, net.http
         self.cluster_server, self.fuzzy, self.fuzzy_notifier = net.cluster, net.fuzzy, net.fuzzy_notifier
         self.locks, self.dns = model.locks, net.dns
+        self.instance_view, self.service_view = self.model.instance_view, self.model.service_view
+        #: every CP view the node starts, waits for and stops (the switches' document too)
+        self.cp_views = (cp.namespaces, self.instance_view, self.service_view, cp.meta)
 
         # --- the loops over them ------------------------------------------------------------------
         self.push = PushService(self.live, clock, self.bus, net.requests, self.index.subscribers_of,
@@ -310,12 +307,12 @@ class Node:
     def _routes(self) -> list[Route]:
         """Every HTTP route of the node: each route module's table."""
         config, http = self.config, self.http
-        naming = NamingRoutes(config, self.naming, self.is_serving, http.forwarder.owner_of, self.persistent)
-        operator = OperatorRoutes(self.naming, self.persistent, self.switches, http.forwarder)
+        naming = NamingRoutes(config, self.naming, self.is_serving, http.forwarder.owner_of)
+        operator = OperatorRoutes(self.naming, self.switches, http.forwarder)
         loader = LoaderRoutes(self.loader, self.sdk_connections)
         auth = AuthRoutes(self.auth)
         # The Nacos 3.x surface (docs/protocol.md §5.7): route tables over the same handlers.
-        v3_core = V3CoreRoutes(self.namespaces, loader, http.server_state, http.cluster_nodes_v2,
+        v3_core = V3CoreRoutes(self.namespaces, loader, http.state, http.cluster_nodes_v2,
                                self._self_member, self.readiness_problem)
         return [
             *http.routes(),
@@ -330,8 +327,9 @@ class Node:
             *ClusterFiguresRoutes(config, self.distro, self.clients).routes(),
             *loader.routes(ADMIN),
             *v3_core.routes(ADMIN),
-            *V3Routes(naming, auth).routes(ADMIN, IDENTITY),
-            *V3NamingRoutes(naming, operator, self._responsible_server).routes(ADMIN),
+            *V3Routes(self.naming, naming, self.auth).routes(ADMIN, IDENTITY),
+            *V3NamingRoutes(self.naming, naming, operator, self._responsible_server, self.is_serving,
+                            http.forwarder.owner_of).routes(ADMIN),
         ]
 
     # --- status -------------------------------------------------------------------------
@@ -343,7 +341,7 @@ class Node:
             return None
         if self.distro is not None and not self.distro.loaded and self._started:
             return "node is loading a snapshot from its peers"
-        if self._started and not (self.cp_phase.instances.ready and self.cp_phase.services.ready):
+        if self._started and not (self.model.instance_view.ready and self.model.service_view.ready):
             return "node is reading its CP store"
         return "node is starting"
 
@@ -353,7 +351,7 @@ class Node:
         await run_blocking(self.limits.reload_if_changed)  # limits hold from the first connection
         await self.cp.start()  # the store (and, managed, this node's etcd member) before any listener
         self._cp_started = True
-        for view in self.cp_phase.views:
+        for view in self.cp_views:
             view.start()
         await self.auth.start(self.cp.store, wait_s=0)  # users and the cluster's token key, from the CP store
         cp_ready = asyncio.get_running_loop().create_task(self._wait_cp_ready(), name="cp-ready")
@@ -399,7 +397,7 @@ class Node:
         if self.dns is not None:
             await self.dns.stop()
         await self.locks.stop()  # the lock module's pending releases of closed connections
-        for view in self.cp_phase.views:
+        for view in self.cp_views:
             await view.stop()
         await self.auth.stop()
         if self._cp_started:
@@ -413,7 +411,7 @@ class Node:
         timeout_s = self.config.load_timeout_ms / 1000
         try:
             async with asyncio.timeout(timeout_s):
-                for view in self.cp_phase.views:  # the cluster's switches too: in force before serving
+                for view in self.cp_views:  # the cluster's switches too: in force before serving
                     await view.wait_ready()
                 await self.auth.wait_ready()
         except TimeoutError:
@@ -457,10 +455,10 @@ class Node:
         subscriber = client.subscriptions.get(service) if client is not None else None
         if subscriber is None:
             return None
-        return self.naming.push_payload(service, subscriber.clusters)
+        return self.naming.reads.push_payload(service, subscriber.clusters)
 
     async def _clean_services(self) -> None:
-        self.naming.clean_empty_services()
+        self.naming.cleaner.clean_empty_services()
 
     async def _release_moved(self) -> None:
         self.naming.moved.tick()

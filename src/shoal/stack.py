@@ -1,17 +1,19 @@
-"""The one place that wires the in-memory registry: event bus, clients, services, index, storage
-and the naming service over them.
+"""The one place that wires the registry: event bus, clients, services, index, storage, the CP
+store's views of persistent instances and service documents, and the naming use cases over them.
 
 The node (:mod:`shoal.app`), the unit-test fixtures and the in-memory Distro cluster
 (:mod:`shoal.testing`) all build it here, so a new component of the model is added once.
+Whoever builds it owns the CP store's lifecycle and starts and stops the two views.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
 from shoal.clock import Clock
 from shoal.config import Config, LiveConfig
+from shoal.cp.store import CpStore, CpView, Keyspace, json_view
 from shoal.model.clients import ClientManager
 from shoal.model.events import EventBus
 from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
@@ -20,7 +22,8 @@ from shoal.service_layer import NamingService
 
 @dataclass
 class ModelStack:
-    """The registry's model and the naming service on top of it, sharing one bus and one clock."""
+    """The registry's model, the CP views, and the naming use cases on top, sharing one bus and
+    one clock."""
 
     config: Config
     clock: Clock
@@ -29,18 +32,38 @@ class ModelStack:
     services: ServiceManager
     index: ServiceIndex
     storage: ServiceStorage
+    cp_store: CpStore
+    instance_view: CpView[Any]  # Keyspace.INSTANCES: persistent instances
+    service_view: CpView[Any]  # Keyspace.SERVICES: service documents
     naming: NamingService
     live: LiveConfig
 
     @classmethod
-    def build(cls, config: Config, clock: Clock, live: LiveConfig | None = None) -> Self:
-        """Wire a fresh, empty model for ``config`` reading time from ``clock`` (and the live
-        settings from ``live``, the node's one :class:`LiveConfig`; a fixed one by default)."""
+    def build(cls, config: Config, clock: Clock, cp_store: CpStore, live: LiveConfig | None = None) -> Self:
+        """Wire a fresh, empty model for ``config`` reading time from ``clock``, its CP half on
+        ``cp_store`` (its views not started yet), and the live settings from ``live`` (the node's
+        one :class:`LiveConfig`; a fixed one by default)."""
         live = live if live is not None else LiveConfig(config)
         bus = EventBus()
         clients = ClientManager(bus)
         services = ServiceManager(bus)
         index = ServiceIndex(bus, clock.now_ms)
         storage = ServiceStorage(bus, index, clients.clients, services)
-        naming = NamingService(live, clock, bus, clients, services, index, storage)
-        return cls(config, clock, bus, clients, services, index, storage, naming, live)
+        instance_view = json_view(cp_store, Keyspace.INSTANCES)
+        service_view = json_view(cp_store, Keyspace.SERVICES)
+        naming = NamingService(live, clock, bus, clients, services, index, storage, instance_view, service_view)
+        return cls(config, clock, bus, clients, services, index, storage, cp_store, instance_view, service_view,
+                   naming, live)
+
+    def start_views(self) -> None:
+        """Start filling the CP views (the store must be started)."""
+        self.instance_view.start()
+        self.service_view.start()
+
+    async def wait_views_ready(self) -> None:
+        await self.instance_view.wait_ready()
+        await self.service_view.wait_ready()
+
+    async def stop_views(self) -> None:
+        await self.instance_view.stop()
+        await self.service_view.stop()

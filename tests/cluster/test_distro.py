@@ -223,7 +223,7 @@ async def test_ownership_move_never_deletes_ip_port_data() -> None:
         node = cluster.nodes[owner]
         client = Client(f"{tag}#true", ClientKind.IP_PORT, native=True, created_ms=0)
         node.clients.add(client)
-        node.naming.register_instance(client.client_id, SVC, InstanceInfo("10.1.0.1", port))
+        node.naming.ephemeral.register_instance(client.client_id, SVC, InstanceInfo("10.1.0.1", port))
         owners[tag] = owner
     await cluster.flush()
     assert all(len(n.storage.view(SVC).instances) == 40 for n in cluster.nodes.values())
@@ -352,7 +352,7 @@ async def test_sync_batches_are_bounded_in_bytes() -> None:
     cluster = SimCluster(2, snapshot_chunk_bytes=20_000)
     for i in range(6):  # six clients of 100 instances: about 8 KB each
         cluster[0].connect(f"big{i}")
-        cluster[0].naming.batch_register_instances(
+        cluster[0].naming.ephemeral.batch_register_instances(
             f"big{i}", ServiceKey("public", "G", f"s{i}"), [InstanceInfo("10.2.0.1", p) for p in range(100)])
     await cluster.flush()
     syncs = cluster.calls("DistroSyncRequest")

@@ -27,7 +27,7 @@ def _holders(cluster: SimCluster, client_id: str) -> list[str]:
 
 
 def _register(node: SimNode, ip: str, port: int) -> str:
-    return node.naming.register_ip_port(SVC, InstanceInfo(ip, port))
+    return node.naming.ip_port.register(SVC, InstanceInfo(ip, port))
 
 
 async def test_a_write_handled_by_a_node_not_responsible_is_taken_over_by_the_responsible_one() -> None:

@@ -21,12 +21,12 @@ async def test_a_moved_client_stays_listed_until_it_registers_again_on_another_n
     cluster = SimCluster(3, rebalance_grace_ms=GRACE_MS)
     a, b, c = cluster[0], cluster[1], cluster[2]
     a.register("old", 7001)
-    a.naming.subscribe("old", SVC, "", "10.0.0.1", "agent", "app")
+    a.naming.subscriptions.subscribe("old", SVC, "", "10.0.0.1", "agent", "app")
     await cluster.flush()
     assert everyone_lists(cluster, 7001)
 
     a.naming.moved.mark("old")
-    a.naming.release_client("old", "moved to another server (rebalancing)")
+    a.naming.connections.release_client("old", "moved to another server (rebalancing)")
     await cluster.flush()
     kept = a.clients.get("old")
     assert kept is not None and kept.native and not kept.subscriptions  # kept, nobody to push to
@@ -54,7 +54,7 @@ async def test_a_moved_client_that_never_comes_back_is_removed_everywhere_after_
     a.register("gone", 7002)
     await cluster.flush()
     a.naming.moved.mark("gone")
-    a.naming.release_client("gone", "moved to another server (rebalancing)")
+    a.naming.connections.release_client("gone", "moved to another server (rebalancing)")
     cluster.clock.advance(GRACE_MS - 1)
     a.naming.moved.tick()
     await cluster.flush()
@@ -78,7 +78,7 @@ async def test_a_client_that_simply_disconnects_is_removed_at_once() -> None:
     a = cluster[0]
     a.register("plain", 7003)
     await cluster.flush()
-    a.naming.release_client("plain", "stream closed by client")
+    a.naming.connections.release_client("plain", "stream closed by client")
     await cluster.flush()
     assert all(cluster[i].ports() == [] for i in range(3))
     assert not a.naming.moved.kept
@@ -92,7 +92,7 @@ async def test_only_instances_of_all_kept_services_are_released_when_they_are_ba
     a.register("old", 7005, service=other)
     await cluster.flush()
     a.naming.moved.mark("old")
-    a.naming.release_client("old", "moved")
+    a.naming.connections.release_client("old", "moved")
     b.register("new", 7004)  # only one of its two services is back
     await cluster.flush()
     a.naming.moved.tick()
@@ -110,14 +110,14 @@ async def test_without_a_grace_period_or_publications_a_moved_client_goes_at_onc
     a = cluster[0]
     a.register("c0", 7006)
     a.naming.moved.mark("c0")
-    a.naming.release_client("c0", "moved")
+    a.naming.connections.release_client("c0", "moved")
     assert a.clients.get("c0") is None
 
     cluster = SimCluster(2, rebalance_grace_ms=GRACE_MS)
     a = cluster[0]
     a.connect("subscriber-only")
     a.naming.moved.mark("subscriber-only")
-    a.naming.release_client("subscriber-only", "moved")
+    a.naming.connections.release_client("subscriber-only", "moved")
     assert a.clients.get("subscriber-only") is None and not a.naming.moved.kept
 
 
@@ -128,7 +128,7 @@ async def test_a_stale_mark_does_not_keep_a_later_ordinary_disconnect() -> None:
     a.naming.moved.mark("ignores-reset")
     cluster.clock.advance(GRACE_MS + 1)
     a.naming.moved.tick()
-    a.naming.release_client("ignores-reset", "stream closed by client")
+    a.naming.connections.release_client("ignores-reset", "stream closed by client")
     assert a.clients.get("ignores-reset") is None
 
 
@@ -139,7 +139,7 @@ async def test_a_stopping_node_releases_the_clients_it_keeps() -> None:
     a.register("kept", 7009)
     await cluster.flush()
     a.naming.moved.mark("kept")
-    a.naming.release_client("kept", "moved")
+    a.naming.connections.release_client("kept", "moved")
     assert a.naming.moved.release_all() == 1
     await cluster.flush()
     assert cluster[1].ports() == [] and a.clients.get("kept") is None

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 
 from shoal.cp.etcd import EtcdError, EtcdStore
-from shoal.cp.store import CpView, EventKind, Keyspace, json_codec, json_view
+from shoal.cp.store import CpView, EventKind, Keyspace, json_codec
 from shoal.cp.supervisor import EtcdSupervisor
 from shoal.errors import CpUnavailable, InvalidParam
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
+from shoal.service_layer.ephemeral import with_instance_id
 from shoal.service_layer.persistent import MAX_BATCH, PersistentNaming, instance_doc, instance_name
 from shoal.testing import Registry, make_registry
 from shoal.testing.etcd import managed_cluster
@@ -41,20 +42,18 @@ class Node:
     persistent: PersistentNaming
 
     def ips(self) -> set[str]:
-        return {h["ip"] for h in json.loads(self.registry.naming.query(SVC))["hosts"]}
+        return {h["ip"] for h in json.loads(self.registry.naming.reads.query(SVC))["hosts"]}
 
 
 async def _node(member: EtcdSupervisor) -> Node:
     """A node whose store talks to this one member only, so A and B really use different members."""
     store = EtcdStore([member.me.endpoint], request_timeout_ms=3000, backoff_max_ms=300)
     await store.start()
-    registry = make_registry(metadata_max_length=4_000_000)  # room for a value etcd refuses
-    instances, services = json_view(store, INSTANCES), json_view(store, Keyspace.SERVICES)
-    node = Node(registry, store, instances, services, PersistentNaming(registry.naming, instances, services))
-    instances.start()
-    services.start()
-    await instances.wait_ready(30)
-    await services.wait_ready(30)
+    registry = make_registry(store=store, metadata_max_length=4_000_000)  # room for a value etcd refuses
+    node = Node(registry, store, registry.instance_view, registry.service_view, registry.naming.persistent)
+    registry.start_views()
+    await registry.instance_view.wait_ready(30)
+    await registry.service_view.wait_ready(30)
     return node
 
 
@@ -155,7 +154,7 @@ async def test_a_batch_worked_out_from_a_stale_view_is_applied_whole(nodes: tupl
         decode, _ = json_codec()
         stored = {kv.key: decode(kv.value) for kv in (await a.store.range(INSTANCES.prefix)).items}
         assert stored == {INSTANCES.key(instance_name(SVC, "DEFAULT", i.ip, i.port)):
-                          instance_doc(SVC, a.registry.naming._with_id(SVC, i)) for i in (x, y)}
+                          instance_doc(SVC, with_instance_id(SVC, i)) for i in (x, y)}
         await wait_until(lambda: len(watcher.events()) == 2, 15, "the batch's two events")
         assert len({e[3] for e in watcher.events()}) == 1
     finally:

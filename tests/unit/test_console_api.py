@@ -48,31 +48,33 @@ class Console:
 @pytest.fixture
 async def console(tmp_path: Path) -> AsyncIterator[Console]:
     registry = make_registry(data_dir=str(tmp_path / "n"))
+    await registry.start_cp()
     server = HttpServer(registry.config, Status(), Metrics())
     server.install(ConsoleRoutes(registry.naming).routes())
     client = TestClient(TestServer(server.app))
     await client.start_server()
     yield Console(client, registry)
     await client.close()
+    await registry.stop_cp()
 
 
 def publish(reg: Registry, client_id: str, service: ServiceKey, *instances: InstanceInfo) -> None:
-    if reg.naming.clients.get(client_id) is None:
-        reg.naming.connect_client(client_id, "10.0.0.9", "app-" + client_id, "Nacos-Python-Client:v3")
-    reg.naming.batch_register_instances(client_id, service, instances)
+    if reg.clients.get(client_id) is None:
+        reg.naming.connections.connect_client(client_id, "10.0.0.9", "app-" + client_id, "Nacos-Python-Client:v3")
+    reg.naming.ephemeral.batch_register_instances(client_id, service, instances)
 
 
 def subscribe(reg: Registry, client_id: str, service: ServiceKey, ip: str = "10.0.0.9") -> None:
-    if reg.naming.clients.get(client_id) is None:
-        reg.naming.connect_client(client_id, ip, "shop", "Nacos-Java-Client:v2.4.0")
-    reg.naming.subscribe(client_id, service, "", ip, "Nacos-Java-Client:v2.4.0", "shop")
+    if reg.clients.get(client_id) is None:
+        reg.naming.connections.connect_client(client_id, ip, "shop", "Nacos-Java-Client:v2.4.0")
+    reg.naming.subscriptions.subscribe(client_id, service, "", ip, "Nacos-Java-Client:v2.4.0", "shop")
 
 
-def sample(reg: Registry) -> None:
+async def sample(reg: Registry) -> None:
     publish(reg, "c1", SVC, InstanceInfo("10.0.0.1", 8080, weight=2.0),
             InstanceInfo("10.0.0.2", 8080, healthy=False), InstanceInfo("10.0.0.3", 8080, cluster="BJ", enabled=False))
     publish(reg, "c2", ServiceKey("public", "PAY", "payments"), InstanceInfo("10.0.1.1", 9000))
-    reg.naming.create_service(ServiceKey("public", "DEFAULT_GROUP", "empty"), 0.0, {}, ephemeral=True)
+    await reg.naming.service_ops.create(ServiceKey("public", "DEFAULT_GROUP", "empty"), 0.0, {}, ephemeral=True)
     publish(reg, "c3", ServiceKey("dev", "DEFAULT_GROUP", "orders"), InstanceInfo("10.0.2.1", 8080))
     subscribe(reg, "s1", SVC)
     subscribe(reg, "s2", SVC, ip="10.0.0.42")
@@ -80,7 +82,7 @@ def sample(reg: Registry) -> None:
 
 # --- v1 catalog/services -------------------------------------------------------------------------
 async def test_catalog_services_rows_counts_and_paging(console: Console) -> None:
-    sample(console.registry)
+    await sample(console.registry)
     out = await console.get("/nacos/v1/ns/catalog/services", pageNo=1, pageSize=10)
     assert out["count"] == 3
     rows = {r["name"]: r for r in out["serviceList"]}
@@ -99,22 +101,22 @@ async def test_catalog_services_rows_counts_and_paging(console: Console) -> None
 async def test_catalog_services_trigger_flag_follows_the_protect_threshold(console: Console) -> None:
     """ServiceView.triggerFlag is "true" once healthy / ipCount ≤ the protection threshold, as
     CatalogServiceV2Impl sets it (orders: 1 healthy of 3; an empty service is never triggered)."""
-    sample(console.registry)
+    await sample(console.registry)
 
     async def flags() -> dict[str, str]:
         out = await console.get("/nacos/v1/ns/catalog/services", pageNo=1, pageSize=10)
         return {r["name"]: r["triggerFlag"] for r in out["serviceList"]}
 
     assert await flags() == {"empty": "false", "orders": "false", "payments": "false"}
-    console.registry.naming.update_service(SVC, 0.4, None)
-    console.registry.naming.update_service(ServiceKey("public", "DEFAULT_GROUP", "empty"), 1.0, None)
+    await console.registry.naming.service_ops.update(SVC, 0.4, None)
+    await console.registry.naming.service_ops.update(ServiceKey("public", "DEFAULT_GROUP", "empty"), 1.0, None)
     assert await flags() == {"empty": "false", "orders": "true", "payments": "false"}
-    console.registry.naming.update_service(SVC, 0.3, None)
+    await console.registry.naming.service_ops.update(SVC, 0.3, None)
     assert (await flags())["orders"] == "false"
 
 
 async def test_catalog_services_search_and_filters(console: Console) -> None:
-    sample(console.registry)
+    await sample(console.registry)
     by_name = await console.get("/nacos/v1/ns/catalog/services", serviceNameParam="ORD", pageNo=1, pageSize=10)
     assert [r["name"] for r in by_name["serviceList"]] == ["orders"]
     by_group = await console.get("/nacos/v1/ns/catalog/services", groupNameParam="pa", pageNo=1, pageSize=10)
@@ -128,7 +130,7 @@ async def test_catalog_services_search_and_filters(console: Console) -> None:
 
 
 async def test_catalog_services_with_instances(console: Console) -> None:
-    sample(console.registry)
+    await sample(console.registry)
     out = await console.get("/nacos/v1/ns/catalog/services", withInstances="true", serviceNameParam="orders",
                             pageNo=1, pageSize=10)
     assert isinstance(out, list) and len(out) == 1
@@ -150,7 +152,7 @@ async def test_catalog_services_bad_input_is_400(console: Console, params: dict[
 
 # --- v1 catalog/instances and catalog/service ---------------------------------------------------------
 async def test_catalog_instances_all_instances_paged(console: Console) -> None:
-    sample(console.registry)
+    await sample(console.registry)
     out = await console.get("/nacos/v1/ns/catalog/instances", serviceName="orders", pageNo=1, pageSize=2)
     assert out["count"] == 3 and len(out["list"]) == 2
     first = out["list"][0]
@@ -165,15 +167,15 @@ async def test_catalog_instances_all_instances_paged(console: Console) -> None:
 
 
 async def test_catalog_instances_errors(console: Console) -> None:
-    sample(console.registry)
+    await sample(console.registry)
     await console.get("/nacos/v1/ns/catalog/instances", 404, serviceName="nope", pageNo=1, pageSize=10)
     assert "pageNo" in await console.get("/nacos/v1/ns/catalog/instances", 400, serviceName="orders", pageSize=10)
     assert "serviceName" in await console.get("/nacos/v1/ns/catalog/instances", 400, pageNo=1, pageSize=10)
 
 
 async def test_catalog_service_detail(console: Console) -> None:
-    sample(console.registry)
-    console.registry.naming.update_service(SVC, 0.5, {"owner": "team-a"})
+    await sample(console.registry)
+    await console.registry.naming.service_ops.update(SVC, 0.5, {"owner": "team-a"})
     out = await console.get("/nacos/v1/ns/catalog/service", serviceName="orders")
     assert out["service"] == {"name": "orders", "groupName": "DEFAULT_GROUP", "protectThreshold": 0.5,
                               "selector": {"type": "none", "contextType": "NONE"}, "metadata": {"owner": "team-a"},
@@ -187,7 +189,7 @@ async def test_catalog_service_detail(console: Console) -> None:
 
 # --- v1 service/subscribers and service/names -----------------------------------------------------------
 async def test_service_subscribers(console: Console) -> None:
-    sample(console.registry)
+    await sample(console.registry)
     out = await console.get("/nacos/v1/ns/service/subscribers", serviceName="orders")
     assert out["count"] == 2
     assert out["subscribers"][0] == {"addrStr": "10.0.0.42", "agent": "Nacos-Java-Client:v2.4.0", "app": "shop",
@@ -201,7 +203,7 @@ async def test_service_subscribers(console: Console) -> None:
 
 
 async def test_service_names(console: Console) -> None:
-    sample(console.registry)
+    await sample(console.registry)
     everywhere = await console.get("/nacos/v1/ns/service/names")
     assert everywhere["META-INF/services"] == {
         "public": ["DEFAULT_GROUP@@empty", "DEFAULT_GROUP@@orders", "PAY@@payments"],
@@ -215,7 +217,7 @@ async def test_service_names(console: Console) -> None:
 
 # --- v2 ---------------------------------------------------------------------------------------------
 async def test_v2_catalog_instances(console: Console) -> None:
-    sample(console.registry)
+    await sample(console.registry)
     out = await console.get("/nacos/v2/ns/catalog/instances", serviceName="orders")
     assert out["code"] == 0 and len(out["data"]) == 3
     bj = await console.get("/nacos/v2/ns/catalog/instances", serviceName="orders", clusterName="BJ")
@@ -227,7 +229,7 @@ async def test_v2_catalog_instances(console: Console) -> None:
 
 
 async def test_v2_publisher_and_subscriber_lists(console: Console) -> None:
-    sample(console.registry)
+    await sample(console.registry)
     pubs = await console.get("/nacos/v2/ns/client/service/publisher/list", serviceName="orders")
     assert pubs["data"] == [{"clientId": "c1", "ip": "10.0.0.1", "port": 8080, "clusterName": "DEFAULT", "owner": ""},
                             {"clientId": "c1", "ip": "10.0.0.2", "port": 8080, "clusterName": "DEFAULT", "owner": ""},

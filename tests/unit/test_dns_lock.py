@@ -125,14 +125,15 @@ def test_dns_answers_follow_every_change_of_the_service() -> None:
     key = ServiceKey("public", "DEFAULT_GROUP", "svc")
     reg.connect("c1")
     assert _ask(resolver, "svc.nacos").rcode() == dns.rcode.NXDOMAIN
-    reg.naming.batch_register_instances("c1", key, [InstanceInfo("10.0.0.1", 80)])
+    reg.naming.ephemeral.batch_register_instances("c1", key, [InstanceInfo("10.0.0.1", 80)])
     assert _records(_ask(resolver, "svc.nacos")) == ["10.0.0.1"]
-    reg.naming.batch_register_instances("c1", key, [InstanceInfo("10.0.0.1", 80), InstanceInfo("10.0.0.2", 80)])
+    reg.naming.ephemeral.batch_register_instances("c1", key,
+                                                  [InstanceInfo("10.0.0.1", 80), InstanceInfo("10.0.0.2", 80)])
     assert sorted(_records(_ask(resolver, "svc.nacos"))) == ["10.0.0.1", "10.0.0.2"]
-    reg.naming.batch_register_instances("c1", key, [InstanceInfo("10.0.0.1", 80, healthy=False),
+    reg.naming.ephemeral.batch_register_instances("c1", key, [InstanceInfo("10.0.0.1", 80, healthy=False),
                                                     InstanceInfo("10.0.0.2", 80)])
     assert _records(_ask(resolver, "svc.nacos")) == ["10.0.0.2"]
-    reg.naming.deregister_instance("c1", key)
+    reg.naming.ephemeral.deregister_instance("c1", key)
     reply = _ask(resolver, "svc.nacos")
     assert reply.rcode() == dns.rcode.NOERROR and not reply.answer  # the empty service is still there
 
@@ -141,7 +142,7 @@ def test_a_big_service_builds_only_what_an_answer_can_hold() -> None:
     reg = make_registry()
     resolver = DnsResolver(reg.config, reg.naming, random.Random(2))
     reg.connect("c1")
-    reg.naming.batch_register_instances("c1", ServiceKey("public", "DEFAULT_GROUP", "big"),
+    reg.naming.ephemeral.batch_register_instances("c1", ServiceKey("public", "DEFAULT_GROUP", "big"),
                                         [InstanceInfo(f"10.1.{i // 250}.{i % 250}", 80) for i in range(2000)])
     prepared = resolver.prepare(dns.message.make_query("big.nacos", "SRV").to_wire(), 512)
     assert isinstance(prepared, Prepared) and prepared.records <= 2 * (UDP_EDNS_MAX // 16 + 1)

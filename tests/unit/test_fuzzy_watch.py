@@ -40,7 +40,8 @@ def _setup(**overrides: Any) -> tuple[Registry, FuzzyWatchContext, list[tuple[st
 def _register(registry: Registry, client: str, name: str) -> None:
     if registry.clients.get(client) is None:
         registry.connect(client)
-    registry.naming.register_instance(client, ServiceKey("public", "DEFAULT_GROUP", name), InstanceInfo("10.0.0.1", 80))
+    registry.naming.ephemeral.register_instance(client, ServiceKey("public", "DEFAULT_GROUP", name),
+                                                InstanceInfo("10.0.0.1", 80))
 
 
 def test_watch_syncs_then_reports_adds_and_removals_until_released() -> None:
@@ -57,9 +58,9 @@ def test_watch_syncs_then_reports_adds_and_removals_until_released() -> None:
     assert [(t, f["serviceKey"], f["changedType"]) for _, t, f in sent] == [
         ("NamingFuzzyWatchChangeNotifyRequest", "public@@DEFAULT_GROUP@@a2", "ADD_SERVICE")]
     sent.clear()
-    registry.naming.release_client("pub", "closed")
+    registry.naming.connections.release_client("pub", "closed")
     assert sorted(f["serviceKey"] for _, _, f in sent) == ["public@@DEFAULT_GROUP@@a1", "public@@DEFAULT_GROUP@@a2"]
-    registry.naming.release_client("w", "closed")
+    registry.naming.connections.release_client("w", "closed")
     assert context.patterns == {}
 
 

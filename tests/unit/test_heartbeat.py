@@ -54,11 +54,11 @@ def record(registry: Registry, *types: type) -> list[Any]:
 
 
 def hosts(registry: Registry, service: ServiceKey = SVC) -> list[dict[str, Any]]:
-    return json.loads(registry.naming.query(service))["hosts"]
+    return json.loads(registry.naming.reads.query(service))["hosts"]
 
 
 def register(registry: Registry, ip: str = "10.0.0.5", port: int = 8080, **md: str) -> None:
-    registry.naming.register_ip_port(SVC, InstanceInfo(ip, port, metadata=md))
+    registry.naming.ip_port.register(SVC, InstanceInfo(ip, port, metadata=md))
 
 
 def test_defaults_are_nacos_switch_values() -> None:
@@ -118,7 +118,7 @@ def test_beats_every_5s_keep_the_instance_healthy(registry: Registry) -> None:
     check = checker(registry)
     for _ in range(12):  # a minute of beats at the interval the server tells the client
         registry.clock.advance(5000)
-        code, interval = registry.naming.beat(SVC, "10.0.0.5", 8080, None)
+        code, interval = registry.naming.ip_port.beat(SVC, "10.0.0.5", 8080, None)
         assert (code, interval) == (BEAT_OK, 5000)
         assert check.scan() == {"unhealthy": 0, "removed": 0, "clients_released": 0, "skipped": 0}
     assert hosts(registry)[0]["healthy"] is True
@@ -134,7 +134,7 @@ def test_a_beat_after_the_timeout_makes_it_healthy_again_with_events(registry: R
     assert events[0].healthy is False and events[0].client_id == CID
     revision = registry.clients.get(CID).revision  # type: ignore[union-attr]
     events.clear()
-    assert registry.naming.beat(SVC, "10.0.0.5", 8080, None)[0] == BEAT_OK
+    assert registry.naming.ip_port.beat(SVC, "10.0.0.5", 8080, None)[0] == BEAT_OK
     assert [type(e) for e in events] == [InstanceHealthChanged, ServiceChanged, ClientChanged]
     assert events[0].healthy is True
     assert hosts(registry)[0]["healthy"] is True
@@ -147,7 +147,7 @@ def test_preserved_metadata_overrides_timeouts_and_interval(registry: Registry) 
     register(registry, **{"preserved.heart.beat.interval": "1000", "preserved.heart.beat.timeout": "3000",
                           "preserved.ip.delete.timeout": "6000"})
     check = checker(registry)
-    assert registry.naming.beat(SVC, "10.0.0.5", 8080, None) == (BEAT_OK, 1000)
+    assert registry.naming.ip_port.beat(SVC, "10.0.0.5", 8080, None) == (BEAT_OK, 1000)
     registry.clock.advance(3001)
     assert check.scan()["unhealthy"] == 1
     registry.clock.advance(3000)
@@ -161,8 +161,9 @@ def test_enable_client_beat_on_the_instance_disables_the_check(registry: Registr
     assert hosts(registry)[0]["healthy"] is True
 
 
-def test_enable_client_beat_on_the_service_metadata_disables_the_check(registry: Registry) -> None:
-    registry.naming.create_service(SVC, 0.0, {"enableClientBeat": "True"}, ephemeral=True)
+async def test_enable_client_beat_on_the_service_metadata_disables_the_check(cp_registry: Registry) -> None:
+    registry = cp_registry
+    await registry.naming.service_ops.create(SVC, 0.0, {"enableClientBeat": "True"}, ephemeral=True)
     register(registry)
     registry.clock.advance(40_000)
     stats = checker(registry).scan()
@@ -229,10 +230,10 @@ def test_expired_instance_reaches_the_change_log_as_a_deregister_with_its_addres
 
 
 def test_beat_for_unknown_instance_answers_20404_and_a_beat_body_registers_it(registry: Registry) -> None:
-    assert registry.naming.beat(SVC, "10.0.0.5", 8080, None) == (BEAT_RESOURCE_NOT_FOUND, 5000)
+    assert registry.naming.ip_port.beat(SVC, "10.0.0.5", 8080, None) == (BEAT_RESOURCE_NOT_FOUND, 5000)
     assert registry.clients.get(CID) is None
     beat = InstanceInfo("10.0.0.5", 8080, weight=2.0, cluster="c1", metadata={"v": "1"})
-    assert registry.naming.beat(SVC, "10.0.0.5", 8080, beat) == (BEAT_OK, 5000)
+    assert registry.naming.ip_port.beat(SVC, "10.0.0.5", 8080, beat) == (BEAT_OK, 5000)
     [host] = hosts(registry)
     assert (host["clusterName"], host["weight"], host["metadata"]) == ("c1", 2.0, {"v": "1"})
 
@@ -240,10 +241,10 @@ def test_beat_for_unknown_instance_answers_20404_and_a_beat_body_registers_it(re
 def test_one_ip_port_client_publishes_into_several_services(registry: Registry) -> None:
     other = ServiceKey("public", "G", "other")
     register(registry)
-    registry.naming.register_ip_port(other, InstanceInfo("10.0.0.5", 8080))
+    registry.naming.ip_port.register(other, InstanceInfo("10.0.0.5", 8080))
     client = registry.clients.get(CID)
     assert client is not None and set(client.publications) == {SVC, other}
-    registry.naming.deregister_ip_port(SVC, "10.0.0.5", 8080)
+    registry.naming.ip_port.deregister(SVC, "10.0.0.5", 8080)
     assert hosts(registry) == [] and len(hosts(registry, other)) == 1
 
 
@@ -255,24 +256,23 @@ def test_repeated_registration_counts_as_a_beat(registry: Registry) -> None:
     assert checker(registry).scan()["unhealthy"] == 0
 
 
-def test_persistent_instances_are_refused_without_creating_a_client(registry: Registry) -> None:
-    with pytest.raises(InvalidParam, match="persistent instances"):
-        registry.naming.register_ip_port(SVC, InstanceInfo("10.0.0.5", 8080), ephemeral=False)
-    registry.naming.create_service(SVC, 0.0, {}, ephemeral=False)
+async def test_a_persistent_service_refuses_ip_port_instances_without_creating_a_client(
+        cp_registry: Registry) -> None:
+    await cp_registry.naming.service_ops.create(SVC, 0.0, {}, ephemeral=False)
     with pytest.raises(InvalidParam, match="persistent service"):
-        register(registry)
-    assert registry.clients.get(CID) is None
+        register(cp_registry)
+    assert cp_registry.clients.get(CID) is None
 
 
 def test_gRPC_subscriber_of_the_service_sees_the_health_flip(registry: Registry) -> None:
     registry.connect("conn-1")
-    registry.naming.subscribe("conn-1", SVC, "", "10.0.0.1", "sdk", "app")
+    registry.naming.subscriptions.subscribe("conn-1", SVC, "", "10.0.0.1", "sdk", "app")
     register(registry)
     changes = record(registry, ServiceChanged)
     registry.clock.advance(15_001)
     checker(registry).scan()
     assert [e.service for e in changes] == [SVC]  # the push service schedules on this event
-    assert json.loads(registry.naming.push_payload(SVC, ""))["hosts"][0]["healthy"] is False
+    assert json.loads(registry.naming.reads.push_payload(SVC, ""))["hosts"][0]["healthy"] is False
 
 
 def test_distro_verify_renews_every_instance_of_a_client(registry: Registry) -> None:
@@ -285,7 +285,7 @@ def test_distro_verify_renews_every_instance_of_a_client(registry: Registry) -> 
 
 def test_update_changes_weight_and_merges_metadata_without_losing_the_beat(registry: Registry) -> None:
     register(registry, a="1")
-    registry.naming.update_instance(SVC, "10.0.0.5", 8080, "DEFAULT", weight=3.0, metadata={"b": "2"})
+    registry.naming.ip_port.update(SVC, "10.0.0.5", 8080, "DEFAULT", weight=3.0, metadata={"b": "2"})
     [host] = hosts(registry)
     assert host["weight"] == 3.0 and host["metadata"] == {"a": "1", "b": "2"}
     assert (CID, SVC) in registry.naming.beats

@@ -59,10 +59,13 @@ Factory = Callable[..., Any]
 @pytest.fixture
 async def make_http(tmp_path: Path) -> AsyncIterator[Factory]:
     made: list[TestClient[Any, Any]] = []
+    registries: list[Registry] = []
 
     async def factory(responsibility: Any = None, fallback: Callable[[Registry], Any] | None = None,
                       **overrides: Any) -> Http:
         registry = make_registry(data_dir=str(tmp_path / f"n{len(made)}"), **overrides)
+        await registry.start_cp()
+        registries.append(registry)
         config = registry.config
         auth = AuthService(config, now_s=lambda: registry.clock.now_ms() / 1000)
         await auth.start()
@@ -80,6 +83,8 @@ async def make_http(tmp_path: Path) -> AsyncIterator[Factory]:
     yield factory
     for client in made:
         await client.close()
+    for registry in registries:
+        await registry.stop_cp()
 
 
 @pytest.fixture
@@ -156,8 +161,8 @@ async def test_v1_beat_shapes(http: Http) -> None:
 async def test_http_registration_is_visible_to_grpc_reads_and_the_other_way(http: Http) -> None:
     await http.call("POST", "/nacos/v1/ns/instance", params={"serviceName": "svc", "ip": "10.0.0.5", "port": "1"})
     http.registry.connect("conn-1")
-    http.registry.naming.register_instance("conn-1", SVC, InstanceInfo("10.0.0.6", 2))
-    grpc_view = json.loads(http.registry.naming.query(SVC))
+    http.registry.naming.ephemeral.register_instance("conn-1", SVC, InstanceInfo("10.0.0.6", 2))
+    grpc_view = json.loads(http.registry.naming.reads.query(SVC))
     http_view = await http.call("GET", "/nacos/v1/ns/instance/list", params={"serviceName": "svc"})
     assert {h["ip"] for h in grpc_view["hosts"]} == {h["ip"] for h in http_view["hosts"]} == {"10.0.0.5", "10.0.0.6"}
     assert grpc_view["name"] == "svc" and http_view["name"] == "DEFAULT_GROUP@@svc"
@@ -187,6 +192,29 @@ async def test_v2_errors_use_nacos_error_codes(http: Http) -> None:
     bad = await http.call("POST", "/nacos/v2/ns/instance", 400,
                           params={"serviceName": "s", "ip": "1.1.1.1", "port": "99999"})
     assert bad["code"] == 20002 and "port" in bad["data"]
+
+
+async def test_one_instance_api_serves_both_kinds_by_ephemeral(http: Http) -> None:
+    """The instance façade picks the path on ``ephemeral``: an ip:port client in the model, or a
+    document in the (embedded) CP store that comes back through the watch; PATCH and DELETE reach
+    whichever kind the instance is."""
+    eph = {"serviceName": "eph", "ip": "1.1.1.1", "port": "1"}
+    cp = {"serviceName": "cp", "ip": "2.2.2.2", "port": "2", "ephemeral": "false"}
+    assert await http.call("POST", REG, params=eph) == "ok"
+    assert await http.call("POST", REG, params=cp) == "ok"
+    assert http.registry.clients.get("1.1.1.1:1#true") is not None
+    assert http.registry.clients.get("2.2.2.2:2#false") is None  # no ip:port client for a persistent one
+    assert http.registry.instance_view.get("public/DEFAULT_GROUP@@cp/DEFAULT/2.2.2.2:2") is not None
+    listed = await http.call("GET", "/nacos/v1/ns/instance/list", params={"serviceName": "cp"})
+    assert [(h["ip"], h["ephemeral"]) for h in listed["hosts"]] == [("2.2.2.2", False)]
+    for params in (eph, cp):
+        assert await http.call("PATCH", REG, params={**params, "weight": "3"}) == "ok"
+        listed = await http.call("GET", "/nacos/v1/ns/instance/list", params={"serviceName": params["serviceName"]})
+        assert [h["weight"] for h in listed["hosts"]] == [3.0]
+    assert await http.call("DELETE", REG, params=cp) == "ok"
+    assert await http.call("DELETE", REG, params=eph) == "ok"
+    for name in ("eph", "cp"):
+        assert (await http.call("GET", "/nacos/v1/ns/instance/list", params={"serviceName": name}))["hosts"] == []
 
 
 async def test_services_v1_and_v2(http: Http) -> None:
@@ -271,7 +299,6 @@ BAD_INPUTS = [
     ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "weight": "-1"}, 400, "weights range"),
     ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "healthy": "maybe"}, 400, "'healthy'"),
     ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "enabled": "2"}, 400, "'enabled'"),
-    ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "ephemeral": "false"}, 400, "persistent"),
     ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "metadata": "a"}, 400, "'metadata'"),
     ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "metadata": "[1]"}, 400, "'metadata'"),
     ("POST", REG, {"serviceName": "s", "ip": "1.1.1.1", "port": "1", "metadata": '{"a":{"b":1}}'}, 400,

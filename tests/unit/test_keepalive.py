@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 
 from shoal.clock import ManualClock
-from shoal.config import Config, LiveConfig
+from shoal.config import Config
 from shoal.health.keepalive import ConnectionKeepAlive
 from shoal.model.clients import ClientManager
-from shoal.model.events import EventBus
-from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
-from shoal.service_layer import NamingService
+from shoal.stack import ModelStack
+from shoal.testing.model import scratch_store
 from shoal.transport.grpc.connections import Connection, ConnectionManager
 from shoal.transport.grpc.limits import ConnectionLimitRule, LimitRuleFile
 from shoal.transport.grpc.naming_handlers import NamingConnectionListener
@@ -41,13 +40,9 @@ def setup(tmp_path: Path, **overrides: object) -> tuple[ManualClock, ConnectionM
     clock = ManualClock()
     limits = LimitRuleFile(config.limit_rule_path)
     manager = ConnectionManager(config, clock, limits)
-    bus = EventBus()
-    clients = ClientManager(bus)
-    services = ServiceManager(bus)
-    index = ServiceIndex(bus, clock.now_ms)
-    naming = NamingService(LiveConfig(config), clock, bus, clients, services, index,
-                           ServiceStorage(bus, index, clients.clients, services))
-    manager.listeners.append(NamingConnectionListener(naming))
+    model = ModelStack.build(config, clock, scratch_store())  # the AP half only: its CP store never starts
+    clients = model.clients
+    manager.listeners.append(NamingConnectionListener(model.naming))
     prober = FakeProber()
     return clock, manager, clients, prober, ConnectionKeepAlive(config, manager, prober, limits), limits
 

@@ -20,14 +20,14 @@ async def test_export_writes_every_table_from_the_model(tmp_path: Path) -> None:
     r = make_registry()
     log = ChangeLog(r.bus, r.clock, r.clients, capacity=100)
     r.connect("conn-1", ip="10.0.0.9")
-    r.naming.register_instance("conn-1", SVC, InstanceInfo("10.1.0.1", 80, weight=2.0, metadata={"v": "1"}))
+    r.naming.ephemeral.register_instance("conn-1", SVC, InstanceInfo("10.1.0.1", 80, weight=2.0, metadata={"v": "1"}))
     synced = Client("conn-2", ClientKind.CONNECTION, native=False, created_ms=r.clock.now_ms(), owner="10.9.9.9:8848",
                     last_renew_ms=r.clock.monotonic_ms())
     r.clients.add(synced)
-    r.naming.batch_register_instances("conn-1", ServiceKey("public", "G", "pay"),
+    r.naming.ephemeral.batch_register_instances("conn-1", ServiceKey("public", "G", "pay"),
                                       [InstanceInfo("10.1.0.2", 1), InstanceInfo("10.1.0.3", 2, healthy=False)])
-    r.naming.subscribe("conn-1", SVC, "", "10.0.0.9", "agent", "app")
-    r.naming.deregister_instance("conn-1", ServiceKey("public", "G", "pay"))
+    r.naming.subscriptions.subscribe("conn-1", SVC, "", "10.0.0.9", "agent", "app")
+    r.naming.ephemeral.deregister_instance("conn-1", ServiceKey("public", "G", "pay"))
     exporter = NodeExporter("10.0.0.1:8848", r.clock, r.clients, r.services, r.index, r.storage, log,
                             lambda c: "10.0.0.1:8848" if c.native else c.owner)
     info = await export_and_rotate(exporter, tmp_path, keep=5)
@@ -65,7 +65,7 @@ def test_event_log_is_bounded() -> None:
     log = ChangeLog(r.bus, r.clock, r.clients, capacity=3)
     r.connect("c")
     for port in range(5):
-        r.naming.register_instance("c", SVC, InstanceInfo("10.0.0.1", port))
+        r.naming.ephemeral.register_instance("c", SVC, InstanceInfo("10.0.0.1", port))
     assert len(log.snapshot()) == 3 and log.dropped > 0
 
 

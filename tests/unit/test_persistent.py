@@ -16,7 +16,7 @@ import pytest
 
 from shoal.config import Config, LiveConfig
 from shoal.cp.embedded import EmbeddedStore
-from shoal.cp.store import Keyspace, json_view
+from shoal.cp.store import Keyspace
 from shoal.distro.mapper import DistroMapper
 from shoal.errors import InvalidParam, ServiceNotEmpty
 from shoal.export.eventlog import ChangeLog
@@ -26,7 +26,7 @@ from shoal.health.checker import CheckSettings, PersistentHealthChecker, http_ch
 from shoal.model.client import ClientKind
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
-from shoal.service_layer.naming import NamingService
+from shoal.service_layer.ephemeral import with_instance_id
 from shoal.service_layer.persistent import (
     MAX_BATCH,
     ClusterSettings,
@@ -50,25 +50,17 @@ class Cp:
 
 @pytest.fixture
 async def cp(tmp_path: Path) -> AsyncIterator[Cp]:
-    registry = make_registry()
     store = EmbeddedStore.in_data_dir(tmp_path)
-    await store.start()
-    instances, services = json_view(store, Keyspace.INSTANCES), json_view(store, Keyspace.SERVICES)
-    persistent = PersistentNaming(registry.naming, instances, services)
-    instances.start()
-    services.start()
-    await instances.wait_ready(5)
-    await services.wait_ready(5)
+    registry = make_registry(store=store)
+    await registry.start_cp()
     try:
-        yield Cp(registry, persistent, store)
+        yield Cp(registry, registry.naming.persistent, store)
     finally:
-        await instances.stop()
-        await services.stop()
-        await store.close()
+        await registry.stop_cp()
 
 
 def hosts(registry: Registry, service: ServiceKey = SVC) -> list[dict[str, object]]:
-    return list(json.loads(registry.naming.query(service))["hosts"])
+    return list(json.loads(registry.naming.reads.query(service))["hosts"])
 
 
 async def test_a_persistent_instance_reaches_the_model_through_the_watch(cp: Cp) -> None:
@@ -87,9 +79,9 @@ async def test_a_persistent_instance_reaches_the_model_through_the_watch(cp: Cp)
 async def test_kinds_do_not_mix_in_one_service(cp: Cp) -> None:
     await cp.persistent.register(SVC, InstanceInfo("10.0.0.1", 3306))
     with pytest.raises(InvalidParam, match="persistent service"):
-        cp.registry.naming.register_ip_port(SVC, InstanceInfo("10.0.0.2", 1))
+        cp.registry.naming.ip_port.register(SVC, InstanceInfo("10.0.0.2", 1))
     eph = ServiceKey("public", "DEFAULT_GROUP", "eph")
-    cp.registry.naming.register_ip_port(eph, InstanceInfo("10.0.0.3", 1))
+    cp.registry.naming.ip_port.register(eph, InstanceInfo("10.0.0.3", 1))
     with pytest.raises(InvalidParam, match="ephemeral service"):
         await cp.persistent.register(eph, InstanceInfo("10.0.0.4", 1))
 
@@ -102,10 +94,10 @@ async def test_service_metadata_is_applied_from_the_store(cp: Cp) -> None:
     assert (record.protect_threshold, record.metadata) == (0.8, {"team": "core"})
     await cp.persistent.register(made, InstanceInfo("10.0.0.1", 1, healthy=False))
     await cp.persistent.register(made, InstanceInfo("10.0.0.2", 1))
-    info = json.loads(cp.registry.naming.query(made))
+    info = json.loads(cp.registry.naming.reads.query(made))
     assert info["reachProtectionThreshold"] is True  # 1/2 healthy <= 0.8: all shown healthy
     await cp.persistent.update_service(made, 0.1, None)
-    assert json.loads(cp.registry.naming.query(made))["reachProtectionThreshold"] is False
+    assert json.loads(cp.registry.naming.reads.query(made))["reachProtectionThreshold"] is False
     with pytest.raises(ServiceNotEmpty):
         await cp.persistent.delete_service(made)
 
@@ -128,24 +120,21 @@ async def test_a_persistent_batch_registers_and_removes_several_instances(cp: Cp
     await cp.persistent.batch_deregister(SVC, [InstanceInfo("10.0.0.2", 2), InstanceInfo("10.0.0.9", 9)])
     assert [h["ip"] for h in hosts(cp.registry)] == ["10.0.0.1"]
     eph = ServiceKey("public", "DEFAULT_GROUP", "eph")
-    cp.registry.naming.register_ip_port(eph, InstanceInfo("10.0.0.5", 1))
+    cp.registry.naming.ip_port.register(eph, InstanceInfo("10.0.0.5", 1))
     with pytest.raises(InvalidParam, match="ephemeral service"):
         await cp.persistent.batch_register(eph, [InstanceInfo("10.0.0.6", 1)])
 
 
 async def test_deleting_a_service_reaches_every_node_with_or_without_a_document(cp: Cp) -> None:
-    other = make_registry()
-    views = json_view(cp.store, Keyspace.INSTANCES), json_view(cp.store, Keyspace.SERVICES)
-    PersistentNaming(other.naming, *views)
-    for view in views:
-        view.start()
-        await view.wait_ready(5)
+    other = make_registry(store=cp.store)  # a second node on the same store
+    await other.start_cp(start_store=False)
+    views = other.instance_view, other.service_view
     try:
         # a service made by registrations (Distro gives every node its record), now empty: no document
         made_by_use = ServiceKey("public", "DEFAULT_GROUP", "used")
         for registry in (cp.registry, other):
-            registry.naming.register_ip_port(made_by_use, InstanceInfo("10.0.0.7", 1))
-            registry.naming.deregister_ip_port(made_by_use, "10.0.0.7", 1)
+            registry.naming.ip_port.register(made_by_use, InstanceInfo("10.0.0.7", 1))
+            registry.naming.ip_port.deregister(made_by_use, "10.0.0.7", 1)
             assert registry.services.get(made_by_use) is not None
         await cp.persistent.delete_service(made_by_use)
         await wait_until(lambda: other.services.get(made_by_use) is None, 5, "the other node dropping the service")
@@ -153,13 +142,13 @@ async def test_deleting_a_service_reaches_every_node_with_or_without_a_document(
         assert views[1].get(service_name(made_by_use)) is None  # the marker is gone from the store
         # a node that still sees an instance (its Distro copy lags) keeps the service until it goes
         lagging = ServiceKey("public", "DEFAULT_GROUP", "lagging")
-        cp.registry.naming.register_ip_port(lagging, InstanceInfo("10.0.0.7", 1))
-        cp.registry.naming.deregister_ip_port(lagging, "10.0.0.7", 1)
-        other.naming.register_ip_port(lagging, InstanceInfo("10.0.0.7", 1))
+        cp.registry.naming.ip_port.register(lagging, InstanceInfo("10.0.0.7", 1))
+        cp.registry.naming.ip_port.deregister(lagging, "10.0.0.7", 1)
+        other.naming.ip_port.register(lagging, InstanceInfo("10.0.0.7", 1))
         await cp.persistent.delete_service(lagging)
         await wait_until(lambda: views[1].revision == cp.persistent.service_docs.revision, 5, "the other view")
         assert [h["ip"] for h in hosts(other, lagging)] == ["10.0.0.7"]
-        other.naming.deregister_ip_port(lagging, "10.0.0.7", 1)
+        other.naming.ip_port.deregister(lagging, "10.0.0.7", 1)
         assert other.services.get(lagging) is None
         # a created one (with a document)
         made = ServiceKey("public", "DEFAULT_GROUP", "made")
@@ -172,8 +161,7 @@ async def test_deleting_a_service_reaches_every_node_with_or_without_a_document(
         with pytest.raises(ServiceNotEmpty, match="is not empty"):
             await cp.persistent.delete_service(made)
     finally:
-        for view in views:
-            await view.stop()
+        await other.stop_cp(stop_store=False)
 
 
 async def test_a_persistent_batch_is_one_transaction_all_or_nothing(cp: Cp) -> None:
@@ -189,7 +177,7 @@ async def test_a_persistent_batch_is_one_transaction_all_or_nothing(cp: Cp) -> N
     await cp.persistent.batch_register(SVC, [x, y])
     stored = {Keyspace.INSTANCES.name_of(kv.key): json.loads(kv.value)
               for kv in (await cp.store.range(Keyspace.INSTANCES.prefix)).items}
-    assert stored == {instance_name(SVC, "DEFAULT", i.ip, i.port): instance_doc(SVC, NamingService._with_id(SVC, i))
+    assert stored == {instance_name(SVC, "DEFAULT", i.ip, i.port): instance_doc(SVC, with_instance_id(SVC, i))
                       for i in (x, y)}
     revision = (await cp.store.range("")).revision
     with pytest.raises(InvalidParam, match=f"at most {MAX_BATCH}"):
@@ -198,28 +186,17 @@ async def test_a_persistent_batch_is_one_transaction_all_or_nothing(cp: Cp) -> N
 
 
 async def test_restart_on_the_same_store_brings_instances_back(tmp_path: Path) -> None:
-    store = EmbeddedStore.in_data_dir(tmp_path)
-    await store.start()
-    view = json_view(store, Keyspace.INSTANCES)
-    first = PersistentNaming(make_registry().naming, view, json_view(store, Keyspace.SERVICES))
-    view.start()
-    await view.wait_ready(5)
-    await first.register(SVC, InstanceInfo("10.0.0.9", 9))
-    await view.stop()
-    await store.close()
+    first = make_registry(store=EmbeddedStore.in_data_dir(tmp_path))
+    await first.start_cp()
+    await first.naming.persistent.register(SVC, InstanceInfo("10.0.0.9", 9))
+    await first.stop_cp()
 
-    again = EmbeddedStore.in_data_dir(tmp_path)
-    await again.start()
-    registry = make_registry()
-    view = json_view(again, Keyspace.INSTANCES)
-    PersistentNaming(registry.naming, view, json_view(again, Keyspace.SERVICES))
-    view.start()
+    registry = make_registry(store=EmbeddedStore.in_data_dir(tmp_path))
+    await registry.start_cp()
     try:
-        await view.wait_ready(5)
         assert [h["ip"] for h in hosts(registry)] == ["10.0.0.9"]
     finally:
-        await view.stop()
-        await again.close()
+        await registry.stop_cp()
 
 
 def _listener(port: int = 0) -> socket.socket:
@@ -337,7 +314,7 @@ async def drive(cp: Cp, checker: PersistentHealthChecker, done: Callable[[], boo
 async def test_persistent_instances_are_exported_and_listed_like_ephemeral_ones(cp: Cp, tmp_path: Path) -> None:
     log = ChangeLog(cp.registry.bus, cp.registry.clock, cp.registry.clients, capacity=100)
     await cp.persistent.register(SVC, InstanceInfo("10.0.0.7", 5432))
-    assert cp.registry.naming.list_services("public", "DEFAULT_GROUP", 1, 10).names == ["db"]
+    assert cp.registry.naming.reads.list_services("public", "DEFAULT_GROUP", 1, 10).names == ["db"]
     exporter = NodeExporter("10.0.0.1:8848", cp.registry.clock, cp.registry.clients, cp.registry.services,
                             cp.registry.index, cp.registry.storage, log, lambda c: "10.0.0.1:8848")
     tables = read_snapshot((await export_and_rotate(exporter, tmp_path / "export", keep=1)).path)

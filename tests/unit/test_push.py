@@ -36,7 +36,7 @@ def make_push(registry: Registry, sender: FakeSender) -> PushService:
     def payload(client_id: str, service: ServiceKey) -> str | None:
         client = registry.clients.get(client_id)
         sub = client.subscriptions.get(service) if client else None
-        return registry.naming.push_payload(service, sub.clusters) if sub else None
+        return registry.naming.reads.push_payload(service, sub.clusters) if sub else None
 
     return PushService(registry.live, registry.clock, registry.bus, sender, registry.index.subscribers_of, payload)
 
@@ -51,10 +51,10 @@ async def test_changes_within_the_delay_coalesce_into_one_push() -> None:
     sender = FakeSender()
     push = make_push(registry, sender)
     registry.connect("sub")
-    registry.naming.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
+    registry.naming.subscriptions.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
     for i in range(5):
         registry.connect(f"pub{i}")
-        registry.naming.register_instance(f"pub{i}", SVC, InstanceInfo(f"10.0.0.{i}", 80))
+        registry.naming.ephemeral.register_instance(f"pub{i}", SVC, InstanceInfo(f"10.0.0.{i}", 80))
         registry.clock.advance(10)
     assert push.process_due() == 0  # not due yet: 50 ms < 100 ms
     registry.clock.advance(50)
@@ -71,8 +71,8 @@ async def test_push_carries_the_subscribers_clusters_filter() -> None:
     push = make_push(registry, sender)
     registry.connect("sub")
     registry.connect("pub")
-    registry.naming.subscribe("sub", SVC, "a", "10.9.9.9", "a", "b")
-    registry.naming.batch_register_instances("pub", SVC, [InstanceInfo("10.0.0.1", 1, cluster="a"),
+    registry.naming.subscriptions.subscribe("sub", SVC, "a", "10.9.9.9", "a", "b")
+    registry.naming.ephemeral.batch_register_instances("pub", SVC, [InstanceInfo("10.0.0.1", 1, cluster="a"),
                                                           InstanceInfo("10.0.0.2", 2, cluster="b")])
     push.process_due()
     await settle()
@@ -88,7 +88,7 @@ async def test_failed_push_is_retried_a_bounded_number_of_times() -> None:
     sender.results = [False, TimeoutError(), False, True]
     push = make_push(registry, sender)
     registry.connect("sub")
-    registry.naming.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
+    registry.naming.subscriptions.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
     push.process_due()
     await settle()
     assert len(sender.sent) == 1
@@ -114,7 +114,7 @@ async def test_gone_connection_is_not_retried() -> None:
     sender.results = [PushGone("gone")]
     push = make_push(registry, sender)
     registry.connect("sub")
-    registry.naming.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
+    registry.naming.subscriptions.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
     push.process_due()
     await settle()
     registry.clock.advance(60_000)
@@ -130,12 +130,12 @@ async def test_change_during_inflight_push_is_sent_after_the_ack_with_newest_dat
     push = make_push(registry, sender)
     registry.connect("sub")
     registry.connect("pub")
-    registry.naming.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
+    registry.naming.subscriptions.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
     push.process_due()
     await settle()
     assert len(sender.sent) == 1
     for port in (1, 2, 3):  # three changes while the first push is unacknowledged
-        registry.naming.register_instance("pub", SVC, InstanceInfo("10.0.0.1", port))
+        registry.naming.ephemeral.register_instance("pub", SVC, InstanceInfo("10.0.0.1", port))
         push.process_due()
         await settle()
     assert len(sender.sent) == 1
@@ -153,7 +153,7 @@ async def test_backlog_per_connection_is_bounded() -> None:
     registry.connect("sub")
     services = [ServiceKey("public", "G", f"s{i}") for i in range(6)]
     for service in services:
-        registry.naming.subscribe("sub", service, "", "10.9.9.9", "a", "b")
+        registry.naming.subscriptions.subscribe("sub", service, "", "10.9.9.9", "a", "b")
     push.process_due()
     await settle()
     assert len(sender.sent) == 2
@@ -170,9 +170,9 @@ async def test_unsubscribed_or_disconnected_targets_are_skipped() -> None:
     push = make_push(registry, sender)
     registry.connect("sub")
     registry.connect("pub")
-    registry.naming.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
+    registry.naming.subscriptions.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
     registry.clients.remove("sub", "test")
-    registry.naming.register_instance("pub", SVC, InstanceInfo("10.0.0.1", 1))
+    registry.naming.ephemeral.register_instance("pub", SVC, InstanceInfo("10.0.0.1", 1))
     push.process_due()
     await settle()
     assert sender.sent == []
@@ -183,7 +183,7 @@ async def test_runner_fires_by_itself_on_the_real_clock() -> None:
     sender = FakeSender()
     push = make_push(registry, sender)
     registry.connect("sub")
-    registry.naming.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
+    registry.naming.subscriptions.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
     push.start()
     try:
         async with asyncio.timeout(5):
@@ -198,7 +198,7 @@ async def test_changes_of_services_nobody_subscribes_to_schedule_nothing() -> No
     registry = make_registry()
     push = make_push(registry, FakeSender())
     registry.connect("pub")
-    registry.naming.register_instance("pub", SVC, InstanceInfo("10.0.0.1", 1))
+    registry.naming.ephemeral.register_instance("pub", SVC, InstanceInfo("10.0.0.1", 1))
     assert push.pending == {}
 
 
@@ -211,11 +211,11 @@ async def test_pushes_of_no_hosts_are_counted_as_empty() -> None:
     push.metrics = metrics
     registry.connect("sub")
     registry.connect("pub")
-    registry.naming.register_instance("pub", SVC, InstanceInfo("10.0.0.1", 80))
-    registry.naming.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
+    registry.naming.ephemeral.register_instance("pub", SVC, InstanceInfo("10.0.0.1", 80))
+    registry.naming.subscriptions.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
     push.process_due()
     await settle()
-    registry.naming.deregister_instance("pub", SVC)
+    registry.naming.ephemeral.deregister_instance("pub", SVC)
     push.process_due()
     await settle()
     assert [len(info["hosts"]) for _, info in sender.sent] == [1, 0]
@@ -232,15 +232,15 @@ async def test_default_window_pushes_at_once_and_still_merges_a_burst() -> None:
     sender.hold = asyncio.Event()
     push = make_push(registry, sender)
     registry.connect("sub")
-    registry.naming.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
+    registry.naming.subscriptions.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
     for i in range(5):  # a burst within one loop turn
         registry.connect(f"pub{i}")
-        registry.naming.register_instance(f"pub{i}", SVC, InstanceInfo(f"10.0.0.{i}", 80))
+        registry.naming.ephemeral.register_instance(f"pub{i}", SVC, InstanceInfo(f"10.0.0.{i}", 80))
     assert push.process_due() == 1  # due now: the clock did not move
     await settle()
     assert len(sender.sent) == 1 and len(sender.sent[0][1]["hosts"]) == 5
     for i in range(5):  # churn while that push waits for its ack
-        registry.naming.deregister_instance(f"pub{i}", SVC)
+        registry.naming.ephemeral.deregister_instance(f"pub{i}", SVC)
         push.process_due()
         await settle()
     assert len(sender.sent) == 1

@@ -18,7 +18,7 @@ SVC = ServiceKey("public", "DEFAULT_GROUP", "cached")
 
 
 def info(registry: Registry, clusters: str = "", healthy_only: bool = False) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads(registry.naming.query(SVC, clusters, healthy_only))
+    result: dict[str, Any] = json.loads(registry.naming.reads.query(SVC, clusters, healthy_only))
     return result
 
 
@@ -37,7 +37,7 @@ def count_calls(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> list
 def register(registry: Registry, client_id: str, ip: str, **fields: Any) -> None:
     if registry.clients.get(client_id) is None:
         registry.connect(client_id)
-    registry.naming.register_instance(client_id, SVC, InstanceInfo(ip, 8080, **fields))
+    registry.naming.ephemeral.register_instance(client_id, SVC, InstanceInfo(ip, 8080, **fields))
 
 
 def test_repeated_queries_select_once_and_a_change_selects_again(registry: Registry,
@@ -59,7 +59,7 @@ def test_each_reader_shape_is_cached_apart(registry: Registry) -> None:
     assert [h["ip"] for h in info(registry, "B")["hosts"]] == ["10.0.0.2"]
     assert info(registry, "B", healthy_only=True)["hosts"] == []
     assert info(registry, "A,B")["clusters"] == "A,B"
-    grouped = json.loads(registry.naming.query(SVC, "", False, grouped_name=True))
+    grouped = json.loads(registry.naming.reads.query(SVC, "", False, grouped_name=True))
     assert grouped["name"] == "DEFAULT_GROUP@@cached" and info(registry)["name"] == "cached"
 
 
@@ -100,7 +100,7 @@ def test_a_rebuilt_view_encodes_only_the_instances_that_changed(registry: Regist
 def test_no_stale_view_is_kept_for_a_service_nobody_publishes(registry: Registry) -> None:
     register(registry, "c1", "10.0.0.1")
     info(registry)
-    registry.naming.deregister_instance("c1", SVC)
+    registry.naming.ephemeral.deregister_instance("c1", SVC)
     assert info(registry)["hosts"] == []
     assert SVC not in registry.storage._stale
 

@@ -105,21 +105,21 @@ async def test_each_live_switch_changes_its_consumer_while_the_node_runs() -> No
     beats = HeartbeatChecker(registry.live, registry.clock, registry.clients, registry.services,
                              registry.naming.beats, Standalone())
     registry.connect("sub")
-    registry.naming.subscribe("sub", svc, "", "10.9.9.9", "a", "b")
-    registry.naming.register_ip_port(svc, InstanceInfo("10.0.0.5", 8080))
+    registry.naming.subscriptions.subscribe("sub", svc, "", "10.9.9.9", "a", "b")
+    registry.naming.ip_port.register(svc, InstanceInfo("10.0.0.5", 8080))
 
     await switches.update("clientBeatInterval", "7000")
-    assert registry.naming.beat(svc, "10.0.0.5", 8080, None)[1] == 7000
+    assert registry.naming.ip_port.beat(svc, "10.0.0.5", 8080, None)[1] == 7000
     await switches.update("defaultPushCacheMillis", "1234")
-    assert json.loads(registry.naming.query(svc))["cacheMillis"] == 1234
+    assert json.loads(registry.naming.reads.query(svc))["cacheMillis"] == 1234
     assert svc in push.pending  # the registration above scheduled a push
     push.pending.clear()
     await switches.update("pushEnabled", "false")
-    registry.naming.register_ip_port(svc, InstanceInfo("10.0.0.6", 8080))
+    registry.naming.ip_port.register(svc, InstanceInfo("10.0.0.6", 8080))
     assert push.pending == {}  # a change, a subscriber, and no push scheduled
     await switches.update("healthCheckEnabled", "false")
     registry.clock.advance(100_000)
-    assert beats.scan()["removed"] == 0 and len(json.loads(registry.naming.query(svc))["hosts"]) == 2
+    assert beats.scan()["removed"] == 0 and len(json.loads(registry.naming.reads.query(svc))["hosts"]) == 2
     await switches.update("healthCheckEnabled", "true")
     assert beats.scan()["removed"] == 2
 

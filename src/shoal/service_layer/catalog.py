@@ -19,10 +19,11 @@ from typing import TypeVar
 
 from shoal.errors import InvalidParam, NotFound
 from shoal.model.client import Subscriber
+from shoal.model.clients import ClientManager
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey, normalise_namespace
-from shoal.model.services import ServiceRecord
-from shoal.service_layer.naming import NamingService
+from shoal.model.services import ServiceIndex, ServiceManager, ServiceRecord, ServiceStorage
+from shoal.service_layer.validation import InstanceValidator
 
 #: The largest page a console read hands out (Nacos pages the console at 10..100).
 MAX_PAGE_SIZE = 1000
@@ -96,8 +97,13 @@ def page_slice(items: list[_T], page_no: int, page_size: int) -> list[_T]:
 class CatalogService:
     """The console's read use cases over the naming model (Nacos CatalogServiceV2Impl)."""
 
-    def __init__(self, naming: NamingService) -> None:
-        self.naming = naming
+    def __init__(self, clients: ClientManager, services: ServiceManager, index: ServiceIndex,
+                 storage: ServiceStorage, validator: InstanceValidator) -> None:
+        self.clients = clients
+        self.services = services
+        self.index = index
+        self.storage = storage
+        self.validator = validator
 
     # --- the service list --------------------------------------------------------------
     def _records(self, namespace: str, name_part: str, group_part: str) -> list[ServiceRecord]:
@@ -105,7 +111,7 @@ class CatalogService:
         as the Nacos console's fuzzy search), sorted by group then name."""
         ns = normalise_namespace(namespace)
         name_part, group_part = name_part.lower(), group_part.lower()
-        records = [r for r in self.naming.services if r.key.namespace == ns
+        records = [r for r in self.services if r.key.namespace == ns
                    and (not name_part or name_part in r.key.name.lower())
                    and (not group_part or group_part in r.key.group.lower())]
         records.sort(key=lambda r: (r.key.group, r.key.name))
@@ -118,15 +124,15 @@ class CatalogService:
         clusters = {i.cluster for i in instances}
         healthy = sum(1 for i in instances if i.healthy and i.enabled)
         enabled = sum(1 for i in instances if i.enabled)
-        subscribers = len(self.naming.index.subscribers_of(service))
-        record = self.naming.services.get(service)
+        subscribers = len(self.index.subscribers_of(service))
+        record = self.services.get(service)
         threshold = record.protect_threshold if record is not None else 0.0
         triggered = bool(instances) and healthy / len(instances) <= threshold
         return ServiceSummary(service, len(clusters), len(instances), healthy, enabled, subscribers, triggered)
 
     def _distinct_instances(self, service: ServiceKey) -> list[InstanceInfo] | set[InstanceInfo]:
-        clients = self.naming.clients
-        publishers = self.naming.index.publishers_of(service)
+        clients = self.clients
+        publishers = self.index.publishers_of(service)
         if len(publishers) == 1:
             client = clients.get(next(iter(publishers)))
             publication = client.publications.get(service) if client is not None else None
@@ -145,7 +151,7 @@ class CatalogService:
         no per-service index lookups)."""
         populated: set[ServiceKey] = set()
         unhealthy: set[ServiceKey] = set()
-        for client in self.naming.clients:
+        for client in self.clients:
             for key, publication in client.publications.items():
                 if key.namespace != namespace or not publication.instances:
                     continue
@@ -182,14 +188,14 @@ class CatalogService:
 
     # --- one service ---------------------------------------------------------------------
     def _record(self, service: ServiceKey) -> ServiceRecord:
-        self.naming.check_params(service)
-        record = self.naming.services.get(service)
+        self.validator.check_params(service)
+        record = self.services.get(service)
         if record is None:
             raise NotFound(f"service {service.grouped_name} is not found!")
         return record
 
     def _instances(self, record: ServiceRecord) -> ServiceInstances:
-        view = self.naming.storage.view(record.key)
+        view = self.storage.view(record.key)
         return ServiceInstances(record.key, record.ephemeral, list(view.instances))
 
     def instances(self, service: ServiceKey, cluster: str = "") -> ServiceInstances:
@@ -202,15 +208,15 @@ class CatalogService:
     def service(self, service: ServiceKey) -> tuple[ServiceRecord, list[str]]:
         """The service record and the sorted clusters of its instances; 404 if it does not exist."""
         record = self._record(service)
-        clusters = sorted({i.cluster for i in self.naming.storage.view(service).instances})
+        clusters = sorted({i.cluster for i in self.storage.view(service).instances})
         return record, clusters
 
     def subscribers(self, service: ServiceKey) -> list[SubscriberRow]:
         """Who subscribes to the service on this node, sorted by address (unknown service: none)."""
-        self.naming.check_params(service)
+        self.validator.check_params(service)
         rows: list[SubscriberRow] = []
-        for client_id in self.naming.index.subscribers_of(service):
-            client = self.naming.clients.get(client_id)
+        for client_id in self.index.subscribers_of(service):
+            client = self.clients.get(client_id)
             sub = client.subscriptions.get(service) if client is not None else None
             if sub is not None:
                 rows.append(SubscriberRow(client_id, sub))
@@ -219,10 +225,10 @@ class CatalogService:
 
     def publishers(self, service: ServiceKey) -> list[PublisherRow]:
         """Every instance of the service with the client that publishes it (sorted by client)."""
-        self.naming.check_params(service)
+        self.validator.check_params(service)
         rows: list[PublisherRow] = []
-        for client_id in sorted(self.naming.index.publishers_of(service)):
-            client = self.naming.clients.get(client_id)
+        for client_id in sorted(self.index.publishers_of(service)):
+            client = self.clients.get(client_id)
             publication = client.publications.get(service) if client is not None else None
             if client is None or publication is None:
                 continue
@@ -235,7 +241,7 @@ class CatalogService:
         given, else every namespace that has services (ServiceController.searchService)."""
         wanted = normalise_namespace(namespace) if namespace else None
         out: dict[str, list[str]] = {}
-        for record in self.naming.services:
+        for record in self.services:
             key = record.key
             if wanted is not None and key.namespace != wanted:
                 continue

@@ -35,12 +35,12 @@ class DnsReads:
         service does not exist or its name is not a legal one."""
         key = ServiceKey(self.namespace, group, service)
         try:
-            if not self.naming.service_exists(key):
+            if not self.naming.reads.service_exists(key):
                 self._cache.pop(key, None)
                 return None
         except NacosError:  # a name the parameter checker refuses names no service
             return None
-        view = self.naming.storage.view(key)
+        view = self.naming.reads.storage.view(key)
         cached = self._cache.pop(key, None)
         if cached is None or cached[0] is not view:
             cached = (view, tuple(inst for inst in view.instances

@@ -7,7 +7,7 @@ the Java SDK, up to 30 s (its redo tick) for nacos-sdk-python. Those are false r
 service never went away.
 
 Here the loader marks a connection as *moving* (:meth:`MovedClients.mark`) before it resets or
-closes it. When that connection goes, :meth:`NamingService.release_client` asks
+closes it. When that connection goes, :meth:`ConnectionClients.release_client` asks
 :meth:`MovedClients.keep` first: a moving client that publishes something is *kept* instead of
 released. It stays a native client of this node, so Distro keeps replicating it (verify renews
 it, peers hold their copy as usual); only its subscriptions are dropped, since there is no

@@ -37,7 +37,8 @@ from shoal.model.events import EventBus, ServiceChanged
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 from shoal.model.services import ServiceIndex, ServiceManager
-from shoal.service_layer.naming import NamingService
+from shoal.service_layer.ephemeral import with_instance_id
+from shoal.service_layer.validation import InstanceValidator
 
 log = logging.getLogger(__name__)
 
@@ -125,21 +126,23 @@ class PersistentNaming:
     """The CP use cases (persistent instances, service metadata) and the feed of their views
     into the model. Mirrors PersistentClientOperationServiceImpl and ServiceOperatorV2Impl."""
 
-    def __init__(self, naming: NamingService, instances: CpView[Any], services: CpView[Any]) -> None:
-        self.naming = naming
-        self.clock: Clock = naming.clock
-        self.bus: EventBus = naming.bus
-        self.clients: ClientManager = naming.clients
-        self.services: ServiceManager = naming.services
-        self.index: ServiceIndex = naming.index
+    def __init__(self, clock: Clock, bus: EventBus, clients: ClientManager, services: ServiceManager,
+                 index: ServiceIndex, validator: InstanceValidator, instances: CpView[Any],
+                 service_docs: CpView[Any]) -> None:
+        self.clock = clock
+        self.bus = bus
+        self.clients = clients
+        self.services = services
+        self.index = index
+        self.validator = validator
         self.instances = instances
-        self.service_docs = services
+        self.service_docs = service_docs
         # service → {instance name → instance}, mirrored from the INSTANCES view
         self._by_service: dict[ServiceKey, dict[str, InstanceInfo]] = {}
         # services deleted cluster-wide that this node still saw instances of (see _drop_record)
         self._deleted: set[ServiceKey] = set()
         instances.subscribe(self._on_instance)
-        services.subscribe(self._on_service)
+        service_docs.subscribe(self._on_service)
         self.bus.subscribe(ServiceChanged, self._on_service_changed)
 
     # --- reads ------------------------------------------------------------------------------
@@ -180,10 +183,18 @@ class PersistentNaming:
         self._validated(service, inst, legal=True)
         self._check_kind(service)
 
+    def check_deregister(self, service: ServiceKey, cluster: str) -> None:
+        """The rules a persistent deregistration must meet (raises before any write)."""
+        self.validator.check_params(service, clusters=cluster)
+
+    def holds(self, service: ServiceKey, ip: str, port: int, cluster: str) -> bool:
+        """Whether the store holds the persistent instance ``ip:port`` of ``cluster`` (this node's view)."""
+        return self.instances.get(instance_name(service, cluster or DEFAULT_CLUSTER, ip, port)) is not None
+
     async def register(self, service: ServiceKey, inst: InstanceInfo) -> None:
         """Register (or replace) one persistent instance."""
         self.check_register(service, inst)
-        full = NamingService._with_id(service, inst)
+        full = with_instance_id(service, inst)
         await self.instances.put(instance_name(service, full.cluster, full.ip, full.port), instance_doc(service, full))
 
     def check_batch_register(self, service: ServiceKey, instances: Sequence[InstanceInfo]) -> None:
@@ -205,7 +216,7 @@ class PersistentNaming:
         self.check_batch_register(service, instances)
         docs: dict[str, dict[str, Any]] = {}
         for inst in instances:
-            full = NamingService._with_id(service, inst)
+            full = with_instance_id(service, inst)
             docs[instance_name(service, full.cluster, full.ip, full.port)] = instance_doc(service, full)
         known: Mapping[str, tuple[int, Any]] = {
             name: (self.instances.mod_revision(name), self.instances.get(name)) for name in docs}
@@ -226,7 +237,7 @@ class PersistentNaming:
         All or nothing: one store txn of deletes."""
         _check_batch_size(len(instances))
         for inst in instances:
-            self.naming.check_params(service, clusters=inst.cluster)
+            self.validator.check_params(service, clusters=inst.cluster)
         wanted = {(inst.ip, inst.port) for inst in instances}
         names = [name for name, inst in self._by_service.get(service, {}).items() if (inst.ip, inst.port) in wanted]
         if not names:
@@ -238,7 +249,7 @@ class PersistentNaming:
         """Remove the persistent instance ``ip:port`` of the service, whatever its cluster (Nacos
         removes the ``ip:port#false`` client's publication; the cluster is not compared); an
         unknown one is a successful no-op."""
-        self.naming.check_params(service, clusters=cluster)
+        self.check_deregister(service, cluster)
         names = [name for name, inst in self._by_service.get(service, {}).items()
                  if inst.ip == ip and inst.port == port]
         for name in names or [instance_name(service, cluster or DEFAULT_CLUSTER, ip, port)]:
@@ -248,7 +259,7 @@ class PersistentNaming:
                      enabled: bool | None, metadata: Mapping[str, str] | None, healthy: bool | None = None,
                      remove_keys: Collection[str] = ()) -> None:
         """PUT/PATCH a persistent instance: weight, enabled, metadata (merged), health."""
-        self.naming.check_params(service, clusters=cluster)
+        self.validator.check_params(service, clusters=cluster)
         name = instance_name(service, cluster, ip, port)
         doc = self.instances.get(name)
         if doc is None:
@@ -262,8 +273,8 @@ class PersistentNaming:
                                inst.enabled if enabled is None else enabled, inst.cluster, inst.instance_id,
                                {k: v for k, v in ({**inst.metadata, **metadata} if metadata else inst.metadata).items()
                                 if k not in remove_keys})
-        self.naming.check_values(updated)
-        self.naming.check_params(instances=(updated,))
+        self.validator.check_values(updated)
+        self.validator.check_params(instances=(updated,))
         if updated != inst:
             await self.instances.compare_and_put(name, instance_doc(service, updated),
                                                  self.instances.mod_revision(name))
@@ -278,15 +289,15 @@ class PersistentNaming:
                                                     self.instances.mod_revision(name))
 
     def _validated(self, service: ServiceKey, inst: InstanceInfo, legal: bool) -> None:
-        self.naming.check_values(inst)
-        self.naming.check_params(service, instances=(inst,))
+        self.validator.check_values(inst)
+        self.validator.check_params(service, instances=(inst,))
         if legal:
-            self.naming.check_instance_legal(inst)
+            self.validator.check_instance_legal(inst)
 
     # --- services (ServiceOperatorV2Impl on the store) ---------------------------------------
     async def create_service(self, service: ServiceKey, protect_threshold: float, metadata: Mapping[str, str],
                              ephemeral: bool, selector: Mapping[str, Any] | None = None) -> None:
-        self.naming.check_params(service)
+        self.validator.check_params(service)
         if self.services.get(service) is not None or self.service_doc(service) is not None:
             raise ServiceAlreadyExists(f"specified service already exists, serviceName : {service.grouped_name}")
         doc = {"namespace": service.namespace, "group": service.group, "service": service.name,
@@ -297,7 +308,7 @@ class PersistentNaming:
 
     async def update_service(self, service: ServiceKey, protect_threshold: float | None,
                              metadata: Mapping[str, str] | None, selector: Mapping[str, Any] | None = None) -> None:
-        self.naming.check_params(service)
+        self.validator.check_params(service)
         record = self.services.get(service)
         name = service_name(service)
         doc = self.service_doc(service)
@@ -318,7 +329,7 @@ class PersistentNaming:
 
     async def update_cluster(self, service: ServiceKey, cluster: str, settings: ClusterSettings) -> None:
         """PUT /v1/ns/cluster: one cluster's health checker, check port and metadata."""
-        self.naming.check_params(service, clusters=cluster)
+        self.validator.check_params(service, clusters=cluster)
         record = self.services.get(service)
         doc = self.service_doc(service)
         if doc is None:
@@ -339,7 +350,7 @@ class PersistentNaming:
         through Raft and removes the service everywhere). A service with a document loses it; one
         without (made by registrations) gets a deletion marker written and then removed, so every
         node's watch drops its record too. A service with instances is a 400 (v2: 21009)."""
-        self.naming.check_params(service)
+        self.validator.check_params(service)
         if self.services.get(service) is None and self.service_doc(service) is None:
             raise UnknownService(f"service {service.grouped_name} is not exist!")
         if self.index.publishers_of(service) or self._by_service.get(service):

@@ -36,8 +36,6 @@ _CLUSTER_LEGAL_RE = re.compile(r"[0-9a-zA-Z-]+")
 MAX_NAMESPACE_LEN, MAX_SERVICE_LEN, MAX_GROUP_LEN, MAX_CLUSTER_LEN, MAX_IP_LEN = 64, 512, 128, 64, 128
 MIN_PORT, MAX_PORT = 0, 65535
 MIN_WEIGHT, MAX_WEIGHT = 0.0, 10000.0
-PERSISTENT_UNSUPPORTED = ("persistent instances (ephemeral=false) are not supported by this server; "
-                          "register ephemeral instances")
 
 
 def check_port(port: int, field: str = "port") -> None:

@@ -21,7 +21,7 @@ from shoal.model.keys import ServiceKey
 from shoal.model.services import ServiceManager, ServiceStorage
 from shoal.service_layer import NamingService
 from shoal.stack import ModelStack
-from shoal.testing.model import config_with
+from shoal.testing.model import config_with, scratch_store
 
 #: The service the helpers register into unless told otherwise.
 SVC = ServiceKey("public", "DEFAULT_GROUP", "svc")
@@ -49,7 +49,7 @@ class SimNode:
         """Register 10.0.0.1:``port`` for ``client_id`` (connecting it first if needed)."""
         if self.clients.get(client_id) is None:
             self.connect(client_id)
-        self.naming.register_instance(client_id, service, InstanceInfo("10.0.0.1", port, **kw))
+        self.naming.ephemeral.register_instance(client_id, service, InstanceInfo("10.0.0.1", port, **kw))
 
     def ports(self, service: ServiceKey = SVC) -> list[int]:
         """Ports of the instances this node lists for ``service``, sorted."""
@@ -70,7 +70,7 @@ class SimCluster:
 
     def add_node(self, address: str, member_list: list[str], loaded: bool) -> SimNode:
         """Build a node at ``address`` that knows ``member_list`` and attach it to the network."""
-        model = ModelStack.build(self.config, self.clock)
+        model = ModelStack.build(self.config, self.clock, scratch_store())  # CP half never started
         ip, port = address.split(":")
         members = MemberManager(ip, int(port), self.clock.now_ms, self.config.member_fail_access_cnt)
         members.set_members([(a.split(":")[0], int(a.split(":")[1])) for a in member_list])

@@ -66,7 +66,7 @@ def ok(fields: Mapping[str, Any] | None = None, raw: Mapping[str, str | bytes] |
 
 def ok_service_info(parts: tuple[bytes, int, bytes], fields: Mapping[str, Any] | None = None) -> bytes:
     """A successful response carrying ``serviceInfo`` given as ``(prefix, lastRefTime, suffix)``
-    (``NamingService.query_parts``), written in one pass."""
+    (``NamingReads.query_parts``), written in one pass."""
     head = _OK_HEAD + b"," + jsonfast.dumps(fields)[1:-1] if fields else _OK_HEAD
     prefix, ref, suffix = parts
     return b"".join((head, b',"serviceInfo":', prefix, b"%d" % ref, suffix, b"}"))
@@ -82,7 +82,7 @@ class Encoded:
 
 
 class ServiceInfoAnswers:
-    """Encoded ``response_type`` answers carrying a cached ServiceInfo (``NamingService.query_parts``).
+    """Encoded ``response_type`` answers carrying a cached ServiceInfo (``NamingReads.query_parts``).
 
     The ServiceInfo of a service and reader is cached as ``(prefix, suffix)`` bytes around its
     lastRefTime, which every answer must advance. The whole answer Payload of one ``(prefix,

@@ -9,9 +9,8 @@ from typing import Any
 from shoal.errors import Code, FuzzyWatchMatchOverLimit, FuzzyWatchPatternOverLimit, InvalidParam
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import DEFAULT_GROUP, ServiceKey, normalise_namespace
-from shoal.service_layer import PERSISTENT_UNSUPPORTED, NamingService, parse_metadata
+from shoal.service_layer import NamingService, parse_metadata
 from shoal.service_layer.fuzzy import WATCH_TYPE_CANCEL_WATCH, WATCH_TYPE_WATCH, FuzzyWatchContext
-from shoal.service_layer.persistent import PersistentNaming
 from shoal.transport.grpc import codec
 from shoal.transport.grpc.connections import Connection
 from shoal.transport.grpc.handlers import Handler, RequestContext
@@ -28,31 +27,27 @@ BATCH_REGISTER = "batchRegisterInstance"
 BATCH_DEREGISTER = "batchDeregisterInstance"
 
 
-def naming_handlers(naming: NamingService, persistent: PersistentNaming | None = None,
-                    fuzzy: FuzzyWatchContext | None = None) -> dict[str, Handler]:
-    """The handler table for the naming module (persistent instances need the CP use cases; the 3.x
-    fuzzy watch is served when ``fuzzy`` is given)."""
-    h = _NamingHandlers(naming, persistent, fuzzy)
-    table = {
+def naming_handlers(naming: NamingService, fuzzy: FuzzyWatchContext) -> dict[str, Handler]:
+    """The handler table for the naming module, the 3.x fuzzy watch included."""
+    h = _NamingHandlers(naming, fuzzy)
+    return {
         "InstanceRequest": Handler("InstanceResponse", h.instance),
         "BatchInstanceRequest": Handler("BatchInstanceResponse", h.batch_instance),
         "PersistentInstanceRequest": Handler("InstanceResponse", h.persistent_instance),
         "ServiceQueryRequest": Handler(QUERY_RESPONSE, h.query),
         "SubscribeServiceRequest": Handler("SubscribeServiceResponse", h.subscribe),
         "ServiceListRequest": Handler("ServiceListResponse", h.list_services),
+        "NamingFuzzyWatchRequest": Handler("NamingFuzzyWatchResponse", h.fuzzy_watch),
     }
-    if fuzzy is not None:
-        table["NamingFuzzyWatchRequest"] = Handler("NamingFuzzyWatchResponse", h.fuzzy_watch)
-    return table
 
 
 class _NamingHandlers:
     """Each naming request: parse the body, call the service layer, shape the response."""
 
-    def __init__(self, naming: NamingService, persistent: PersistentNaming | None,
-                 fuzzy: FuzzyWatchContext | None = None) -> None:
-        self.naming = naming
-        self.persistent = persistent
+    def __init__(self, naming: NamingService, fuzzy: FuzzyWatchContext) -> None:
+        self.instances = naming.instance_ops
+        self.reads = naming.reads
+        self.subscriptions = naming.subscriptions
         self.fuzzy = fuzzy
         self.query_answers = codec.ServiceInfoAnswers(QUERY_RESPONSE)
 
@@ -61,10 +56,10 @@ class _NamingHandlers:
         kind = text(body, "type")
         inst = instance_of(body.get("instance"), "instance")
         if kind == "registerInstance":
-            self.naming.register_instance(ctx.conn.connection_id, service, inst)
+            self.instances.register_connection(ctx.conn.connection_id, service, inst)
             return _REGISTERED
         if kind == "deregisterInstance":
-            self.naming.deregister_instance(ctx.conn.connection_id, service)
+            self.instances.deregister_connection(ctx.conn.connection_id, service)
             return _DEREGISTERED
         raise InvalidParam(f"Unsupported request type {kind}")
 
@@ -81,41 +76,34 @@ class _NamingHandlers:
                 raise InvalidParam(f"Batch registration does not allow persistent instance registration , "
                                    f"Instance：instances[{i}] {inst.address}; send persistent instances in a "
                                    f"PersistentInstanceRequest of type {BATCH_REGISTER}")
-        self.naming.batch_register_instances(ctx.conn.connection_id, service, instances)
+        self.instances.batch_register_connection(ctx.conn.connection_id, service, instances)
         return _BATCH_REGISTERED
 
     def persistent_instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes | Awaitable[bytes]:
         """PersistentInstanceRequestHandler: register/deregister one persistent instance in the CP
         store (not bound to the connection); validation answers at once, the write is awaited."""
-        if self.persistent is None:
-            raise InvalidParam(PERSISTENT_UNSUPPORTED)
         service = service_of(body)
         kind = text(body, "type")
         if kind in (BATCH_REGISTER, BATCH_DEREGISTER):
-            return self.persistent_batch(service, kind, body)
+            return self.batch_persistent(service, kind, body)
         inst = instance_of(body.get("instance"), "instance")
         if kind == "registerInstance":
-            self.persistent.check_register(service, inst)
-            return _answered(self.persistent.register(service, inst), kind)
+            return _answered(self.instances.register_persistent(service, inst), kind)
         if kind == "deregisterInstance":
-            self.naming.check_params(service, clusters=inst.cluster)
-            return _answered(self.persistent.deregister(service, inst.ip, inst.port, inst.cluster), kind)
+            return _answered(self.instances.deregister_persistent(service, inst), kind)
         raise InvalidParam(f"Unsupported request type {kind}")
 
-    def persistent_batch(self, service: ServiceKey, kind: str, body: dict[str, Any]) -> Awaitable[bytes]:
+    def batch_persistent(self, service: ServiceKey, kind: str, body: dict[str, Any]) -> Awaitable[bytes]:
         """Shoal's persistent batch (Nacos has none; docs/protocol.md §3.5): ``instances`` of one
         service registered or removed in one request; an empty list changes nothing. The service
         layer checks the whole batch before it writes anything."""
-        assert self.persistent is not None
         _, instances = instances_of(body)
-        if kind == BATCH_REGISTER:
-            return _answered(self.persistent.batch_register(service, instances), kind)
-        return _answered(self.persistent.batch_deregister(service, instances), kind)
+        return _answered(self.instances.batch_persistent(service, instances, remove=kind == BATCH_DEREGISTER), kind)
 
     def query(self, ctx: RequestContext, body: dict[str, Any]) -> codec.Encoded:
         service = service_of(body)
         healthy_only = flag(body, "healthyOnly", False) or flag(body, "healthOnly", False)
-        return self.query_answers.answer(self.naming.query_parts(service, text(body, "cluster"), healthy_only))
+        return self.query_answers.answer(self.reads.query_parts(service, text(body, "cluster"), healthy_only))
 
     def subscribe(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
@@ -123,21 +111,20 @@ class _NamingHandlers:
         conn = ctx.conn
         if flag(body, "subscribe", True):
             app = conn.labels.get("AppName") or ctx.header("app") or "unknown"
-            info = self.naming.subscribe(conn.connection_id, service, clusters, conn.client_ip or conn.remote_ip,
+            info = self.subscriptions.subscribe(conn.connection_id, service, clusters, conn.client_ip or conn.remote_ip,
                                          conn.client_version, app)
         else:
-            info = self.naming.unsubscribe(conn.connection_id, service, clusters)
+            info = self.subscriptions.unsubscribe(conn.connection_id, service, clusters)
         return codec.ok({"message": "success"}, raw={"serviceInfo": info})
 
     def list_services(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         namespace = normalise_namespace(text(body, "namespace"))
         group = text(body, "groupName") or DEFAULT_GROUP
-        page = self.naming.list_services(namespace, group, integer(body, "pageNo", 1), integer(body, "pageSize", 10))
+        page = self.reads.list_services(namespace, group, integer(body, "pageNo", 1), integer(body, "pageSize", 10))
         return codec.ok({"count": page.count, "serviceNames": page.names})
 
     def fuzzy_watch(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         """NamingFuzzyWatchRequest (NamingFuzzyWatchRequestHandler): a limit is a typed 500 with its code."""
-        assert self.fuzzy is not None
         pattern = text(body, "groupKeyPattern")
         if not pattern:
             raise InvalidParam("Param 'groupKeyPattern' is required")
@@ -281,11 +268,11 @@ class NamingConnectionListener:
     naming client is created on setup and released when they go (ConnectionBasedClientManager)."""
 
     def __init__(self, naming: NamingService) -> None:
-        self.naming = naming
+        self.connections = naming.connections
 
     def connected(self, conn: Connection) -> None:
         if conn.module == "naming":
-            self.naming.connect_client(conn.connection_id, conn.client_ip, conn.app, conn.client_version)
+            self.connections.connect_client(conn.connection_id, conn.client_ip, conn.app, conn.client_version)
 
     def disconnected(self, conn: Connection, reason: str) -> None:
-        self.naming.release_client(conn.connection_id, reason)
+        self.connections.release_client(conn.connection_id, reason)

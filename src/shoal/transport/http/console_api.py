@@ -31,7 +31,6 @@ from shoal.errors import NacosError, NotFound
 from shoal.model.keys import ServiceKey
 from shoal.service_layer import NamingService
 from shoal.service_layer.catalog import (
-    CatalogService,
     PublisherRow,
     ServiceInstances,
     ServiceSummary,
@@ -101,7 +100,7 @@ class ConsoleRoutes:
     """The console API handlers and the console's static files."""
 
     def __init__(self, naming: NamingService) -> None:
-        self.catalog = CatalogService(naming)
+        self.catalog = naming.catalog
         self._files: dict[str, bytes] | None = None
         self._files_lock = asyncio.Lock()
 

@@ -20,8 +20,9 @@ from shoal.config import Config
 from shoal.errors import InvalidParam, ServiceNotFound, UnknownService
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
-from shoal.service_layer import PERSISTENT_UNSUPPORTED, NamingService, check_port, parse_metadata
-from shoal.service_layer.persistent import ClusterSettings, PersistentNaming, instance_name
+from shoal.service_layer import NamingService, check_port, parse_metadata
+from shoal.service_layer.persistent import ClusterSettings
+from shoal.service_layer.services import ServiceDescription
 from shoal.transport.http.api import Api, dumps, json_text, ok_text, v2_ok
 from shoal.transport.http.params import Params
 from shoal.transport.http.routes import ADMIN, Route
@@ -31,15 +32,18 @@ _SELECTOR_NONE = {"type": "none", "contextType": "NONE"}
 
 
 class NamingRoutes:
-    """The naming endpoints; each handler takes the request and its parsed parameters."""
+    """The naming endpoints; each handler takes the request and its parsed parameters and calls
+    the service layer's use cases (the instance and service façades choose AP or CP)."""
 
     def __init__(self, config: Config, naming: NamingService, is_serving: Callable[[], bool],
-                 owner_of: Callable[[str], str | None], persistent: PersistentNaming | None = None) -> None:
+                 owner_of: Callable[[str], str | None]) -> None:
         self.config = config
-        self.naming = naming
+        self.instances = naming.instance_ops
+        self.services = naming.service_ops
+        self.reads = naming.reads
+        self.introspection = naming.introspection
         self.is_serving = is_serving
         self.owner_of = owner_of  # Responsibility.owner_of: None = this node handles the ip:port
-        self.persistent = persistent  # the CP use cases, when the node has a store
 
     def routes(self) -> list[Route]:
         """The naming Open API v1 and v2 (instances, services, health, metrics, clients)."""
@@ -86,17 +90,9 @@ class NamingRoutes:
             Route("GET", "/nacos/v2/ns/client/subscribe/list", self.v2_client_subscriptions, ADMIN, api=Api.V2),
         ]
 
-    def _cp(self) -> PersistentNaming:
-        if self.persistent is None:
-            raise InvalidParam(PERSISTENT_UNSUPPORTED)
-        return self.persistent
-
     async def _register(self, service: ServiceKey, p: Params) -> None:
         inst, ephemeral = instance_from(p)
-        if ephemeral:
-            self.naming.register_ip_port(service, inst, ephemeral)
-        else:
-            await self._cp().register(service, inst)
+        await self.instances.register(service, inst, ephemeral=ephemeral)
 
     # --- instances -------------------------------------------------------------------------
     async def v1_register(self, request: web.Request, p: Params) -> web.Response:
@@ -117,10 +113,7 @@ class NamingRoutes:
 
     async def _deregister(self, service: ServiceKey, p: Params) -> None:
         ip, port, ephemeral = p.required("ip"), p.port(), p.boolean("ephemeral", True)
-        if ephemeral:
-            self.naming.deregister_ip_port(service, ip, port, ephemeral)
-        else:
-            await self._cp().deregister(service, ip, port, p.cluster())
+        await self.instances.deregister(service, ip, port, p.cluster(), ephemeral=ephemeral)
 
     async def v1_update(self, request: web.Request, p: Params) -> web.Response:
         await self._update(p.v1_service(), p)
@@ -133,54 +126,45 @@ class NamingRoutes:
     async def _update(self, service: ServiceKey, p: Params) -> None:
         """PUT: weight, enabled and metadata as given (defaults 1.0 / true / none)."""
         ip, port, ephemeral = p.required("ip"), p.port(), p.boolean("ephemeral", True)
-        if not ephemeral:
-            await self._cp().update(service, ip, port, p.cluster(), weight=p.weight(1.0), enabled=p.enabled(True),
-                                    metadata=p.metadata())
-            return
-        self.naming.update_instance(service, ip, port, p.cluster(), weight=p.weight(1.0), enabled=p.enabled(True),
-                                    metadata=p.metadata(), ephemeral=ephemeral)
+        await self.instances.update(service, ip, port, p.cluster(), ephemeral=ephemeral, weight=p.weight(1.0),
+                                    enabled=p.enabled(True), metadata=p.metadata())
 
     async def v1_patch(self, request: web.Request, p: Params) -> web.Response:
         """PATCH: only the given fields change."""
         service = p.v1_service()
         ip, port = p.required("ip"), p.port()
         p.boolean("healthy", True)  # accepted (and checked) like Nacos; health is the beat's business
-        if self.persistent is not None and self.persistent.instances.get(
-                instance_name(service, p.cluster(), ip, port)) is not None:
-            await self.persistent.update(service, ip, port, p.cluster(), weight=p.weight(None),
-                                         enabled=p.enabled(None), metadata=p.metadata())
-            return ok_text()
-        self.naming.update_instance(service, ip, port, p.cluster(), weight=p.weight(None), enabled=p.enabled(None),
-                                    metadata=p.metadata())
+        await self.instances.patch(service, ip, port, p.cluster(), weight=p.weight(None), enabled=p.enabled(None),
+                                   metadata=p.metadata())
         return ok_text()
 
     async def v1_detail(self, request: web.Request, p: Params) -> web.Response:
         service = p.v1_service()
-        inst = self.naming.find_instance(service, p.required("ip"), p.port(), p.cluster())
+        inst = self.reads.find_instance(service, p.required("ip"), p.port(), p.cluster())
         return json_text(dumps(detail_json(service, inst, "service")))
 
     async def v2_detail(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
-        inst = self.naming.find_instance(service, p.required("ip"), p.port(), p.cluster())
+        inst = self.reads.find_instance(service, p.required("ip"), p.port(), p.cluster())
         return v2_ok(dumps(detail_json(service, inst, "serviceName")))
 
     async def v1_list(self, request: web.Request, p: Params) -> web.Response:
         service = p.v1_service()
         check_port(p.integer("udpPort", 0), "udpPort")  # UDP push to 1.x clients is not offered; checked
-        info = self.naming.query(service, p.text("clusters"), p.boolean("healthyOnly", False), grouped_name=True)
+        info = self.reads.query(service, p.text("clusters"), p.boolean("healthyOnly", False), grouped_name=True)
         return json_text(info)
 
     async def v2_list(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
         check_port(p.integer("udpPort", 0), "udpPort")
-        info = self.naming.query(service, p.text("clusterName"), p.boolean("healthyOnly", False), grouped_name=True)
+        info = self.reads.query(service, p.text("clusterName"), p.boolean("healthyOnly", False), grouped_name=True)
         return v2_ok(info)
 
     async def beat(self, request: web.Request, p: Params) -> web.Response:
         """PUT /instance/beat (v1 and v2 alike: a bare object, no envelope)."""
         service = p.v1_service()
         ip, port, beat, ephemeral = beat_target(p)
-        code, interval = self.naming.beat(service, ip, port, beat, ephemeral)
+        code, interval = self.instances.beat(service, ip, port, beat, ephemeral)
         return json_text(f'{{"clientBeatInterval":{interval},"code":{code},"lightBeatEnabled":true}}')
 
     # --- services ----------------------------------------------------------------------------
@@ -188,107 +172,77 @@ class NamingRoutes:
         service = p.v1_service()
         selector = check_selector(p)
         # Nacos 1.x/2.x: a service created through this API is persistent (docs/protocol.md §5.2).
-        await self._create_service(service, p.number("protectThreshold", 0.0), p.metadata() or {}, False, selector)
+        await self.services.create(service, p.number("protectThreshold", 0.0), p.metadata() or {}, False, selector)
         return ok_text()
-
-    async def _create_service(self, service: ServiceKey, threshold: float, metadata: dict[str, str],
-                              ephemeral: bool, selector: dict[str, Any] | None) -> None:
-        if self.persistent is not None:
-            await self.persistent.create_service(service, threshold, metadata, ephemeral, selector)
-        else:
-            self.naming.create_service(service, threshold, metadata, ephemeral=ephemeral)
-
-    async def _update_service(self, service: ServiceKey, threshold: float | None, metadata: dict[str, str] | None,
-                              selector: dict[str, Any] | None) -> None:
-        if self.persistent is not None:
-            await self.persistent.update_service(service, threshold, metadata, selector)
-        else:
-            self.naming.update_service(service, threshold, metadata)
-
-    async def _delete_service(self, service: ServiceKey) -> None:
-        if self.persistent is not None:
-            await self.persistent.delete_service(service)
-        else:
-            self.naming.delete_service(service)
 
     async def v2_service_create(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
         selector = check_selector(p)
-        await self._create_service(service, p.number("protectThreshold", 0.0), p.metadata() or {},
+        await self.services.create(service, p.number("protectThreshold", 0.0), p.metadata() or {},
                                    p.boolean("ephemeral", False), selector)
         return v2_ok('"ok"')
 
     async def v1_service_delete(self, request: web.Request, p: Params) -> web.Response:
-        await self._delete_service(p.v1_service())
+        await self.services.delete(p.v1_service())
         return ok_text()
 
     async def v2_service_delete(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
-        if not self.naming.service_exists(service):  # v2 words a missing service its own way
+        if not self.services.exists(service):  # v2 words a missing service its own way
             raise UnknownService(_service_not_found(service))
-        await self._delete_service(service)
+        await self.services.delete(service)
         return v2_ok('"ok"')
 
     async def v1_service_update(self, request: web.Request, p: Params) -> web.Response:
         service = p.v1_service()
         selector = check_selector(p)
-        await self._update_service(service, p.number("protectThreshold"), p.metadata(), selector)
+        await self.services.update(service, p.number("protectThreshold"), p.metadata(), selector)
         return ok_text()
 
     async def v2_service_update(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
         selector = check_selector(p)
-        await self._update_service(service, p.number("protectThreshold", 0.0), p.metadata() or {}, selector)
+        await self.services.update(service, p.number("protectThreshold", 0.0), p.metadata() or {}, selector)
         return v2_ok('"ok"')
 
     async def v1_service_detail(self, request: web.Request, p: Params) -> web.Response:
         service = p.v1_service()
-        detail = self.naming.service_detail(service)
-        if detail is None:
+        found = self.services.describe(service)
+        if found is None:
             raise UnknownService(f"service not found, namespace: {service.namespace}, serviceName: {service.name}")
-        clusters = []
-        for c in self._cluster_names(service, detail.clusters):
-            settings = self._cluster_settings(service, c)
-            clusters.append({"name": c, "healthChecker": dict(settings.health_checker),
-                             "metadata": dict(settings.metadata), "defaultCheckPort": settings.check_port,
-                             "useIPPort4Check": settings.use_instance_port})
+        clusters = [{"name": c, "healthChecker": dict(s.health_checker), "metadata": dict(s.metadata),
+                     "defaultCheckPort": s.check_port, "useIPPort4Check": s.use_instance_port}
+                    for c, s in found.clusters.items()]
         return json_text(dumps({
             "namespaceId": service.namespace, "groupName": service.group, "name": service.name,
-            "protectThreshold": detail.protect_threshold, "metadata": detail.metadata,
-            "selector": self._selector(service), "clusters": clusters,
+            "protectThreshold": found.detail.protect_threshold, "metadata": found.detail.metadata,
+            "selector": selector_json(found), "clusters": clusters,
         }))
 
-    def _cluster_names(self, service: ServiceKey, clusters: list[str]) -> list[str]:
-        doc = self.persistent.service_doc(service) if self.persistent is not None else None
-        configured = doc.get("clusters") if doc is not None else None
-        return sorted(set(clusters) | set(configured if isinstance(configured, dict) else ()))
-
-    def _cluster_settings(self, service: ServiceKey, cluster: str) -> ClusterSettings:
-        return self.persistent.cluster_settings(service, cluster) if self.persistent is not None else ClusterSettings()
-
-    def _selector(self, service: ServiceKey) -> dict[str, Any]:
-        doc = self.persistent.service_doc(service) if self.persistent is not None else None
-        selector = doc.get("selector") if doc is not None else None
-        return dict(selector) if isinstance(selector, dict) and selector.get("type") not in (None, "none") \
-            else dict(_SELECTOR_NONE)
-
     async def v1_health_update(self, request: web.Request, p: Params) -> web.Response:
-        """PUT /nacos/v1/ns/health[/instance] (HealthController.update): set a persistent
-        instance's health by hand (``healthy``, or the 1.x ``valid``); the next server-side check
-        may flip it back unless the cluster's checker is NONE."""
+        """PUT /nacos/v1/ns/health[/instance] (HealthController.update)."""
+        await self.health_update(p)
+        return ok_text()
+
+    async def health_update(self, p: Params) -> None:
+        """Set a persistent instance's health by hand (``healthy``, or the 1.x ``valid``); the next
+        server-side check may flip it back unless the cluster's checker is NONE."""
         service = p.v1_service()
         raw = p.text("healthy") or p.text("valid")
         if not raw:
             raise InvalidParam("Param 'healthy' is required.")
         healthy = p.boolean("healthy" if p.text("healthy") else "valid", True)
-        await self._cp().update(service, p.required("ip"), p.port(), p.cluster(), weight=None, enabled=None,
-                                metadata=None, healthy=healthy)
-        return ok_text()
+        await self.instances.set_health(service, p.required("ip"), p.port(), p.cluster(), healthy)
 
     async def v1_cluster_update(self, request: web.Request, p: Params) -> web.Response:
-        """PUT /nacos/v1/ns/cluster (ClusterController.update): a cluster's health checker
-        (JSON ``{"type":"TCP"|"HTTP"|"NONE","path":..,"headers":..,"expectedResponseCode":..}``),
-        ``checkPort``, ``useInstancePort4Check`` and metadata, kept in the service's CP document."""
+        """PUT /nacos/v1/ns/cluster (ClusterController.update)."""
+        await self.cluster_update(p)
+        return ok_text()
+
+    async def cluster_update(self, p: Params) -> None:
+        """A cluster's health checker (JSON ``{"type":"TCP"|"HTTP"|"NONE","path":..,"headers":..,
+        "expectedResponseCode":..}``), ``checkPort``, ``useInstancePort4Check`` and metadata, kept in
+        the service's CP document."""
         service = p.v1_service()
         cluster = p.required("clusterName")
         raw = p.required("healthChecker")
@@ -303,48 +257,35 @@ class NamingRoutes:
         check_port(p.integer("checkPort", 80), "checkPort")
         settings = ClusterSettings(checker, p.integer("checkPort", 80) or 80, p.boolean("useInstancePort4Check", True),
                                    p.metadata() or {})
-        await self._cp().update_cluster(service, cluster, settings)
-        return ok_text()
+        await self.services.update_cluster(service, cluster, settings)
 
     async def v2_service_detail(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
-        detail = self.naming.service_detail(service)
-        if detail is None:
-            raise ServiceNotFound(_service_not_found(service))
-        cluster_map = {}
-        for c in self._cluster_names(service, detail.clusters):
-            settings = self._cluster_settings(service, c)
-            cluster_map[c] = {"clusterName": c, "healthChecker": dict(settings.health_checker),
-                              "metadata": dict(settings.metadata), "healthyCheckPort": settings.check_port,
-                              "useInstancePortForCheck": settings.use_instance_port}
-        return v2_ok(dumps({
-            "namespace": service.namespace, "serviceName": service.name, "groupName": service.group,
-            "clusterMap": cluster_map, "metadata": detail.metadata, "protectThreshold": detail.protect_threshold,
-            "selector": self._selector(service), "ephemeral": detail.ephemeral,
-        }))
+        return v2_ok(dumps(service_detail_json(service, self.services.describe(service), "namespace")))
 
     async def v1_service_list(self, request: web.Request, p: Params) -> web.Response:
-        page = self.naming.list_services(p.namespace(), p.text("groupName") or "DEFAULT_GROUP",
-                                         p.integer("pageNo", None, 1), p.integer("pageSize", None, 1))
+        page = self.services.list(p.namespace(), p.text("groupName") or "DEFAULT_GROUP",
+                                  p.integer("pageNo", None, 1), p.integer("pageSize", None, 1))
         return json_text(dumps({"count": page.count, "doms": page.names}))
 
     async def v2_service_list(self, request: web.Request, p: Params) -> web.Response:
-        page = self.naming.list_services(p.namespace(), p.text("groupName") or "DEFAULT_GROUP",
-                                         p.integer("pageNo", 1, 1), p.integer("pageSize", 20, 1, 500))
+        page = self.services.list(p.namespace(), p.text("groupName") or "DEFAULT_GROUP",
+                                  p.integer("pageNo", 1, 1), p.integer("pageSize", 20, 1, 500))
         return v2_ok(dumps({"count": page.count, "services": page.names}))
 
     # --- operator ----------------------------------------------------------------------------
     async def v1_metrics(self, request: web.Request, p: Params) -> web.Response:
-        return json_text(dumps(await self._metrics(p)))
+        return json_text(dumps(await self.metrics(p)))
 
     async def v2_metrics(self, request: web.Request, p: Params) -> web.Response:
-        return v2_ok(dumps(await self._metrics(p)))
+        return v2_ok(dumps(await self.metrics(p)))
 
-    async def _metrics(self, p: Params) -> dict[str, Any]:
+    async def metrics(self, p: Params) -> dict[str, Any]:
+        """OperatorController.metrics: the status, and with ``onlyStatus=false`` the counts."""
         status = "UP" if self.is_serving() else "STARTING"
         if p.boolean("onlyStatus", True):
             return {"status": status}
-        m = await self.naming.operator_metrics(self.owner_of)
+        m = await self.introspection.operator_metrics(self.owner_of)
         return {
             "status": status,
             "serviceCount": m.service_count,
@@ -363,10 +304,10 @@ class NamingRoutes:
 
     # --- clients (v2) -------------------------------------------------------------------------
     async def v2_client_list(self, request: web.Request, p: Params) -> web.Response:
-        return v2_ok(dumps(self.naming.client_ids()))
+        return v2_ok(dumps(self.introspection.client_ids()))
 
     async def v2_client_detail(self, request: web.Request, p: Params) -> web.Response:
-        c = self.naming.client_detail(p.required("clientId"))
+        c = self.introspection.client_detail(p.required("clientId"))
         out: dict[str, Any] = {"clientId": c.client_id, "ephemeral": True, "lastUpdatedTime": c.last_updated_ms}
         if c.connection_based:
             out.update(clientType="connection", connectType="GRPC", appName=c.app, version=c.agent,
@@ -378,13 +319,13 @@ class NamingRoutes:
     async def v2_client_publications(self, request: web.Request, p: Params) -> web.Response:
         out = [{"namespace": key.namespace, "group": key.group, "serviceName": key.name,
                 "registeredInstance": {"ip": i.ip, "port": i.port, "cluster": i.cluster}}
-               for key, i in self.naming.client_publications(p.required("clientId"))]
+               for key, i in self.introspection.client_publications(p.required("clientId"))]
         return v2_ok(dumps(out))
 
     async def v2_client_subscriptions(self, request: web.Request, p: Params) -> web.Response:
         out = [{"namespace": key.namespace, "group": key.group, "serviceName": key.name,
                 "subscriberInfo": {"app": s.app, "agent": s.agent, "addr": s.ip}}
-               for key, s in self.naming.client_subscriptions(p.required("clientId"))]
+               for key, s in self.introspection.client_subscriptions(p.required("clientId"))]
         return v2_ok(dumps(out))
 
 
@@ -478,6 +419,27 @@ def detail_json(service: ServiceKey, inst: InstanceInfo, service_key: str) -> di
     return {service_key: service.grouped_name, "ip": inst.ip, "port": inst.port, "clusterName": inst.cluster,
             "weight": float(inst.weight), "healthy": inst.healthy, "instanceId": inst.instance_id,
             "metadata": dict(inst.metadata)}
+
+
+def service_detail_json(service: ServiceKey, found: ServiceDescription | None, namespace_key: str) -> dict[str, Any]:
+    """The v2 service detail (ServiceDetailInfo; v3 names the namespace ``namespaceId``);
+    ServiceNotFound when the service does not exist."""
+    if found is None:
+        raise ServiceNotFound(_service_not_found(service))
+    cluster_map = {c: {"clusterName": c, "healthChecker": dict(s.health_checker), "metadata": dict(s.metadata),
+                       "healthyCheckPort": s.check_port, "useInstancePortForCheck": s.use_instance_port}
+                   for c, s in found.clusters.items()}
+    return {
+        namespace_key: service.namespace, "serviceName": service.name, "groupName": service.group,
+        "clusterMap": cluster_map, "metadata": found.detail.metadata,
+        "protectThreshold": found.detail.protect_threshold, "selector": selector_json(found),
+        "ephemeral": found.detail.ephemeral,
+    }
+
+
+def selector_json(found: ServiceDescription) -> dict[str, Any]:
+    """The service's selector as Nacos shows it (type ``none`` when it has none)."""
+    return dict(found.selector) if found.selector is not None else dict(_SELECTOR_NONE)
 
 
 def _service_not_found(service: ServiceKey) -> str:

@@ -26,7 +26,6 @@ from shoal.auth.service import WRITE
 from shoal.errors import ForwardFailed, InvalidParam, MissingParam, NacosError
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 from shoal.service_layer import NamingService
-from shoal.service_layer.persistent import PersistentNaming, instance_name
 from shoal.service_layer.switches import Switches
 from shoal.transport.http.api import Api, dumps, json_text, ok_text, v2_ok
 from shoal.transport.http.forward import Forwarder
@@ -58,10 +57,8 @@ def set_log_level(names: dict[str, str], name: str, level: str) -> None:
 class OperatorRoutes:
     """Operator endpoints (switches, log levels, metadata batches, v2 health and PATCH)."""
 
-    def __init__(self, naming: NamingService, persistent: PersistentNaming, switches: Switches,
-                 forwarder: Forwarder | None = None) -> None:
-        self.naming = naming
-        self.persistent = persistent
+    def __init__(self, naming: NamingService, switches: Switches, forwarder: Forwarder | None = None) -> None:
+        self.instances = naming.instance_ops
         self.switches = switches
         self.forwarder = forwarder  # splits an ephemeral batch by responsible node (DistroFilter)
 
@@ -119,20 +116,15 @@ class OperatorRoutes:
         service = p.v2_service()
         if not p.text("healthy"):
             raise InvalidParam("Param 'healthy' is required.")
-        await self.persistent.update(service, p.required("ip"), p.port(), p.cluster(), weight=None, enabled=None,
-                                     metadata=None, healthy=p.boolean("healthy", True))
+        await self.instances.set_health(service, p.required("ip"), p.port(), p.cluster(), p.boolean("healthy", True))
         return v2_ok('"ok"')
 
     # --- PATCH v2 --------------------------------------------------------------------------------
     async def v2_patch(self, request: web.Request, p: Params) -> web.Response:
         service = p.v2_service()
         ip, port, cluster = p.required("ip"), p.port(), p.cluster()
-        if self.persistent.instances.get(instance_name(service, cluster, ip, port)) is not None:
-            await self.persistent.update(service, ip, port, cluster, weight=p.weight(None), enabled=p.enabled(None),
-                                         metadata=p.metadata())
-        else:
-            self.naming.update_instance(service, ip, port, cluster, weight=p.weight(None), enabled=p.enabled(None),
-                                        metadata=p.metadata())
+        await self.instances.patch(service, ip, port, cluster, weight=p.weight(None), enabled=p.enabled(None),
+                                   metadata=p.metadata())
         return v2_ok('"ok"')
 
     # --- metadata batch --------------------------------------------------------------------------
@@ -152,19 +144,15 @@ class OperatorRoutes:
         metadata = p.metadata()
         if not metadata:  # InstanceMetadataBatchOperationForm.validate: PARAMETER_MISSING
             raise MissingParam("metadata")
-        targets = self._targets(service, kind == "persistent", _instances_param(p.text("instances")))
+        targets = self.instances.metadata_targets(service, kind == "persistent", _instances_param(p.text("instances")))
         updated: list[str] = []
         if kind == "ephemeral" and self.forwarder is not None:
             targets = await self._forward_foreign(request, p, targets, updated)
         for ip, port, cluster in targets:
             try:
-                if kind == "persistent":
-                    await self.persistent.update(service, ip, port, cluster, weight=None, enabled=None,
-                                                 metadata=None if remove else metadata,
-                                                 remove_keys=tuple(metadata) if remove else ())
-                else:
-                    self.naming.update_instance(service, ip, port, cluster, metadata=None if remove else metadata,
-                                                remove_keys=tuple(metadata) if remove else ())
+                await self.instances.update(service, ip, port, cluster, ephemeral=kind == "ephemeral",
+                                            metadata=None if remove else metadata,
+                                            remove_keys=tuple(metadata) if remove else ())
             except NacosError:
                 continue  # an instance named but not there is skipped, as Nacos does
             updated.append(f"{ip}:{port}:{cluster}")
@@ -200,17 +188,6 @@ class OperatorRoutes:
                 raise ForwardFailed(f"the responsible node {owner} answered {status}: {body[:200]!r}")
             updated.extend(str(n) for n in names)
         return local
-
-    def _targets(self, service: ServiceKey, persistent: bool,
-                 named: list[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
-        stored = {(i.ip, i.port, i.cluster) for i in self.persistent.persistent_instances(service).values()}
-        if named:
-            return [t for t in named if (t in stored) == persistent]
-        if persistent:
-            return sorted(stored)
-        return sorted({(i.ip, i.port, i.cluster) for key, i in self.naming.all_instances(service.namespace,
-                                                                                       service.name)
-                       if key == service} - stored)
 
 
 def _instances_param(raw: str) -> list[tuple[str, int, str]]:

@@ -38,7 +38,7 @@ class PrometheusSdRoutes:
     namespace or service: an empty array, as Nacos)."""
 
     def __init__(self, naming: NamingService, auth: AuthService | None) -> None:
-        self.naming = naming
+        self.reads = naming.reads
         self.auth = auth
 
     def routes(self) -> list[Route]:
@@ -62,7 +62,7 @@ class PrometheusSdRoutes:
         return await self._answer(request.match_info["namespaceId"], request.match_info["service"])
 
     async def _answer(self, namespace: str | None, service: str | None) -> web.Response:
-        groups = [target_group(inst) for _key, inst in self.naming.all_instances(namespace, service)]
+        groups = [target_group(inst) for _key, inst in self.reads.all_instances(namespace, service)]
         body = await run_blocking(dumps, groups)  # a whole registry's worth of JSON: off the loop
         return web.Response(text=body, content_type="application/json", charset="utf-8")
 

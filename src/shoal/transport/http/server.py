@@ -223,9 +223,12 @@ class HttpServer:
                             headers={"X-Prometheus-Format": "0.0.4"})
 
     async def server_state(self, request: web.Request, params: Params) -> web.Response:
+        return web.Response(text=dumps(self.state()), content_type="application/json")
+
+    def state(self) -> dict[str, str]:
         """Nacos's ServerStateController answer (strings), and which transport and kernels this node runs."""
         cluster = bool(self.config.members or self.config.cluster_conf)
-        state = {
+        return {
             "version": f"shoal-{__version__}",
             "standalone_mode": "cluster" if cluster else "standalone",
             "function_mode": "naming",
@@ -235,7 +238,6 @@ class HttpServer:
             "shoal_transport": transport_name(self.config),
             "shoal_kernels": ",".join(f"{k}={v}" for k, v in sorted(kernels.implementation().items())),
         }
-        return web.Response(text=dumps(state), content_type="application/json")
 
     def _member_list(self, params: Params, address_key: str) -> list[dict[str, object]]:
         members = self.members.members() if self.members is not None else [self_member_json(self.config)]

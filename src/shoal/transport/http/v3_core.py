@@ -26,7 +26,7 @@ from shoal.transport.http.namespaces import NamespaceRoutes
 from shoal.transport.http.operator import set_log_level
 from shoal.transport.http.params import Params, refuse_declared_oversize
 from shoal.transport.http.routes import Handler, Route
-from shoal.transport.http.v3 import body, failure
+from shoal.transport.http.v3 import failure
 
 BASE = "/nacos/v3/admin/core"
 CLUSTER = BASE + "/cluster"
@@ -46,12 +46,13 @@ DISABLED_MODULES = ("/nacos/v3/admin/cs", "/nacos/v3/client/cs")
 class V3CoreRoutes:
     """The ``/nacos/v3/admin/core`` endpoints over the node's existing handlers.
 
-    ``state`` and ``nodes`` are the HTTP server's ``/v1/console/server/state`` and v2 member-list
-    handlers, ``self_member`` this node's Member JSON, ``readiness`` the node's readiness problem
+    ``state`` is the HTTP server's state map (``/v1/console/server/state``), ``nodes`` its v2
+    member-list handler, ``self_member`` this node's Member JSON, ``readiness`` the node's readiness problem
     (None when ready)."""
 
-    def __init__(self, namespaces: NamespaceService, loader: LoaderRoutes, state: Handler, nodes: Handler,
-                 self_member: Callable[[], dict[str, Any]], readiness: Callable[[], str | None]) -> None:
+    def __init__(self, namespaces: NamespaceService, loader: LoaderRoutes, state: Callable[[], dict[str, str]],
+                 nodes: Handler, self_member: Callable[[], dict[str, Any]],
+                 readiness: Callable[[], str | None]) -> None:
         self.namespaces = namespaces
         self.namespace_routes = NamespaceRoutes(namespaces)
         self.loader = loader
@@ -74,7 +75,7 @@ class V3CoreRoutes:
             Route("PUT", NAMESPACE, ns.v2_edit, admin),
             Route("DELETE", NAMESPACE, ns.v2_delete, admin),
             Route("GET", NAMESPACE + "/check", self.namespace_check, admin),
-            Route("GET", STATE, body(self.state)),
+            Route("GET", STATE, self.server_state),
             Route("GET", STATE + "/liveness", self.liveness),
             Route("GET", STATE + "/readiness", self.readiness),
             Route("GET", LOADER + "/current", ld.v3_current, admin),
@@ -96,6 +97,9 @@ class V3CoreRoutes:
     async def namespace_check(self, request: web.Request, p: Params) -> web.StreamResponse:
         """``Result<Integer>``: 1 when ``namespaceId`` exists (public included), else 0."""
         return v2_ok("1" if self.namespaces.exists(p.required("namespaceId")) else "0")
+
+    async def server_state(self, request: web.Request, p: Params) -> web.StreamResponse:
+        return v2_ok(dumps(self.state()))
 
     async def liveness(self, request: web.Request, p: Params) -> web.StreamResponse:
         return v2_ok('"ok"')

@@ -2,9 +2,10 @@
 
 InstanceControllerV3, ServiceControllerV3, ClientControllerV3, OperatorControllerV3,
 HealthControllerV3 and ClusterControllerV3: every route is ADMIN_API (a global admin when auth is
-on) and answers a ``Result``. The rules are the v1/v2 handlers' and the service layer's; this
-module only builds the shapes 3.x changed (the client views, the metrics, the subscriber page)
-and maps the one error 3.x answers differently (an unknown switch entry is a 500).
+on) and answers a ``Result``. Where the 3.x answer is the v2 one, the route is the v2 handler;
+every other handler here calls the service layer's use cases and builds the 3.x shape itself
+(the service detail, the client views, the metrics, the subscriber page), and maps the one error
+3.x answers differently (an unknown switch entry is a 500).
 """
 
 from __future__ import annotations
@@ -15,17 +16,15 @@ from typing import Any
 
 from aiohttp import web
 
-from shoal import jsonfast
 from shoal.errors import InvalidParam, MissingParam, NacosError
 from shoal.model.keys import ServiceKey
-from shoal.service_layer.catalog import CatalogService
+from shoal.service_layer import NamingService
 from shoal.transport.http.api import Api, dumps, v2_ok
 from shoal.transport.http.console_api import detail_info_json, service_view_json
-from shoal.transport.http.naming import NamingRoutes
+from shoal.transport.http.naming import NamingRoutes, service_detail_json
 from shoal.transport.http.operator import OperatorRoutes
 from shoal.transport.http.params import Params
 from shoal.transport.http.routes import Route
-from shoal.transport.http.v3 import ok, text_of
 
 BASE = "/nacos/v3/admin/ns"
 INSTANCE = BASE + "/instance"
@@ -48,20 +47,29 @@ SELECTOR_TYPES = ["none", "label"]
 
 
 class V3NamingRoutes:
-    """The ``/nacos/v3/admin/ns`` endpoints over the v1/v2 naming and operator handlers.
+    """The ``/nacos/v3/admin/ns`` endpoints: the use cases of ``naming``, and the v2 naming and
+    operator handlers where 3.x answers as v2 does.
 
     ``responsible`` names the member responsible for an ``ip:port`` (this node's address when it
-    is this node), for ``client/distro``."""
+    is this node), for ``client/distro``; ``is_serving`` and ``owner_of`` (who handles an
+    ``ip:port``, None: this node) are the metrics' status and responsibility."""
 
-    def __init__(self, naming: NamingRoutes, operator: OperatorRoutes, responsible: Callable[[str], str]) -> None:
-        self.naming = naming
+    def __init__(self, naming: NamingService, v2: NamingRoutes, operator: OperatorRoutes,
+                 responsible: Callable[[str], str], is_serving: Callable[[], bool],
+                 owner_of: Callable[[str], str | None]) -> None:
+        self.v2 = v2
         self.operator = operator
-        self.catalog = CatalogService(naming.naming)
+        self.service_ops = naming.service_ops
+        self.reads = naming.reads
+        self.introspection = naming.introspection
+        self.catalog = naming.catalog
         self.responsible = responsible
+        self.is_serving = is_serving
+        self.owner_of = owner_of
 
     def routes(self, admin: str) -> list[Route]:
         """The route table; every route needs a global admin when auth is on."""
-        n, op = self.naming, self.operator
+        n, op = self.v2, self.operator
         return [
             Route("POST", INSTANCE, n.v2_register, admin, distro=True),
             Route("DELETE", INSTANCE, n.v2_deregister, admin, distro=True),
@@ -89,26 +97,26 @@ class V3NamingRoutes:
             Route("GET", OPS + "/switches", op.v2_switches, admin),
             Route("PUT", OPS + "/switches", self.update_switch, admin),
             Route("PUT", OPS + "/log", op.v2_log, admin),
-            Route("PUT", BASE + "/health/instance", ok(n.v1_health_update), admin),
+            Route("PUT", BASE + "/health/instance", self.health_update, admin),
             Route("GET", BASE + "/health/checkers", self.checkers, admin),
-            Route("PUT", BASE + "/cluster", ok(n.v1_cluster_update), admin),
+            Route("PUT", BASE + "/cluster", self.cluster_update, admin),
         ]
 
     # --- instances and services --------------------------------------------------------------
     async def instances(self, request: web.Request, p: Params) -> web.StreamResponse:
         """Every instance of the service (enabled or not), optionally healthy only."""
-        hosts = self.naming.naming.service_instances(p.v2_service(), p.text("clusterName"),
+        hosts = self.reads.service_instances(p.v2_service(), p.text("clusterName"),
                                                      p.boolean("healthyOnly", False))
         return v2_ok(dumps(hosts))
 
     async def instance_detail(self, request: web.Request, p: Params) -> web.StreamResponse:
         """One instance in the Instance shape; NotFound (404, 20004) when absent."""
-        return v2_ok(dumps(self.naming.naming.instance_json(p.v2_service(), p.required("ip"), p.port(), p.cluster())))
+        return v2_ok(dumps(self.reads.instance_json(p.v2_service(), p.required("ip"), p.port(), p.cluster())))
 
     async def service_detail(self, request: web.Request, p: Params) -> web.StreamResponse:
         """ServiceDetailInfo: the v2 detail with ``namespaceId`` for v2's ``namespace``."""
-        detail = jsonfast.loads(text_of(await self.naming.v2_service_detail(request, p)))["data"]
-        return v2_ok(dumps({"namespaceId": detail.pop("namespace"), **detail}))
+        service = p.v2_service()
+        return v2_ok(dumps(service_detail_json(service, self.service_ops.describe(service), "namespaceId")))
 
     async def services(self, request: web.Request, p: Params) -> web.StreamResponse:
         """CatalogServiceV2Impl.listService: a Page of ServiceView, ``serviceNameParam`` and
@@ -145,7 +153,7 @@ class V3NamingRoutes:
     # --- clients (ClientControllerV3: the 3.x maintainer shapes) -----------------------------
     async def client_detail(self, request: web.Request, p: Params) -> web.StreamResponse:
         """ClientSummaryInfo; an unknown client is 404 / 20004."""
-        c = self.naming.naming.client_detail(p.required("clientId"))
+        c = self.introspection.client_detail(p.required("clientId"))
         connection = c.connection_based
         return v2_ok(dumps({
             "clientId": c.client_id, "ephemeral": True, "lastUpdatedTime": c.last_updated_ms,
@@ -156,13 +164,13 @@ class V3NamingRoutes:
     async def client_publications(self, request: web.Request, p: Params) -> web.StreamResponse:
         """A ClientServiceInfo per published instance, ``publisherInfo`` filled."""
         out = [_client_service(key, {"clientId": None, "ip": i.ip, "port": i.port, "clusterName": i.cluster}, None)
-               for key, i in self.naming.naming.client_publications(p.required("clientId"))]
+               for key, i in self.introspection.client_publications(p.required("clientId"))]
         return v2_ok(dumps(out))
 
     async def client_subscriptions(self, request: web.Request, p: Params) -> web.StreamResponse:
         """A ClientServiceInfo per subscribed service, ``subscriberInfo`` filled."""
         out = [_client_service(key, None, {"clientId": None, "appName": s.app, "agent": s.agent, "address": s.ip})
-               for key, s in self.naming.naming.client_subscriptions(p.required("clientId"))]
+               for key, s in self.introspection.client_subscriptions(p.required("clientId"))]
         return v2_ok(dumps(out))
 
     async def service_publishers(self, request: web.Request, p: Params) -> web.StreamResponse:
@@ -190,8 +198,16 @@ class V3NamingRoutes:
     # --- operator and health -------------------------------------------------------------------
     async def metrics(self, request: web.Request, p: Params) -> web.StreamResponse:
         """MetricsInfo: the status, and the counts (null with ``onlyStatus``, the default)."""
-        raw = jsonfast.loads(text_of(await self.naming.v1_metrics(request, p)))
-        return v2_ok(dumps({k: raw.get(k) for k in METRICS_KEYS}))
+        out: dict[str, Any] = dict.fromkeys(METRICS_KEYS)
+        out["status"] = "UP" if self.is_serving() else "STARTING"
+        if not p.boolean("onlyStatus", True):
+            m = await self.introspection.operator_metrics(self.owner_of)
+            out.update(serviceCount=m.service_count, instanceCount=m.instance_count,
+                       subscribeCount=m.subscribe_count, clientCount=m.client_count,
+                       connectionBasedClientCount=m.connection_based_client_count,
+                       ephemeralIpPortClientCount=m.ephemeral_ip_port_client_count,
+                       persistentIpPortClientCount=0, responsibleClientCount=m.responsible_client_count)
+        return v2_ok(dumps(out))
 
     async def update_switch(self, request: web.Request, p: Params) -> web.StreamResponse:
         """OperatorControllerV3.updateSwitch: ``entry`` and ``value`` missing are 400 / 10000; an
@@ -203,6 +219,16 @@ class V3NamingRoutes:
             raise
         except InvalidParam as exc:
             raise NacosError(exc.message) from None
+        return v2_ok('"ok"')
+
+    async def health_update(self, request: web.Request, p: Params) -> web.StreamResponse:
+        """HealthControllerV3.update: a persistent instance's health set by hand."""
+        await self.v2.health_update(p)
+        return v2_ok('"ok"')
+
+    async def cluster_update(self, request: web.Request, p: Params) -> web.StreamResponse:
+        """ClusterControllerV3.update: one cluster's health-check settings."""
+        await self.v2.cluster_update(p)
         return v2_ok('"ok"')
 
     async def checkers(self, request: web.Request, p: Params) -> web.StreamResponse:
