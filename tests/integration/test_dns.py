@@ -22,8 +22,7 @@ import dns.resolver
 import pytest
 
 from shoal.testing import ServerProcess, free_port_block, free_port_blocks, kill, poll_until, start_server
-
-from .rawclient import RawClient
+from shoal.testing.rawclient import RawClient
 
 SUFFIX = "shoal.test"
 RATE = 100  # queries per second per source address on the shared node

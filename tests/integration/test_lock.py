@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from shoal.testing import ServerProcess, free_port_blocks, kill, start_server, wait_until
-
-from .rawclient import RawClient
+from shoal.testing.rawclient import RawClient
 
 LOCK_LABELS = {"source": "sdk", "module": "lock"}
 
