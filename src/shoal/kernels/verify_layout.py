@@ -104,4 +104,4 @@ def detail_answer_size(lacking: int, extra: list[tuple[str, int]]) -> int:
 
 def remove_request_size(copies: list[tuple[str, int]]) -> int:
     """A DistroVerifyRemoveRequest of ``copies`` (id, revision)."""
-    return len(head(copies=copies))
+    return len(head(copies=copies)) + 1
