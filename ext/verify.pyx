@@ -1,10 +1,8 @@
 # cython: language_level=3
 # Distro verify digests; the spec (and the wire contract) is src/shoal/kernels/verify_py.py.
-from cpython.dict cimport PyDict_Contains, PyDict_GetItemWithError, PyDict_Next
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromUnsignedLongLong
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from cpython.number cimport PyNumber_Index
-from cpython.object cimport PyObject, PyObject_RichCompareBool, Py_NE
 from cpython.unicode cimport (
     PyUnicode_1BYTE_KIND,
     PyUnicode_2BYTE_KIND,
@@ -145,47 +143,6 @@ def bucket_digests(client_ids, revisions, n_buckets):
     finally:
         PyMem_Free(acc)
     return out
-
-
-def diff_revisions(local, remote):
-    cdef list missing = [], stale = [], extra = []
-    cdef Py_ssize_t pos = 0, n_extra
-    cdef PyObject* key_ptr = NULL
-    cdef PyObject* value_ptr = NULL
-    cdef PyObject* other
-    if type(local) is dict and type(remote) is dict:
-        # Fast path: C-level dict walk and lookups; keys keep their cached hashes. Owned refs
-        # (key, revision) are taken before any comparison can run Python code.
-        while PyDict_Next(local, &pos, &key_ptr, &value_ptr):
-            key = <object>key_ptr
-            revision = <object>value_ptr
-            other = PyDict_GetItemWithError(remote, key)
-            if other == NULL:
-                missing.append(key)
-                continue
-            other_revision = <object>other
-            if PyObject_RichCompareBool(other_revision, revision, Py_NE):
-                stale.append(key)
-        # Every remote id is either shared with local or extra, so the extra count is known and
-        # the second walk can stop once all are found (or be skipped when there are none).
-        n_extra = len(remote) - (len(local) - len(missing))
-        pos = 0
-        while n_extra > 0 and PyDict_Next(remote, &pos, &key_ptr, &value_ptr):
-            key = <object>key_ptr
-            if not PyDict_Contains(local, key):
-                extra.append(key)
-                n_extra -= 1
-    else:
-        for key, revision in local.items():
-            if key not in remote:
-                missing.append(key)
-            elif remote[key] != revision:
-                stale.append(key)
-        extra = [key for key in remote if key not in local]
-    missing.sort()
-    stale.sort()
-    extra.sort()
-    return missing, stale, extra
 
 
 # --- sorted uint64 arrays: the detail phase of verify ----------------------------------------

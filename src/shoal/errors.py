@@ -262,6 +262,11 @@ class BadRequestBody(NacosError):
     http_status = HttpStatus.BAD_GATEWAY
 
 
+class BadVerifyMessage(BadRequestBody):
+    """A Distro verify message (request or answer) that does not have its wire shape, or speaks
+    another verify wire version (docs/protocol.md §6.8): 502 like any body without its shape."""
+
+
 class PayloadTooLarge(InvalidParam):
     """An HTTP request body over ``nacos.remote.server.grpc.maxinbound.message.size`` (413, as the
     servlet container answers before Nacos sees the request)."""

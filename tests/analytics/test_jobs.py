@@ -184,6 +184,7 @@ def expected_simulation(p: simulate.SimParams) -> dict[str, Any]:
                 rounds[r]["sync_bytes"] += sync_b * (p.nodes - 1)
                 if _draw(i, p.seed, r, 1) < t_loss:
                     rounds[r]["diverged"] += 1
+                    rounds[r][f"diverged@{owner}"] += 1
                     rounds[r]["resync_bytes"] += sync_b
     must[("leave", "modulo")] = owned[leaver]
     must[("leave", "ring")] = owned_ring[leaver]
@@ -216,9 +217,13 @@ def test_simulation_matches_plain_python_and_ignores_partitioning(spark: SparkSe
         assert r["sync_messages"] == w["churned"] * peers
         assert r["nacos_verify_messages"] == params.clients * peers
         assert r["nacos_verify_bytes"] == sum(want["verify_bytes"].values()) * peers
-        assert r["digest_verify_messages"] == params.nodes * peers + 2 * w["diverged"]
-        nb = [min(max(math.ceil(want["owned"][m] / 256), 1), 4096) for m in want["members"]]
-        assert r["digest_verify_bytes"] >= sum(simulate.DIGEST_FIXED + 8 * b for b in nb) * peers
+        # the verify protocol the nodes speak, priced by the layout they encode with
+        repairs = {m: simulate.repair_cost(want["owned"][m]) for m in want["members"]}
+        assert r["digest_verify_messages"] == params.nodes * peers + sum(
+            w[f"diverged@{m}"] * repairs[m][0] for m in want["members"])
+        assert r["digest_verify_bytes"] == sum(
+            simulate.digest_round_bytes(want["owned"][m]) * peers + w[f"diverged@{m}"] * repairs[m][1]
+            for m in want["members"])
     assert 0 < rounds[0]["diverged"] < rounds[0]["churned"]
 
     summary = res.outputs["summary"].read_text()

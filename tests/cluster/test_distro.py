@@ -586,14 +586,17 @@ async def test_one_percent_divergence_at_scale_is_repaired_with_hashed_detail() 
     assert [c[2] for c in cluster.network.calls] == [verify.DIGEST_REQUEST]  # in sync again: one request
 
 
-async def test_verify_requests_of_another_wire_version_are_refused() -> None:
+@pytest.mark.parametrize("version", [None, 2])
+async def test_verify_requests_of_another_wire_version_are_refused(version: int | None) -> None:
     import json
 
     from shoal.distro.verify import DIGEST_REQUEST
+    from shoal.errors import BadVerifyMessage
 
     cluster = SimCluster(2)
-    body = json.dumps({"buckets": 1, "count": 0}).encode() + b"\n" + b"\0" * 8  # version 1: no "v"
-    with pytest.raises(ValueError):
+    header = {"buckets": 1, "count": 0} if version is None else {"v": version, "buckets": 1, "count": 0}
+    body = json.dumps(header).encode() + b"\n" + b"\0" * 8  # version 1 had no "v"
+    with pytest.raises(BadVerifyMessage):  # one error code for every verify message out of shape
         await cluster[1].distro.dispatch(cluster.addresses[0], DIGEST_REQUEST, body)
 
 
@@ -635,6 +638,15 @@ BAD_BODIES = [
     ("DistroVerifyDetailRequest", b'{"v": 2, "buckets": "1", "k": 1, "salt": 1, "subs": 1, "counts": "H"}\n'),
     ("DistroVerifyDetailRequest", b"[]\n"),
     ("DistroVerifyDetailRequest", DEEP),
+    ("DistroVerifyDetailRequest", b'{"v": 3, "buckets": 4, "k": 1, "salt": 1, "subs": 2, "counts": "H"}\n'
+                                  + b"\x02\0\0\0\x01\0\0\0" + b"\0" * 4),  # sub-buckets not increasing
+    ("DistroVerifyDetailRequest", b'{"v": 3, "buckets": 4, "k": 1, "salt": 1, "subs": 1, "counts": "H"}\n'
+                                  + b"\x01\0\0\0\x02\0" + b"\x02\0\0\0\x01\0\0\0"),  # values unsorted
+    ("DistroVerifyRemoveRequest", b'{"v": 3, "copies": [["c1"]]}\n'),
+    ("DistroVerifyRemoveRequest", b'{"v": 3, "copies": [["c1", -1]]}\n'),
+    ("DistroVerifyRemoveRequest", b'{"v": 3, "copies": {}}\n'),
+    ("DistroVerifyRemoveRequest", b'{"v": 3, "copies": []}\ntrailing'),
+    ("DistroVerifyRemoveRequest", b'{"v": 2, "copies": []}\n'),
 ]
 
 
@@ -654,13 +666,17 @@ async def test_well_formed_bodies_pass_their_shape_checks() -> None:
     # every body a node sends goes through the checks in the other cluster tests too (the in-memory
     # network calls dispatch): these are the ones a test builds by hand
     from shoal.distro.protocol import BODY_CHECKS
-    from shoal.distro.verify import digest_request
+    from shoal.distro.verify import wire
 
     BODY_CHECKS["DistroSnapshotRequest"](b"")
     BODY_CHECKS["DistroSnapshotRequest"](b'{"session": "3", "offset": 10}')
-    BODY_CHECKS["DistroVerifyRequest"](digest_request(["a", "b"], [1, 2]))
-    BODY_CHECKS["DistroVerifySubDigestRequest"](b'{"v":2,"buckets":4,"k":2,"salt":7,"list":[1,3]}\n' + b"\0" * 16)
-    BODY_CHECKS["DistroVerifyDetailRequest"](b'{"v":2,"buckets":4,"k":2,"salt":7,"subs":1,"counts":"H"}\n')
+    # the verify messages are parsed once, by their handler's parser: it is their check
+    assert wire.parse_digest_request(wire.digest_request(["a", "b"], [1, 2]))[0] == 1
+    sub = wire.parse_sub_request(b'{"v":3,"buckets":4,"k":2,"salt":7,"list":[1,3]}\n' + b"\0" * 16)
+    assert (sub.buckets, sub.sums) == ([1, 3], (0, 0, 0, 0))
+    detail = wire.parse_detail_request(wire.DetailRequest(4, 2, 7, (1, 5), (0, 2), (9, 11)).encode())
+    assert detail.keys() == [5 << 32 | 9, 5 << 32 | 11]
+    assert wire.parse_remove_request(wire.remove_request([("c1", 3)])) == [("c1", 3)]
 
 
 def test_every_cluster_route_has_a_body_check() -> None:

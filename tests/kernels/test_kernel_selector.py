@@ -19,8 +19,7 @@ from shoal.kernels import KERNELS, NO_EXTENSIONS
 API: dict[str, tuple[str, ...]] = {
     "expiry": ("idle_slots", "beat_deadlines"),
     "ownership": ("java_hash", "distro_hash", "owner_indices", "moved_keys"),
-    "verify": ("fnv1a64", "splitmix64", "bucket_of", "bucket_digests", "diff_revisions", "diff_sorted", "salted32",
-               "sub_keys"),
+    "verify": ("fnv1a64", "splitmix64", "bucket_of", "bucket_digests", "diff_sorted", "salted32", "sub_keys"),
     "syncser": ("encode_batch", "decode_batch"),
     "payload": ("decode", "encode"),
 }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from types import MappingProxyType, ModuleType
+from types import ModuleType
 
 import pytest
 
@@ -169,52 +169,6 @@ def test_bucket_digests_huge_batch(verify: ModuleType) -> None:
     assert len(per_bucket) == len(ids) and set(per_bucket) == set(range(256))
     for i in range(0, len(ids), 4999):
         assert per_bucket[i] == oracle_fnv(ids[i]) % 256
-
-
-# -- diff_revisions -----------------------------------------------------------------------------
-
-
-def test_diff_revisions_empty(verify: ModuleType) -> None:
-    assert verify.diff_revisions({}, {}) == ([], [], [])
-    assert verify.diff_revisions({"a": 1}, {}) == (["a"], [], [])
-    assert verify.diff_revisions({}, {"a": 1}) == ([], [], ["a"])
-
-
-def test_diff_revisions_sorted_output(verify: ModuleType) -> None:
-    local = {"z": 1, "b": 2, "y": 3, "a": 4, "same": 5, "é": 1}
-    remote = {"same": 5, "y": 4, "b": 0, "m": 1, "c": 2, "\U0001f600": 3}
-    assert verify.diff_revisions(local, remote) == (["a", "z", "é"], ["b", "y"], ["c", "m", "\U0001f600"])
-
-
-def test_diff_revisions_identical_and_equal_values(verify: ModuleType) -> None:
-    local = {f"c{i}": 10**30 + i for i in range(100)}
-    remote = {k + "": v + 0 for k, v in local.items()}
-    assert verify.diff_revisions(local, remote) == ([], [], [])
-
-
-def test_diff_revisions_generic_mappings(verify: ModuleType) -> None:
-    local = MappingProxyType({"a": 1, "b": 2})
-    remote = {"b": 3, "c": 1}
-    assert verify.diff_revisions(local, remote) == (["a"], ["b"], ["c"])
-    assert verify.diff_revisions(remote, local) == (["c"], ["b"], ["a"])
-
-
-def test_diff_revisions_huge(verify: ModuleType) -> None:
-    rnd = random.Random(6)
-    local = {f"{i}_10.0.{i // 256 % 256}.{i % 256}_{i % 65536}": rnd.randrange(2**40) for i in range(200_000)}
-    keys = list(local)
-    remote = dict(local)
-    stale = sorted(rnd.sample(keys, 1000))
-    for k in stale:
-        remote[k] += 1
-    stale_set = set(stale)
-    missing = sorted(rnd.sample([k for k in keys if k not in stale_set], 500))
-    for k in missing:
-        del remote[k]
-    extra = sorted(f"new-{i}" for i in range(700))
-    for k in extra:
-        remote[k] = 1
-    assert verify.diff_revisions(local, remote) == (missing, stale, extra)
 
 
 # --- diff_sorted / salted32: the detail phase of verify ------------------------------------------

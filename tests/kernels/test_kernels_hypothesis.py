@@ -166,19 +166,6 @@ def test_mixers_agree(z: int, text: str) -> None:
     assert ext.fnv1a64(text) == py.fnv1a64(text)
 
 
-revision_maps = st.dictionaries(st.text("abcdef\U0001f600", max_size=3), st.integers(0, 3), max_size=30)
-
-
-@SETTINGS
-@given(local=revision_maps, remote=revision_maps)
-def test_diff_revisions_agree(local: dict[str, int], remote: dict[str, int]) -> None:
-    py, ext = both("verify")
-    missing, stale, extra = same_outcome(
-        lambda: py.diff_revisions(local, remote), lambda: ext.diff_revisions(local, remote)
-    )
-    assert set(missing) | set(stale) | set(extra) <= set(local) | set(remote)
-
-
 u64 = st.integers(0, 2**64 - 1)
 u64_lists = st.lists(st.one_of(u64, st.sampled_from([0, 1, 2**63, 2**64 - 1])), max_size=40)
 

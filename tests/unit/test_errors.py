@@ -12,6 +12,7 @@ from shoal import errors
 from shoal.auth.service import AdminExists, TooManyLogins
 from shoal.errors import (
     BadRequestBody,
+    BadVerifyMessage,
     ClientDisconnected,
     Conflict,
     CpUnavailable,
@@ -58,6 +59,7 @@ TABLE: dict[type[NacosError], tuple[int, int, int, str]] = {
     NoHandler: (302, 500, 30000, "server error"),
     ServerStarting: (300, 500, 30000, "server error"),
     BadRequestBody: (502, 502, 30000, "server error"),
+    BadVerifyMessage: (502, 502, 30000, "server error"),
     ForwardFailed: (502, 502, 30000, "server error"),
     Forbidden: (403, 403, 10001, "access denied"),
     NotFound: (404, 404, 20004, "resource not found"),

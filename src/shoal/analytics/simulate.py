@@ -21,12 +21,16 @@ The model (every number is per verify round; Nacos verifies every 5 s by default
   the partitioning.
 * **Nacos verify**: each node sends, to each of the ``N - 1`` peers, one ``DistroDataRequest`` per
   client it owns: ``VERIFY_FIXED + len(client_id) + b64(VERIFY_BODY + len(client_id))`` bytes.
-* **Digest verify** (Shoal): each node sends each peer one request carrying an 8-byte digest per
-  bucket, ``buckets = clamp(ceil(owned / 256), 1, 4096)``: ``DIGEST_FIXED + 8 * buckets`` bytes
-  (digests as in :mod:`shoal.kernels.verify`). A lost change makes one bucket differ at one peer,
-  which then fetches that bucket's (client id, revision) list: ``DIGEST_FIXED + 8 * ceil(owned /
-  buckets) + ceil(id_bytes / buckets)`` bytes (``id_bytes``: the node's client ids' total length),
-  plus a ``DIGEST_FIXED`` request for it (two messages).
+* **Digest verify** (Shoal, the protocol the nodes speak: docs/protocol.md §6.5, sizes from
+  :mod:`shoal.kernels.verify_layout`, the module the nodes encode with): each node sends each peer
+  one digest request, 8 bytes per bucket, ``buckets = bucket_count(owned)`` (a power of two near
+  ``owned / 256``, at most 4096), and gets a bitmap back. A lost change makes one bucket differ at
+  one peer; the owner then sends the salted 32-bit values of that bucket's clients (about
+  ``owned / buckets``) and the peer answers the one position it lacks. When those values would
+  pass 64 KiB the owner first sends ``k = sub_buckets_for(1, buckets, owned)`` sub-digests and
+  the values of one sub-bucket only. Every message, request or answer, also carries
+  ``ENVELOPE`` bytes (gRPC frame and Payload metadata). Copies removed because their owner no
+  longer has them are not modelled (the churn below changes clients, it never removes one).
 * **Sync fan-out**: every change is sent by its owner to the ``N - 1`` peers,
   ``SYNC_FIXED + len(client_id) + b64(SYNC_BODY + len(client_id) + len(ip))`` bytes each; a lost
   change is re-sent once to the diverged peer (both protocols).
@@ -60,6 +64,15 @@ import pyarrow.compute as pc
 from shoal.analytics import report
 from shoal.analytics.progress import spark_progress
 from shoal.analytics.ring import DEFAULT_VNODES, Ring, distro_hashes, join_position_map, leave_position_map
+from shoal.kernels.verify_layout import (
+    bucket_count,
+    detail_answer_size,
+    detail_request_size,
+    digest_answer_size,
+    digest_request_size,
+    sub_buckets_for,
+    sub_request_size,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -81,13 +94,10 @@ SYNC_FIXED: Final[int] = 200
 #: Serialized ClientSyncData without client id and ip: namespace, group, service, cluster, port,
 #: weight, flags, empty metadata, revision.
 SYNC_BODY: Final[int] = 160
-#: Envelope of one digest-verify request or bucket-list exchange.
-DIGEST_FIXED: Final[int] = 64
-DIGEST_BYTES_PER_BUCKET: Final[int] = 8
-REVISION_BYTES: Final[int] = 8  # per client in a bucket list, besides the id
-CLIENTS_PER_BUCKET: Final[int] = 256
-MIN_BUCKETS: Final[int] = 1
-MAX_BUCKETS: Final[int] = 4096
+#: gRPC frame and Payload metadata (type, shoal-member header) around each Shoal cluster message.
+ENVELOPE: Final[int] = 64
+#: A representative per-round salt in the sub-digest and detail headers (they carry a 64-bit one).
+_SALT: Final[int] = 2**63
 #: Nacos ``nacos.core.protocol.distro.data.verify_interval_ms`` default.
 VERIFY_INTERVAL_S: Final[float] = 5.0
 
@@ -95,7 +105,7 @@ _MASK64: Final[int] = (1 << 64) - 1
 _BATCH_ROWS: Final[int] = 131_072
 
 _STATIC_METRICS: Final[tuple[str, ...]] = (
-    "owned", "owned_ring", "verify_bytes", "id_bytes",
+    "owned", "owned_ring", "verify_bytes",
     "moved_join_modulo", "moved_leave_modulo", "moved_join_ring", "moved_leave_ring",
     "to_joiner_modulo", "to_joiner_ring",
 )
@@ -232,7 +242,27 @@ def sync_bytes(cid_len: npt.NDArray[np.int64], ip_len: npt.NDArray[np.int64]) ->
 
 
 def buckets(owned: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    return np.clip(-(-owned // CLIENTS_PER_BUCKET), MIN_BUCKETS, MAX_BUCKETS)
+    """The bucket count each node's verify uses for its ``owned`` clients."""
+    return np.array([bucket_count(int(o)) for o in owned], dtype=np.int64)
+
+
+def digest_round_bytes(owned: int) -> int:
+    """One owner's digest request to one peer and its answer, when they agree (both envelopes)."""
+    n = bucket_count(owned)
+    return 2 * ENVELOPE + digest_request_size(n, owned) + digest_answer_size(n)
+
+
+def repair_cost(owned: int) -> tuple[int, int]:
+    """(requests, bytes) beyond the digest exchange that one lost change of an owner with ``owned``
+    clients costs at the peer that missed it: sub-digests when the bucket is large, then the
+    values of its (sub-)bucket and the answer naming the one the peer lacks."""
+    n = bucket_count(owned)
+    k = sub_buckets_for(1, n, owned)
+    in_sub = -(-owned // (n * k))
+    cost = (2 * ENVELOPE + detail_request_size(n, k, 1, in_sub, _SALT) + detail_answer_size(1, []))
+    if k == 1:
+        return 1, cost
+    return 2, cost + 2 * ENVELOPE + sub_request_size(n, k, [n - 1], _SALT) + (k + 7) // 8
 
 
 # -- the Spark side ---------------------------------------------------------------------------------
@@ -283,7 +313,6 @@ class _Model:
         static[m["owned"]] += count(old)
         static[m["owned_ring"]] += count(r_old)
         static[m["verify_bytes"]] += count(old, verify_bytes(cid_len))
-        static[m["id_bytes"]] += count(old, cid_len)
         static[m["moved_join_modulo"]] += count(old[moved_join])
         static[m["moved_leave_modulo"]] += count(old[moved_leave])
         static[m["moved_join_ring"]] += count(r_old[r_old != r_join])
@@ -403,9 +432,10 @@ def _tables(
     n, m, peers = p.nodes, p.clients, p.nodes - 1
     owned = static["owned"]
     nb = buckets(owned)
-    digest_per_peer = DIGEST_FIXED + DIGEST_BYTES_PER_BUCKET * nb
-    # one bucket's share of the node's (client id, revision) list
-    bucket_list = DIGEST_FIXED + REVISION_BYTES * (-(-owned // nb)) + (-(-static["id_bytes"] // nb))
+    digest_per_peer = np.array([digest_round_bytes(int(o)) for o in owned], dtype=np.int64)
+    repairs = [repair_cost(int(o)) for o in owned]
+    repair_requests = np.array([r for r, _ in repairs], dtype=np.int64)
+    repair_bytes = np.array([b for _, b in repairs], dtype=np.int64)
     ownership = pa.table({
         "node_index": np.arange(n, dtype=np.int32),
         "node": members,
@@ -429,14 +459,14 @@ def _tables(
         c, d = int(churned[r].sum()), int(diverged[r].sum())
         resync = int(per_round["resync_bytes"][r].sum())
         sync_b = int(sync_out[r].sum())
-        digest_b = digest_base + int((diverged[r] * (DIGEST_FIXED + bucket_list)).sum())
+        digest_b = digest_base + int((diverged[r] * repair_bytes).sum())
         rows.append({
             "round": r,
             "churned": c,
             "diverged": d,
             "nacos_verify_messages": m * peers,
             "nacos_verify_bytes": nacos_verify_bytes,
-            "digest_verify_messages": n * peers + 2 * d,
+            "digest_verify_messages": n * peers + int((diverged[r] * repair_requests).sum()),
             "digest_verify_bytes": digest_b,
             "sync_messages": c * peers,
             "sync_bytes": sync_b,

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -257,6 +258,50 @@ class ViewTxnOutcome(Generic[T]):
     current: Mapping[str, tuple[int, T | None]]
 
 
+#: A CP store the views cannot reach for this long is worth a WARNING; shorter (a managed etcd
+#: member starting with its node) it is said once at INFO.
+OUTAGE_WARN_AFTER_S = 10.0
+
+
+class _Outage:
+    """What the views of one store say while it cannot be reached: the first failure once at INFO
+    (a node's seven views all fail together while its etcd member starts), a WARNING once if it
+    lasts :data:`OUTAGE_WARN_AFTER_S`, the rest at DEBUG, and an INFO when every view reads again."""
+
+    _of: weakref.WeakKeyDictionary[CpStore, _Outage] = weakref.WeakKeyDictionary()
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.warned = False
+        self.waiting: set[str] = set()
+
+    @classmethod
+    def of(cls, store: CpStore) -> _Outage:
+        outage = cls._of.get(store)
+        if outage is None:
+            outage = cls._of[store] = cls()
+        return outage
+
+    def failed(self, view: str, exc: NacosError, retry_s: float) -> None:
+        now = asyncio.get_running_loop().time()
+        self.waiting.add(view)
+        if self.since is None:
+            self.since = now
+            log.info("CP store not readable yet (%s); the CP views retry every %.1f s", exc, retry_s)
+        elif not self.warned and now - self.since >= OUTAGE_WARN_AFTER_S:
+            self.warned = True
+            log.warning("CP store not readable for %.0f s (%s); waiting: %s", now - self.since, exc,
+                        ", ".join(sorted(self.waiting)))
+        else:
+            log.debug("CP view %s: %s; retrying in %.1f s", view, exc, retry_s)
+
+    def recovered(self, view: str) -> None:
+        self.waiting.discard(view)
+        if self.since is not None and not self.waiting:
+            log.info("CP store readable after %.1f s", asyncio.get_running_loop().time() - self.since)
+            self.since, self.warned = None, False
+
+
 class CpView(Generic[T]):
     """The in-memory view of one keyspace: reads are local dict lookups, fed by a watch.
 
@@ -396,20 +441,23 @@ class CpView(Generic[T]):
 
     # --- feeding ---------------------------------------------------------------------------
     async def _run(self) -> None:
+        outage = _Outage.of(self.store)
         while True:
             try:
                 if not self._ready.is_set():
                     snapshot = await self.store.range(self.keyspace.prefix)
                     self._apply_resync(Resync(snapshot.revision, snapshot.items))
                     self._ready.set()
+                    outage.recovered(self.keyspace.value)
                 async for item in self.store.watch(self.keyspace.prefix, self._revision + 1):
+                    outage.recovered(self.keyspace.value)  # read again after a failed watch
                     if isinstance(item, Resync):
                         self._apply_resync(item)
                     else:
                         self._apply_event(item)
                 return  # the store was closed
             except NacosError as exc:  # CpUnavailable, or a refusal such as bad credentials
-                log.warning("CP view %s: %s; retrying in %.1f s", self.keyspace.value, exc, self._retry_delay_s)
+                outage.failed(self.keyspace.value, exc, self._retry_delay_s)
                 await asyncio.sleep(self._retry_delay_s)
 
     def _decoded(self, key: str, raw: bytes) -> T | None:

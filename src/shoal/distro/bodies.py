@@ -5,10 +5,10 @@ The cluster port takes bodies from peers; a peer with a bug (or a caller that go
 member check) must get an answer, not a traceback: the SDK port answers a body that is not a
 JSON object with 502 (``BadRequestBody``), and the cluster port now does the same for each body
 that does not have its request type's shape. A check parses only what it must: the JSON part
-(header or whole body) and the field types the handler relies on. The handler checks the rest
-(the verify wire version, value ranges, the binary parts' lengths, a sync batch) with a
-ValueError (``SyncDecodeError``, ...), which the cluster server answers 500 without a
-traceback, as Nacos answers a distro request that failed.
+(header or whole body) and the field types the handler relies on. A binary sync batch is checked
+by its decoder (``SyncDecodeError``, a ValueError, which the cluster server answers 500 without a
+traceback, as Nacos answers a distro request that failed); the verify messages by their one
+parser in :mod:`shoal.distro.verify.wire` (``BadVerifyMessage``, 502 like the checks here).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 from shoal import jsonfast
 from shoal.errors import BadRequestBody
 
-__all__ = ["BodyCheck", "binary", "detail_request", "digest_request", "header_line", "json_object",
-           "report_request", "snapshot_request", "sub_digest_request"]
+__all__ = ["BodyCheck", "binary", "json_object", "report_request", "snapshot_request",
+           "verify_message"]
 
 #: Checks one request body; raises BadRequestBody when it does not have the expected shape.
 BodyCheck = Callable[[bytes], None]
@@ -53,6 +53,11 @@ def binary(body: bytes) -> None:
     """A binary body (a sync batch): its decoder is the check."""
 
 
+def verify_message(body: bytes) -> None:
+    """The verify requests: parsed once, by their handler (:mod:`shoal.distro.verify.wire`), whose
+    parser refuses a body without its shape with BadVerifyMessage, a BadRequestBody (502)."""
+
+
 def report_request(body: bytes) -> None:
     """MemberReportRequest: the body is not read (the sender header names the member)."""
 
@@ -69,50 +74,3 @@ def snapshot_request(body: bytes) -> None:
     _int_field(request, "offset", "DistroSnapshotRequest body")
     if not isinstance(request.get("stream", False), bool):
         raise BadRequestBody("DistroSnapshotRequest body: 'stream' must be a boolean")
-
-
-def header_line(body: bytes, what: str) -> tuple[dict[str, Any], bytes]:
-    """A body made of a JSON object on the first line and binary after it: (header, rest)."""
-    head, sep, rest = body.partition(b"\n")
-    if not sep:
-        raise BadRequestBody(f"{what} has no header line")
-    return json_object(head, f"{what} header"), rest
-
-
-def _int_list(obj: dict[str, Any], key: str, what: str) -> None:
-    value = obj.get(key)
-    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
-        raise BadRequestBody(f"{what}: '{key}' must be a list of integers")
-
-
-def digest_request(body: bytes) -> None:
-    """DistroVerifyRequest: a JSON header line with ``buckets`` (int >= 1), then 8 bytes per bucket."""
-    what = "DistroVerifyRequest"
-    header, packed = header_line(body, what)
-    _int_field(header, "buckets", f"{what} header", low=1, required=True)
-    if len(packed) != 8 * header["buckets"]:
-        raise BadRequestBody(f"{what}: {len(packed)} bytes of digests for {header['buckets']} buckets")
-
-
-def sub_digest_request(body: bytes) -> None:
-    """DistroVerifySubDigestRequest: a JSON header line ``{"buckets", "k", "salt", "list": [bucket...]}``,
-    then packed sub-digests (their count is checked by the handler)."""
-    what = "DistroVerifySubDigestRequest header"
-    header, _packed = header_line(body, "DistroVerifySubDigestRequest")
-    _int_field(header, "buckets", what, low=1, required=True)
-    _int_field(header, "k", what, low=1, required=True)
-    _int_field(header, "salt", what, required=True)
-    _int_list(header, "list", what)
-
-
-def detail_request(body: bytes) -> None:
-    """DistroVerifyDetailRequest: a JSON header line ``{"buckets", "k", "salt", "subs", "counts"}``,
-    then the packed sub-buckets, counts and keys (their lengths are checked by the handler)."""
-    what = "DistroVerifyDetailRequest header"
-    header, _packed = header_line(body, "DistroVerifyDetailRequest")
-    _int_field(header, "buckets", what, low=1, required=True)
-    _int_field(header, "k", what, low=1, required=True)
-    _int_field(header, "salt", what, required=True)
-    _int_field(header, "subs", what, required=True)
-    if not isinstance(header.get("counts"), str):
-        raise BadRequestBody(f"{what}: 'counts' must be a string")

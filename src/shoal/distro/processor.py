@@ -134,6 +134,17 @@ class DistroProcessor:
         self.bus.publish(DistroSyncApplied(client.owner, client_id, "delete"))
         return 1
 
+    def remove_copy(self, owner: str, client_id: str, revision: int) -> bool:
+        """Remove a copy its owner confirmed (by verify) it no longer has: only a copy still held
+        from ``owner`` at ``revision`` — a newer CHANGE, another owner's copy or a native client
+        stays."""
+        client = self.clients.get(client_id)
+        if client is None or client.native or client.owner != owner or client.revision != revision:
+            return False
+        self.clients.remove(client_id, REASON_DELETED_BY_OWNER)
+        self.bus.publish(DistroSyncApplied(owner, client_id, "delete"))
+        return True
+
     def expire(self, expired_after_ms: int) -> int:
         """Release synced clients their owner stopped renewing (ConnectionBasedClient.isExpire)."""
         now = self.clock.monotonic_ms()

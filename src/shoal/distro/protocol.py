@@ -32,6 +32,7 @@ from shoal.distro.transport import PeerTransport
 from shoal.distro.verify import (
     DETAIL_REQUEST,
     DIGEST_REQUEST,
+    REMOVE_REQUEST,
     SUB_REQUEST,
     DigestIndex,
     VerifyOutcome,
@@ -61,9 +62,10 @@ Handler = Callable[[str, bytes], Awaitable[tuple[str, bytes]]]
 #: its type's shape is a BadRequestBody (502), as on the SDK port. Every route needs one.
 BODY_CHECKS: dict[str, bodies.BodyCheck] = {
     SYNC_REQUEST: bodies.binary,  # the batch decoder checks it (SyncDecodeError, a ValueError)
-    DIGEST_REQUEST: bodies.digest_request,
-    SUB_REQUEST: bodies.sub_digest_request,
-    DETAIL_REQUEST: bodies.detail_request,
+    DIGEST_REQUEST: bodies.verify_message,
+    SUB_REQUEST: bodies.verify_message,
+    DETAIL_REQUEST: bodies.verify_message,
+    REMOVE_REQUEST: bodies.verify_message,
     SNAPSHOT_REQUEST: bodies.snapshot_request,
     REPORT_REQUEST: bodies.report_request,
 }
@@ -131,7 +133,7 @@ class DistroProtocol:
         self.conf_watcher = ClusterConfWatcher(Path(config.cluster_conf), members) if config.cluster_conf else None
         self._routes: dict[str, Handler] = {}
         self.receiver = VerifyReceiver(clock, clients, on_renew, self._is_loaded, self.index,
-                                       renew_kinds)  # also builds the routes
+                                       renew_kinds, self.processor.remove_copy)  # also builds the routes
         self._owned: tuple[int, Counter[str]] | None = None  # (monotonic ms, clients by owner)
         self._load_task: asyncio.Task[None] | None = None
         self._verify_task: asyncio.Task[None] | None = None
@@ -160,6 +162,7 @@ class DistroProtocol:
             DIGEST_REQUEST: receiver.handle_digest,
             SUB_REQUEST: receiver.handle_sub,
             DETAIL_REQUEST: receiver.handle_detail,
+            REMOVE_REQUEST: receiver.handle_remove,
             SNAPSHOT_REQUEST: self.snapshots.handle,
             REPORT_REQUEST: self.reporter.handle,
         }

@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING
 from shoal.kernels import load
 
 __all__ = [
-    "bucket_digests", "bucket_of", "diff_revisions", "diff_sorted", "fnv1a64", "salted32", "splitmix64", "sub_keys",
+    "bucket_digests", "bucket_of", "diff_sorted", "fnv1a64", "salted32", "splitmix64", "sub_keys",
 ]
 
 if TYPE_CHECKING:
     from shoal.kernels.verify_py import (
         bucket_digests,
         bucket_of,
-        diff_revisions,
         diff_sorted,
         fnv1a64,
         salted32,
@@ -30,7 +29,6 @@ else:
     splitmix64 = _impl.splitmix64
     bucket_of = _impl.bucket_of
     bucket_digests = _impl.bucket_digests
-    diff_revisions = _impl.diff_revisions
     diff_sorted = _impl.diff_sorted
     salted32 = _impl.salted32
     sub_keys = _impl.sub_keys

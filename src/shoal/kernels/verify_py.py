@@ -2,8 +2,7 @@
 
 Nacos' Distro verify task sends every owned client id with its revision to each peer, which then
 asks for the clients it is missing or holds stale. Shoal first compares one digest per bucket of
-client ids and exchanges ids only for buckets whose digests differ, then diffs those ids with
-:func:`diff_revisions`.
+client ids and goes into detail only for the buckets whose digests differ (see the last paragraph).
 
 Wire-level contract between Shoal nodes (changing any of it breaks mixed-version clusters):
 
@@ -33,10 +32,10 @@ keys carry, salted per round so that a chance collision never hides the same dif
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 __all__ = [
-    "bucket_digests", "bucket_of", "diff_revisions", "diff_sorted", "fnv1a64", "salted32", "splitmix64", "sub_keys",
+    "bucket_digests", "bucket_of", "diff_sorted", "fnv1a64", "salted32", "splitmix64", "sub_keys",
 ]
 
 _MASK64 = 0xFFFFFFFFFFFFFFFF
@@ -91,26 +90,6 @@ def bucket_digests(client_ids: Sequence[str], revisions: Sequence[int], n_bucket
         bucket = h % n_buckets
         digests[bucket] = (digests[bucket] + splitmix64(h ^ ((revision * GOLDEN) & _MASK64))) & _MASK64
     return digests
-
-
-def diff_revisions(local: Mapping[str, int], remote: Mapping[str, int]) -> tuple[list[str], list[str], list[str]]:
-    """``(missing, stale, extra)``, each sorted.
-
-    ``missing``: ids in ``local`` but not in ``remote``; ``stale``: ids in both whose revisions
-    differ (``!=``); ``extra``: ids in ``remote`` but not in ``local``.
-    """
-    missing: list[str] = []
-    stale: list[str] = []
-    for cid, revision in local.items():
-        if cid not in remote:
-            missing.append(cid)
-        elif remote[cid] != revision:
-            stale.append(cid)
-    extra = [cid for cid in remote if cid not in local]
-    missing.sort()
-    stale.sort()
-    extra.sort()
-    return missing, stale, extra
 
 
 def _sorted_u64(values: Iterable[int], name: str) -> list[int]:

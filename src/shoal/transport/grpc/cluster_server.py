@@ -11,6 +11,7 @@ the transport or the loop. Each kind of failure is logged at most once per inter
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
@@ -43,6 +44,7 @@ class ClusterServer:
         self.metrics = metrics
         self.garbage = RateLimitedLog(log)  # bad input and failures: one line per kind per interval
         self._transport: GrpcTransport | None = None
+        self._tasks: set[asyncio.Task[bytes]] = set()  # requests being handled (see unary)
 
     async def start(self) -> None:
         """Bind the cluster port (OSError when it is taken) and start serving."""
@@ -57,9 +59,16 @@ class ClusterServer:
             await self._transport.stop(grace_s)
             self._transport = None
 
-    async def unary(self, data: bytes, peer: str) -> bytes:
-        """One /Request/request from a peer; raises PayloadDecodeError for bytes that are no Payload
-        (the transport answers INVALID_ARGUMENT)."""
+    def unary(self, data: bytes, peer: str) -> Awaitable[bytes]:
+        """One /Request/request from a peer: the answer's bytes, awaitable. Raises PayloadDecodeError
+        at once for bytes that are no Payload (the transport answers INVALID_ARGUMENT).
+
+        The request is handled in a task of its own, started here, not in a coroutine handed to
+        the transport: a transport that stops waiting before its own task ran (the peer reset the
+        stream or its deadline passed in the same batch of events, as when a paused node gets
+        SIGCONT and reads everything queued meanwhile) drops a task that finishes by itself, never a
+        coroutine nobody awaits ("coroutine 'ClusterServer.unary' was never awaited"). A task
+        that is awaited and then cancelled is cancelled with it."""
         started = time.perf_counter()
         try:
             type_name, raw_headers, _client_ip, raw = decode(data)
@@ -67,6 +76,13 @@ class ClusterServer:
             self.garbage.warning("bad-frame", "cluster request from %s is no Payload (answered INVALID_ARGUMENT): %s",
                                  peer, exc)
             raise
+        task = asyncio.get_running_loop().create_task(self._handle(type_name, raw_headers, raw, peer, started))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _handle(self, type_name: str, raw_headers: dict[str, str], raw: bytes, peer: str,
+                      started: float) -> bytes:
         headers = {k.lower(): v for k, v in raw_headers.items()}
         sender = headers.get(MEMBER_HEADER, "")
         try:
