@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from v2.nacos import ClientConfigBuilder, GRPCConfig, NacosNamingService, RegisterInstanceParam
 
-from .harness import FAST_MEMBERS, FaultCluster, Partition, freeze, thaw, tracebacks
+from shoal.testing.faults import Partition, freeze, thaw, tracebacks
+from shoal.testing.nodes import FAST_MEMBERS, FaultCluster
 
 pytestmark = pytest.mark.faults
 

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from integration.cpcluster import CpCluster
+
+from shoal.testing.nodes import CpCluster
 
 pytestmark = pytest.mark.faults
 
