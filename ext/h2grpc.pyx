@@ -223,7 +223,9 @@ cdef class _Stream:
     cdef dict headers
     cdef Py_ssize_t header_bytes
     # inbound
-    cdef bytearray buf        # bytes of the message being reassembled (prefix included until parsed)
+    cdef bytearray buf        # the bytes of a 5-byte prefix that arrived split
+    cdef bytes msg            # the message being reassembled: allocated at its declared size, filled in place
+    cdef Py_ssize_t filled    # bytes of msg received so far
     cdef Py_ssize_t need      # body bytes still expected; -1 while reading the 5-byte prefix
     cdef bint discard         # answered with an error: drop further DATA
     cdef Py_ssize_t reserved  # bytes of the read buffer reserved for the message being reassembled
@@ -243,7 +245,8 @@ cdef class _Stream:
         self.sid = sid
         self.headers = {}
         self.header_bytes = 0
-        self.buf = None  # created when a message arrives split (most arrive whole)
+        self.buf = None  # created when a prefix arrives split (most arrive whole)
+        self.msg = None  # created when a message arrives split
         self.need = -1
         self.out = None  # created by the first message sent
         self.out_head = 0
@@ -658,16 +661,20 @@ cdef class H2Session:
                 st.reserved = size
                 self.read_buffered += size
                 st.need = size
+                # The message's own bytes object, written in place as DATA arrives (it is not shared
+                # before it is complete): no growing buffer and no final copy, so a large message
+                # costs its size once (and, mmapped, only the pages its bytes have reached so far).
+                st.msg = PyBytes_FromStringAndSize(NULL, size)
+                st.filled = 0
             take = min(st.need, length)
-            if buf is None:
-                st.buf = buf = bytearray()
-            buf += data[:take]
+            memcpy(PyBytes_AS_STRING(st.msg) + st.filled, data, take)
+            st.filled += take
             data += take
             length -= take
             st.need -= take
             if st.need == 0:
-                self._event((EV_MESSAGE, st.sid, bytes(buf), None))
-                st.buf = buf = None  # an idle stream keeps no buffer
+                self._event((EV_MESSAGE, st.sid, st.msg, None))
+                st.msg = None  # an idle stream keeps no buffer
                 st.need = -1
                 self._release(st)
         return 0
@@ -679,6 +686,7 @@ cdef class H2Session:
     cdef void _fail(self, _Stream st, int status, str message):
         st.discard = True
         st.buf = None
+        st.msg = None
         st.need = -1
         self._release(st)
         self._send_trailers(st.sid, status, message)
