@@ -182,3 +182,11 @@ cdef extern from "nghttp2/nghttp2.h":
     int nghttp2_submit_goaway(nghttp2_session *session, uint8_t flags, int32_t last_stream_id,
                               uint32_t error_code, const uint8_t *opaque_data, size_t opaque_data_len)
     const char *nghttp2_strerror(int lib_error_code)
+
+    # the library linked at run time (not the headers built against): ext/h2grpc.pyx checks it at import
+    ctypedef struct nghttp2_info:
+        int age
+        int version_num
+        const char *version_str
+        const char *proto_str
+    nghttp2_info *nghttp2_version(int least_version)

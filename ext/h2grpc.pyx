@@ -95,22 +95,39 @@ cdef bint _framebuf_taken = False    # that session took it
 cdef bint _sending = False           # some session is inside output_parts
 
 
+cdef extern from "<malloc.h>":
+    size_t malloc_usable_size(void *ptr) nogil
+
+cdef size_t _lib_bytes = 0  # bytes nghttp2 holds now (usable sizes), for library_bytes()
+
+
 cdef void *_mem_malloc(size_t size, void *mem_user_data) noexcept nogil:
-    return malloc(size)
+    global _lib_bytes
+    cdef void *p = malloc(size)
+    if p != NULL:
+        _lib_bytes += malloc_usable_size(p)
+    return p
 
 
 cdef void _mem_free(void *ptr, void *mem_user_data) noexcept nogil:
-    if ptr != <void*>_framebuf:
+    global _lib_bytes
+    if ptr != NULL and ptr != <void*>_framebuf:
+        _lib_bytes -= malloc_usable_size(ptr)
         free(ptr)
 
 
 cdef void *_mem_calloc(size_t nmemb, size_t size, void *mem_user_data) noexcept nogil:
-    return calloc(nmemb, size)
+    global _lib_bytes
+    cdef void *p = calloc(nmemb, size)
+    if p != NULL:
+        _lib_bytes += malloc_usable_size(p)
+    return p
 
 
 cdef void *_mem_realloc(void *ptr, size_t size, void *mem_user_data) noexcept nogil:
-    global _framebuf_offered, _framebuf_taken
+    global _framebuf_offered, _framebuf_taken, _lib_bytes
     cdef void *fresh
+    cdef size_t before
     if ptr == NULL and _framebuf_offered and size == _FRAMEBUF_CHUNK:
         _framebuf_offered = False
         _framebuf_taken = True
@@ -119,8 +136,21 @@ cdef void *_mem_realloc(void *ptr, size_t size, void *mem_user_data) noexcept no
         fresh = malloc(size)
         if fresh != NULL:
             memcpy(fresh, ptr, size if size < _FRAMEBUF_CHUNK else _FRAMEBUF_CHUNK)
+            _lib_bytes += malloc_usable_size(fresh)
         return fresh
-    return realloc(ptr, size)
+    before = malloc_usable_size(ptr) if ptr != NULL else 0
+    fresh = realloc(ptr, size)
+    if fresh != NULL:
+        _lib_bytes += malloc_usable_size(fresh) - before
+    elif size == 0:  # realloc(p, 0) freed p
+        _lib_bytes -= before
+    return fresh
+
+
+def library_bytes():
+    """Bytes libnghttp2 holds now across every session (heap blocks, shared frame buffer not
+    counted): what a test bounds, since tracemalloc does not see C allocations."""
+    return _lib_bytes
 
 
 cdef nghttp2_mem _mem
@@ -131,8 +161,41 @@ _mem.calloc = _mem_calloc
 _mem.realloc = _mem_realloc
 
 
+# --- the library linked at run time ------------------------------------------------------------
+# The shared frame buffer above relies on how nghttp2 1.52 allocates and uses its first framebufs
+# chunk, and feed()'s CONTINUATION scan stands in for a bound 1.52 lacked: another version may
+# allocate differently (a silent memory corruption) or bound CONTINUATIONs itself. So the module
+# refuses, at import, a library it was not tested with (docs/native-transport.md, "Library
+# version"); the node then explains the refusal and grpc.aio still serves the gRPC ports.
+#: version_num (0xMMmmpp) -> version tested with this module
+TESTED_LIBRARY_VERSIONS = {0x013400: "1.52.0"}
+cdef nghttp2_info *_lib_info = nghttp2_version(0)
+LIBRARY_VERSION = (<bytes>_lib_info.version_str).decode("ascii", "replace")
+LIBRARY_VERSION_NUM = _lib_info.version_num
+
+
+def check_library(int version_num, str version):
+    """ImportError, saying why and what to do, unless ``version_num`` was tested."""
+    if version_num not in TESTED_LIBRARY_VERSIONS:
+        tested = ", ".join(sorted(TESTED_LIBRARY_VERSIONS.values()))
+        raise ImportError(
+            f"shoal._ext.h2grpc was tested with libnghttp2 {tested} only, and this process loaded "
+            f"libnghttp2 {version}: the native gRPC transport relies on that version's allocation of its "
+            f"outbound frame buffer and works around its CONTINUATION handling (docs/native-transport.md). "
+            f"Run the gRPC ports on grpc.aio (-D shoal.remote.transport=grpcio), or install libnghttp2 {tested} "
+            f"and rebuild the extension.")
+
+
+check_library(LIBRARY_VERSION_NUM, LIBRARY_VERSION)
+
+
 class H2Error(Exception):
     """The peer broke HTTP/2 (bad preface, protocol error): the connection must be closed."""
+
+
+class H2CallbackError(H2Error):
+    """One of our nghttp2 callbacks raised (a bug here, not the peer's doing): the session is
+    over (a GOAWAY INTERNAL_ERROR is queued) and the callback's exception is ``__cause__``."""
 
 
 cdef bytes _percent_encode(str message):
@@ -160,7 +223,9 @@ cdef class _Stream:
     cdef dict headers
     cdef Py_ssize_t header_bytes
     # inbound
-    cdef bytearray buf        # bytes of the message being reassembled (prefix included until parsed)
+    cdef bytearray buf        # the bytes of a 5-byte prefix that arrived split
+    cdef bytes msg            # the message being reassembled: allocated at its declared size, filled in place
+    cdef Py_ssize_t filled    # bytes of msg received so far
     cdef Py_ssize_t need      # body bytes still expected; -1 while reading the 5-byte prefix
     cdef bint discard         # answered with an error: drop further DATA
     cdef Py_ssize_t reserved  # bytes of the read buffer reserved for the message being reassembled
@@ -180,7 +245,8 @@ cdef class _Stream:
         self.sid = sid
         self.headers = {}
         self.header_bytes = 0
-        self.buf = None  # created when a message arrives split (most arrive whole)
+        self.buf = None  # created when a prefix arrives split (most arrive whole)
+        self.msg = None  # created when a message arrives split
         self.need = -1
         self.out = None  # created by the first message sent
         self.out_head = 0
@@ -193,8 +259,8 @@ cdef int _on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame,
     if frame.hd.type == NGHTTP2_HEADERS and frame.headers.cat == NGHTTP2_HCAT_REQUEST:
         try:
             self.streams[frame.hd.stream_id] = _Stream(frame.hd.stream_id)
-        except BaseException:
-            return NGHTTP2_ERR_CALLBACK_FAILURE
+        except BaseException as exc:
+            return self._callback_failed(exc, "_on_begin_headers")
     return 0
 
 
@@ -213,8 +279,8 @@ cdef int _on_header(nghttp2_session *session, const nghttp2_frame *frame, const 
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE  # resets this stream only
         st.headers[(<const char*>name)[:namelen].decode("latin-1")] = \
             (<const char*>value)[:valuelen].decode("utf-8", "replace")
-    except BaseException:
-        return NGHTTP2_ERR_CALLBACK_FAILURE
+    except BaseException as exc:
+        return self._callback_failed(exc, "_on_header")
     return 0
 
 
@@ -238,8 +304,8 @@ cdef int _on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, vo
             st = self.streams.get(sid)
             if st is not None and not st.discard:
                 self._event((EV_HALF_CLOSE, sid, None, None))
-    except BaseException:
-        return NGHTTP2_ERR_CALLBACK_FAILURE
+    except BaseException as exc:
+        return self._callback_failed(exc, "_on_frame_recv")
     return 0
 
 
@@ -252,8 +318,8 @@ cdef int _on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream_
         if st is None or st.discard:
             return 0
         self._reassemble(st, <const char*>data, length)
-    except BaseException:
-        return NGHTTP2_ERR_CALLBACK_FAILURE
+    except BaseException as exc:
+        return self._callback_failed(exc, "_on_data_chunk")
     return 0
 
 
@@ -266,8 +332,8 @@ cdef int _on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t 
             self.backlog -= (<_Stream>st).out_bytes
             self._release(<_Stream>st)
             self._event((EV_CLOSED, stream_id, error_code, None))
-    except BaseException:
-        return NGHTTP2_ERR_CALLBACK_FAILURE
+    except BaseException as exc:
+        return self._callback_failed(exc, "_on_stream_close")
     return 0
 
 
@@ -295,8 +361,8 @@ cdef ssize_t _read_data(nghttp2_session *session, int32_t stream_id, uint8_t *bu
         if take:
             data_flags[0] |= NGHTTP2_DATA_FLAG_NO_COPY
         return take
-    except BaseException:
-        return NGHTTP2_ERR_CALLBACK_FAILURE
+    except BaseException as exc:
+        return self._callback_failed(exc, "_read_data")
 
 
 cdef int _send_data(nghttp2_session *session, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
@@ -311,7 +377,8 @@ cdef int _send_data(nghttp2_session *session, nghttp2_frame *frame, const uint8_
     try:
         st = self.streams.get(frame.hd.stream_id)
         if st is None or frame.data.padlen != 0 or st.out_bytes < left:
-            return NGHTTP2_ERR_CALLBACK_FAILURE
+            raise AssertionError(f"DATA frame of {length} bytes on stream {frame.hd.stream_id} does not match "
+                                 f"its queue (padlen {frame.data.padlen})")
         self._emit(<const char*>framehd, 9)
         while left:
             chunk = <bytes>st.out[st.out_head]
@@ -335,8 +402,8 @@ cdef int _send_data(nghttp2_session *session, nghttp2_frame *frame, const uint8_
             st.out_head = 0
         st.out_bytes -= <Py_ssize_t>length
         self.backlog -= <Py_ssize_t>length
-    except BaseException:
-        return NGHTTP2_ERR_CALLBACK_FAILURE
+    except BaseException as exc:
+        return self._callback_failed(exc, "_send_data")
     return 0
 
 
@@ -351,8 +418,8 @@ cdef int _on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, vo
             if self.abuse is None:
                 try:
                     self.abuse = _GOAWAY_REASONS.get(frame.goaway.error_code, "protocol error")
-                except BaseException:
-                    return NGHTTP2_ERR_CALLBACK_FAILURE
+                except BaseException as exc:
+                    return self._callback_failed(exc, "_on_frame_send")
     return 0
 
 
@@ -390,6 +457,8 @@ cdef class H2Session:
     cdef bytearray _small
     cdef readonly bint shares_framebuf  # its outbound frame buffer is the process-wide one
     cdef bint _send_failed              # nghttp2_session_mem_send failed: never call it again
+    cdef object _callback_error         # the first exception a callback raised (see _callback_failed)
+    cdef str _callback_name             # ... and which callback
 
     def __cinit__(self, Py_ssize_t max_message=4 * 1024 * 1024, int max_concurrent_streams=1000,
                   int max_header_list=16384, int window=1024 * 1024, *, uint64_t reset_burst=1000,
@@ -452,6 +521,23 @@ cdef class H2Session:
         nghttp2_submit_settings(self.session, NGHTTP2_FLAG_NONE, iv, 3)
         nghttp2_session_set_local_window_size(self.session, NGHTTP2_FLAG_NONE, 0, window * 4)
 
+    cdef int _callback_failed(self, BaseException exc, str name) noexcept:
+        """A callback raised: keep the first exception (the caller of the C function raises it as
+        H2CallbackError once nghttp2 returns) and tell nghttp2 to give up."""
+        if self._callback_error is None:
+            self._callback_error = exc
+            self._callback_name = name
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+
+    cdef int _raise_callback_error(self) except -1:
+        """Raise what a callback kept, chained to the H2CallbackError that ends the session."""
+        exc = self._callback_error
+        if exc is None:
+            return 0
+        self._callback_error = None
+        nghttp2_session_terminate_session(self.session, NGHTTP2_INTERNAL_ERROR)
+        raise H2CallbackError(f"{self._callback_name} raised {type(exc).__name__}: {exc}") from exc
+
     def __dealloc__(self):
         if self.session != NULL:
             nghttp2_session_del(self.session)
@@ -476,6 +562,8 @@ cdef class H2Session:
             nghttp2_session_terminate_session(self.session, NGHTTP2_ENHANCE_YOUR_CALM)
         events = self.events
         self.events = None
+        if self._callback_error is not None:
+            self._raise_callback_error()
         if rv < 0:
             # Broken or flooding peer: queue a GOAWAY saying so (written if the owner flushes).
             if rv == NGHTTP2_ERR_FLOODED:
@@ -573,16 +661,20 @@ cdef class H2Session:
                 st.reserved = size
                 self.read_buffered += size
                 st.need = size
+                # The message's own bytes object, written in place as DATA arrives (it is not shared
+                # before it is complete): no growing buffer and no final copy, so a large message
+                # costs its size once (and, mmapped, only the pages its bytes have reached so far).
+                st.msg = PyBytes_FromStringAndSize(NULL, size)
+                st.filled = 0
             take = min(st.need, length)
-            if buf is None:
-                st.buf = buf = bytearray()
-            buf += data[:take]
+            memcpy(PyBytes_AS_STRING(st.msg) + st.filled, data, take)
+            st.filled += take
             data += take
             length -= take
             st.need -= take
             if st.need == 0:
-                self._event((EV_MESSAGE, st.sid, bytes(buf), None))
-                st.buf = buf = None  # an idle stream keeps no buffer
+                self._event((EV_MESSAGE, st.sid, st.msg, None))
+                st.msg = None  # an idle stream keeps no buffer
                 st.need = -1
                 self._release(st)
         return 0
@@ -594,6 +686,7 @@ cdef class H2Session:
     cdef void _fail(self, _Stream st, int status, str message):
         st.discard = True
         st.buf = None
+        st.msg = None
         st.need = -1
         self._release(st)
         self._send_trailers(st.sid, status, message)
@@ -747,6 +840,7 @@ cdef class H2Session:
                 n = nghttp2_session_mem_send(self.session, &data)
                 if n < 0:
                     self._send_failed = True
+                    self._raise_callback_error()
                     raise H2Error(nghttp2_strerror(<int>n).decode())
                 if n == 0:
                     break

@@ -363,9 +363,9 @@ class Config:
         check=positive,
     )
     http_forward_timeout_ms: int = _setting(
-        1000, "shoal.http.forward-timeout-ms",
-        "Timeout of an HTTP write forwarded to the responsible node; past it the write is handled here "
-        "(docs/protocol.md §5.5).",
+        300, "shoal.http.forward-timeout-ms",
+        "Timeout of an HTTP write forwarded to the responsible node; past it the write is handled here, and so "
+        "is every write for that node until it answers again (docs/protocol.md §5.5).",
         check=positive,
     )
     prometheus_sd_enabled: bool = _setting(

@@ -1,18 +1,23 @@
-"""Issue 11 item 2: a SIGSTOPped peer must not make HTTP writes forwarded to it fail."""
+"""Issue 11 item 2: a SIGSTOPped peer must not make HTTP writes forwarded to it fail; issue 22
+item 2: nor make them slow (write p99 during the pause <= 200 ms, on HTTP and gRPC)."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import pytest
 
 from shoal.testing.faults import Partition, RssSampler, freeze, rss_kb, thaw, tracebacks
 from shoal.testing.http import timed_call
 from shoal.testing.nodes import FaultCluster, owner_index
+from shoal.testing.rawclient import PYTHON_LABELS, parse, payload, register_body
 from shoal.testing.wait import poll_until
 
 pytestmark = pytest.mark.faults
@@ -102,3 +107,120 @@ def test_writes_for_a_hung_owner_succeed(fault_cluster: Callable[..., FaultClust
     assert c_down_at is not None, "A never marked the stopped node DOWN"
     assert failures == []
     assert logs == 0
+
+
+# --- issue 22 item 2: writes stay fast while a peer hangs ---------------------------------------
+PAUSE_S = 20.0  # the issue paused for 40 s; half keeps the suite short with the same transition
+HTTP_RATE = 50  # HTTP writes a second, started on schedule whatever the earlier ones take (open loop)
+WRITE_P99_S = 0.2  # the issue's bound for the write p99 during the pause, on both transports
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def _beat_url(cluster: FaultCluster, node: int, ip: str, port: int) -> str:
+    query = urllib.parse.urlencode({"serviceName": "hung", "ip": ip, "port": port})
+    return cluster.nodes[node].url(f"/nacos/v1/ns/instance/beat?{query}")
+
+
+def _http_load(cluster: FaultCluster, node: int, new: Iterator[tuple[str, int]], beat: list[tuple[str, int]],
+               seconds: float) -> list[tuple[int, float]]:
+    """Registrations of new ip:ports and beats of registered ones, alternately, at ``HTTP_RATE``
+    a second for ``seconds``: (status, latency) of each."""
+    futures = []
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        started = time.monotonic()
+        for n in itertools.count():
+            due = started + n / HTTP_RATE
+            if due - started >= seconds:
+                break
+            time.sleep(max(0.0, due - time.monotonic()))
+            if n % 2:
+                futures.append(pool.submit(timed_call, "PUT", _beat_url(cluster, node, *beat[n % len(beat)]),
+                                           timeout=15))
+            else:
+                futures.append(pool.submit(timed_call, "POST", _register_url(cluster, node, *next(new)), timeout=15))
+        return [(f.result()[0], f.result()[2]) for f in futures]
+
+
+async def _grpc_load(host: str, grpc_port: int, seconds: float) -> list[tuple[bool, float]]:
+    """One Nacos connection to the node registering a new instance at a time: (ok, latency) each."""
+    from shoal.transport.grpc._proto import Payload
+
+    channel = grpc.aio.insecure_channel(f"{host}:{grpc_port}", options=[("grpc.use_local_subchannel_pool", 1)])
+    unary = channel.unary_unary("/Request/request")
+    stream = channel.stream_stream("/BiRequestStream/requestBiStream")()
+    results: list[tuple[bool, float]] = []
+    try:
+        check = parse(Payload.FromString(await unary(payload("ServerCheckRequest", {"headers": {}}).SerializeToString(),
+                                                     timeout=10)))
+        assert check[0] == "ServerCheckResponse", check
+        await stream.write(payload("ConnectionSetupRequest", {"headers": {}, "clientVersion": "fault-test",
+                                                              "tenant": "", "labels": PYTHON_LABELS,
+                                                              "abilityTable": {}, "module": "internal"})
+                           .SerializeToString())
+        kind, _ = parse(Payload.FromString(await asyncio.wait_for(stream.read(), 10)))
+        assert kind == "SetupAckRequest", kind
+        end = time.monotonic() + seconds
+        n = 0
+        while time.monotonic() < end:
+            body = register_body("hung-grpc", ip=f"10.9.{n // 200}.{n % 200}", port=9090)
+            began = time.monotonic()
+            try:
+                kind, answer = parse(Payload.FromString(await unary(payload("InstanceRequest", body)
+                                                                    .SerializeToString(), timeout=15)))
+                ok = kind == "InstanceResponse" and answer.get("resultCode") == 200
+            except grpc.aio.AioRpcError:
+                ok = False
+            results.append((ok, time.monotonic() - began))
+            n += 1
+            await asyncio.sleep(0.02)
+    finally:
+        stream.cancel()
+        await channel.close()
+    return results
+
+
+def test_writes_stay_fast_while_a_peer_is_paused(fault_cluster: Callable[..., FaultCluster]) -> None:
+    cluster = fault_cluster(3)  # Nacos's member failure detection: a report every 2 s, DOWN after 3 failures
+    cluster.start_all()
+    a, c = 0, 2
+    poll_until(lambda: all(s == "UP" for s in cluster.member_states(a).values()), 30, what="A to see every member UP")
+    tags = _tags(cluster, c, 1400, 0)
+    beat, new = tags[:50], iter(tags[50:])
+    for tag in beat:  # registered (through A, forwarded to C) before the pause: beaten during it
+        status, text, _ = timed_call("POST", _register_url(cluster, a, *tag))
+        assert status == 200, text
+    poll_until(lambda: set(beat) <= cluster.instance_ips(c, "hung"), 30, what="C to hold the beaten instances")
+
+    with ThreadPoolExecutor(max_workers=1) as grpc_thread:
+        freeze(cluster.nodes[c])
+        try:
+            grpc_future = grpc_thread.submit(asyncio.run, _grpc_load(cluster.hosts[a], cluster.ports[a] + 1000,
+                                                                     PAUSE_S))
+            http = _http_load(cluster, a, new, beat, PAUSE_S)
+            grpc_results = grpc_future.result()
+        finally:
+            thaw(cluster.nodes[c])
+    poll_until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in range(3)), 60,
+               what="every node to see every member UP again")
+
+    http_failed = [status for status, _ in http if status != 200]
+    http_p99 = _p99([took for _, took in http])
+    grpc_failed = [ok for ok, _ in grpc_results if not ok]
+    grpc_p99 = _p99([took for _, took in grpc_results])
+    logs = sum(tracebacks(cluster.nodes[i].log()) for i in range(3))
+    print(f"paused {PAUSE_S:.0f} s: HTTP {len(http)} writes, {len(http_failed)} failed, p99 {http_p99 * 1000:.0f} ms, "
+          f"max {max(t for _, t in http) * 1000:.0f} ms; gRPC {len(grpc_results)} writes, {len(grpc_failed)} failed, "
+          f"p99 {grpc_p99 * 1000:.0f} ms; tracebacks {logs}")
+    assert http_failed == [] and grpc_failed == []
+    assert http_p99 <= WRITE_P99_S, f"HTTP write p99 {http_p99 * 1000:.0f} ms while C was paused"
+    assert grpc_p99 <= WRITE_P99_S, f"gRPC write p99 {grpc_p99 * 1000:.0f} ms while C was paused"
+    assert logs == 0
+    # C answers again: writes for it are forwarded to it again, and C holds them
+    late = next(new)
+    status, text, _ = timed_call("POST", _register_url(cluster, a, *late))
+    assert status == 200, text
+    poll_until(lambda: late in cluster.instance_ips(c, "hung"), 30, what="C to hold a write made after it came back")

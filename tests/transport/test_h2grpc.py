@@ -3,6 +3,7 @@ across arbitrary DATA frame splits, limits, trailers, and output that a real cli
 
 from __future__ import annotations
 
+import gc
 import struct
 from typing import Any
 
@@ -346,3 +347,51 @@ def test_sessions_sharing_one_frame_buffer_keep_their_own_output() -> None:
     pair.server.reply(sid, b"fine")
     pair.exchange()
     assert pair.response(sid)[1] == frame(b"fine")
+
+
+# --- a callback of ours that raises, and the library version contract --------------------------
+def test_an_exception_in_a_callback_ends_the_session_and_is_raised_after_nghttp2_returns() -> None:
+    # A stream whose state is corrupted (what a bug in the callbacks would do) makes the DATA
+    # callback raise: feed() raises H2CallbackError naming the callback, the exception as cause,
+    # and the session queues a GOAWAY INTERNAL_ERROR instead of ending without a trace.
+    session = opened()
+    session.feed(raw(HEADERS, END_HEADERS, 1, header_block()))
+    session.streams[1] = "not a stream"
+    with pytest.raises(h2grpc.H2CallbackError) as caught:
+        session.feed(raw(0, 0, 1, frame(b"body")))
+    assert "_on_data_chunk raised TypeError" in str(caught.value)
+    assert isinstance(caught.value.__cause__, TypeError)
+    assert goaways(session.pending_output()) == [2]  # INTERNAL_ERROR
+
+
+def test_an_exception_in_a_sending_callback_is_raised_by_output_parts() -> None:
+    session = opened()
+    session.feed(raw(HEADERS, END_HEADERS, 1, header_block()) + raw(0, END_STREAM, 1, frame(b"q")))
+    session.reply(1, b"answer")
+    session.streams[1] = 42  # _read_data finds no stream object where nghttp2 asks for data
+    with pytest.raises(h2grpc.H2CallbackError) as caught:
+        session.output_parts()
+    assert "_read_data raised TypeError" in str(caught.value)
+    with pytest.raises(h2grpc.H2Error):  # and the session never sends again
+        session.output_parts()
+
+
+def test_only_the_tested_libnghttp2_is_accepted() -> None:
+    assert h2grpc.LIBRARY_VERSION_NUM in h2grpc.TESTED_LIBRARY_VERSIONS  # else this module would not import
+    h2grpc.check_library(0x013400, "1.52.0")
+    for num, text in ((0x013D00, "1.61.0"), (0x013300, "1.51.0"), (0x023400, "2.52.0")):
+        with pytest.raises(ImportError) as caught:
+            h2grpc.check_library(num, text)
+        message = str(caught.value)
+        assert f"libnghttp2 {text}" in message and "shoal.remote.transport=grpcio" in message
+
+
+def test_library_memory_is_given_back_when_sessions_end() -> None:
+    gc.collect()  # sessions of earlier tests, held in reference cycles
+    before = h2grpc.library_bytes()
+    pairs = [Pair() for _ in range(20)]
+    held = h2grpc.library_bytes() - before
+    assert held > 0
+    del pairs
+    gc.collect()
+    assert h2grpc.library_bytes() == before

@@ -21,11 +21,6 @@ DOC = REPO / "docs" / "architecture.md"
 ROOTS = ("src/", "ext/", "tests/", "bench/", "docs/", "ci/")
 SEARCHED = ("src", "ext", "tests", "bench", "docs", "ci")
 
-#: Named by the page but written on another branch of the same change (the native transport's own
-#: document). Once the branches are merged the path exists, the last assertion below fails, and the
-#: entry is removed: from then on it is checked like every other path.
-NOT_YET_MERGED = {"native-transport.md"}
-
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
 _LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 _FILE_SUFFIXES = (".py", ".pyx", ".pxd", ".pyi", ".md", ".sh", ".json", ".service")
@@ -75,10 +70,8 @@ def exists(path: str, doc: Path = DOC, repo: Path = REPO) -> bool:
 def test_every_path_architecture_md_names_exists() -> None:
     paths = named_paths(DOC.read_text(encoding="utf-8"))
     assert len(paths) > 50, sorted(paths)  # the page is a map: it names many paths, and they are found
-    missing = sorted(p for p in paths if not exists(p) and p not in NOT_YET_MERGED)
+    missing = sorted(p for p in paths if not exists(p))
     assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"
-    merged = sorted(p for p in NOT_YET_MERGED if exists(p))
-    assert not merged, f"{merged} exist now: remove them from NOT_YET_MERGED"
 
 
 def test_the_path_finder_reads_paths_and_skips_what_is_not_one(tmp_path: Path) -> None:

@@ -12,7 +12,15 @@ UNIMPLEMENTED: int
 INTERNAL: int
 UNAVAILABLE: int
 
+TESTED_LIBRARY_VERSIONS: dict[int, str]
+LIBRARY_VERSION: str
+LIBRARY_VERSION_NUM: int
+
+def check_library(version_num: int, version: str) -> None: ...
+def library_bytes() -> int: ...
+
 class H2Error(Exception): ...
+class H2CallbackError(H2Error): ...
 
 class H2Session:
     streams: dict[int, Any]

@@ -13,11 +13,15 @@ reaches into the other.
 
 When the owner does not answer a forwarded write in time, the forwarder asks a
 :class:`ForwardFallback` what to do (docs/protocol.md §5.5): :class:`DistroFallback` counts the
-failure against the owner and has this node handle the write itself, pending handoff.
+failure against the owner and has this node handle the write itself, pending handoff. It also
+tells the forwarder whenever an owner may have stopped answering (any member state change), so
+that the forwards already waiting on that owner are released at once instead of each waiting
+for its own timeout.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from shoal.distro.mapper import IpPortHandoff
@@ -71,6 +75,9 @@ class ForwardFallback(Protocol):
     def handle_locally(self, tag: str) -> None:
         """This node is about to handle the write for ``tag`` itself."""
 
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` whenever :meth:`answering` may have changed for some owner."""
+
 
 class DistroFallback:
     """The cluster's :class:`ForwardFallback`: an owner is answering while it is UP here; a failed
@@ -93,3 +100,6 @@ class DistroFallback:
 
     def handle_locally(self, tag: str) -> None:
         self.handoff.adopt(tag)
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        self.members.listeners.append(listener)  # called on every member state change

@@ -13,6 +13,7 @@ The default is native when the extension is built (and ``SHOAL_NO_EXTENSIONS`` i
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 
 from shoal.config import Config
@@ -21,26 +22,43 @@ from shoal.errors import ConfigError
 NATIVE = "native"
 GRPCIO = "grpcio"
 
+log = logging.getLogger(__name__)
 
-def native_available() -> bool:
-    """True when the h2grpc extension is built and extensions are not switched off."""
+
+_explained = False  # the fallback to grpc.aio for an unusable extension was logged
+
+
+def native_unavailable_reason() -> str | None:
+    """Why the native transport cannot run here (None when it can): extensions switched off,
+    the extension not built, or its import refused (e.g. an untested libnghttp2)."""
     if os.environ.get("SHOAL_NO_EXTENSIONS", "") not in ("", "0"):
-        return False
+        return "SHOAL_NO_EXTENSIONS is set"
     try:
         importlib.import_module("shoal._ext.h2grpc")
-    except ImportError:
-        return False
-    return True
+    except ImportError as exc:
+        return str(exc) or "the h2grpc extension is not built"
+    return None
+
+
+def native_available() -> bool:
+    """True when the h2grpc extension is built, imports, and extensions are not switched off."""
+    return native_unavailable_reason() is None
 
 
 def transport_name(config: Config) -> str:
     """The transport the gRPC ports run on; ConfigError for a bad or unavailable choice."""
-    wanted = config.remote_transport or (NATIVE if native_available() else GRPCIO)
+    global _explained
+    reason = native_unavailable_reason()
+    wanted = config.remote_transport or (NATIVE if reason is None else GRPCIO)
     if wanted not in (NATIVE, GRPCIO):
         raise ConfigError(f"shoal.remote.transport must be {NATIVE} or {GRPCIO}, not {wanted!r}")
-    if wanted == NATIVE and not native_available():
+    if wanted == NATIVE and reason is not None:
         raise ConfigError("shoal.remote.transport=native needs the h2grpc extension (built with libnghttp2; "
-                          "not available with SHOAL_NO_EXTENSIONS=1)")
+                          f"not available with SHOAL_NO_EXTENSIONS=1): {reason}")
+    if not config.remote_transport and reason is not None and not _explained and \
+            reason != "SHOAL_NO_EXTENSIONS is set":
+        _explained = True  # an unusable build is worth one line; extensions switched off on purpose are not
+        log.warning("the gRPC ports run on grpc.aio: the native transport is unavailable (%s)", reason)
     for name in ("max_inbound_message_size", "cluster_max_inbound_message_size", "outbound_queue_bytes",
                  "write_stall_timeout_ms"):
         if getattr(config, name) <= 0:

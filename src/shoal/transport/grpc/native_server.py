@@ -164,6 +164,12 @@ class H2Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             events = self.session.feed(data)
+        except h2grpc.H2CallbackError:  # a bug of ours, not the peer's: say so, with the traceback
+            log.exception("native gRPC transport: a session callback failed on the connection from %s; "
+                          "closing it", self.peer)
+            self.flush()  # the GOAWAY INTERNAL_ERROR the session queued
+            self.abort()
+            return
         except h2grpc.H2Error as exc:  # not HTTP/2 (bad preface), a protocol error or a flood: drop the peer
             self._log_abuse(str(exc))
             self.flush()  # the GOAWAY the session queued, if the peer reads at all
@@ -425,7 +431,16 @@ class H2Connection(asyncio.Protocol):
             return
         if not self.paused:
             before = self.session.backlog
-            out = self.session.output_parts()
+            try:
+                out = self.session.output_parts()
+            except h2grpc.H2CallbackError:
+                log.exception("native gRPC transport: a session callback failed while writing to %s; "
+                              "closing the connection", self.peer)
+                self.abort()
+                return
+            except h2grpc.H2Error:  # it failed while sending before: it never sends again
+                self.abort()
+                return
             if out:  # a large answer's bytes are handed over uncopied (memoryview slices)
                 if len(out) == 1:
                     self.transport.write(out[0])

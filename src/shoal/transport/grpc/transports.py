@@ -6,7 +6,10 @@ Both gRPC ports can run on either transport (``shoal.remote.transport``):
   per TCP connection, a unary call answered synchronously (no task per request);
 * ``grpcio``: grpc.aio.
 
-The default is native when the extension is built (and ``SHOAL_NO_EXTENSIONS`` is unset).
+The default is native when the extension is built and imports (and ``SHOAL_NO_EXTENSIONS`` is
+unset). The extension refuses to import with a libnghttp2 it was not tested with
+(docs/native-transport.md): the node then says why, once, and serves on grpc.aio; asking for
+native explicitly is then a ConfigError carrying the same reason.
 A transport hands raw Payload bytes to a :class:`UnaryService` and, on the SDK port, the bi
 streams to a :class:`StreamService`; the connection is identified by its peer address
 (``ipv4:ip:port``), one per TCP connection.

@@ -12,15 +12,21 @@ members are (``/core/cluster/nodes``).
   handoff to the owner, instead of failing it: when the owner is not answering (or does not
   answer within ``shoal.http.forward-timeout-ms``), and when a forwarded request is still not
   ours (the two nodes' member views differ for a moment). Without one (standalone, the test
-  hook) those are a 502 and a 400.
+  hook) those are a 502 and a 400. The first forward to an owner that fails or times out turns
+  the owner not answering (SUSPICIOUS) and releases every other forward still waiting on it at
+  once (they are handled here too), so a hung owner costs one timeout, not one per write; the
+  owner is forwarded to again once a call to it succeeds (the member report, every
+  ``report-interval-ms``).
 * :class:`MemberView` lists the members in Nacos's Member JSON shape; standalone: this node.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import ssl
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import aiohttp
@@ -100,10 +106,48 @@ class Forwarder:
                  ssl_context: ssl.SSLContext | None = None, fallback: ForwardFallback | None = None) -> None:
         self.responsibility = responsibility
         self.ssl_context = ssl_context  # set: the peers serve HTTPS, verified with this context
-        self.fallback = fallback
-        self.timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
+        self.timeout_s = timeout_ms / 1000
+        self.timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self.handled_locally = 0
+        #: the deadlines of the forwards waiting on each owner now, released when it stops answering
+        self._waiting: dict[str, set[asyncio.Timeout]] = {}
+        self._fallback: ForwardFallback | None = None
+        self.fallback = fallback
+
+    @property
+    def fallback(self) -> ForwardFallback | None:
+        return self._fallback
+
+    @fallback.setter
+    def fallback(self, fallback: ForwardFallback | None) -> None:
+        self._fallback = fallback
+        if fallback is not None:
+            fallback.subscribe(self._release_not_answering)
+
+    def _release_not_answering(self) -> None:
+        """An owner may have stopped answering: the forwards waiting on it give up now."""
+        fallback = self._fallback
+        if fallback is None or not self._waiting:
+            return
+        now = asyncio.get_running_loop().time()
+        for owner, deadlines in self._waiting.items():
+            if deadlines and not fallback.answering(owner):
+                for deadline in deadlines:
+                    deadline.reschedule(now)
+
+    @contextlib.asynccontextmanager
+    async def _deadline(self, owner: str) -> AsyncIterator[None]:
+        """The forward's timeout (TimeoutError), cut short when ``owner`` stops answering."""
+        async with asyncio.timeout(self.timeout_s) as deadline:
+            waiting = self._waiting.setdefault(owner, set())
+            waiting.add(deadline)
+            try:
+                yield
+            finally:
+                waiting.discard(deadline)
+                if not waiting:
+                    self._waiting.pop(owner, None)
 
     def owner_of(self, tag: str) -> str | None:
         return self.responsibility.owner_of(tag)
@@ -140,8 +184,8 @@ class Forwarder:
                 headers[name] = value
         url = f"{'https' if self.ssl_context is not None else 'http'}://{owner}{request.path_qs}"
         try:
-            async with self._session.request(request.method, url, data=body, headers=headers,
-                                             allow_redirects=False) as resp:
+            async with self._deadline(owner), self._session.request(request.method, url, data=body, headers=headers,
+                                                                   allow_redirects=False) as resp:
                 payload = await resp.read()
                 relayed = {"Content-Type": resp.headers.get("Content-Type", "text/plain; charset=utf-8")}
                 return web.Response(status=resp.status, body=payload, headers=relayed)
@@ -160,6 +204,10 @@ class Forwarder:
         apply it itself (the request came from a peer, or the owner is not answering)."""
         if "Nacos-Server" in request.headers.get("User-Agent", ""):
             return None
+        fallback = self.fallback
+        if fallback is not None and not fallback.answering(owner):
+            return None  # known not to answer now: do not wait for it
+        attempt = fallback.attempt(owner) if fallback is not None else 0
         if self._session is None:
             connector = aiohttp.TCPConnector(ssl=self.ssl_context) if self.ssl_context is not None else None
             self._session = aiohttp.ClientSession(timeout=self.timeout, auto_decompress=False, connector=connector)
@@ -170,12 +218,14 @@ class Forwarder:
                 headers[name] = value
         url = f"{'https' if self.ssl_context is not None else 'http'}://{owner}{request.path}"
         try:
-            async with self._session.request(request.method, url, data=dict(form), headers=headers,
-                                             allow_redirects=False) as resp:
+            async with self._deadline(owner), self._session.request(request.method, url, data=dict(form),
+                                                                   headers=headers, allow_redirects=False) as resp:
                 return resp.status, await resp.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("forwarding part of %s %s to %s failed (%r): applied here", request.method, request.path,
                         owner, exc)
+            if fallback is not None:
+                fallback.failed(owner, attempt)
             return None
 
     def _locally(self, fallback: ForwardFallback, tag: str) -> None:

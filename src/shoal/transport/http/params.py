@@ -62,7 +62,7 @@ class Params:
             return True
         if lowered == "false":
             return False
-        raise InvalidParam(f"Param '{name}' must be true or false, got {value!r}.")
+        raise InvalidParam(f"Param '{name}' must be true or false, got {shown(value)}.")
 
     def integer(self, name: str, default: int | None = None, low: int | None = None,
                 high: int | None = None) -> int:
@@ -91,7 +91,7 @@ class Params:
         try:
             return convert(value)
         except ValueError:
-            raise InvalidParam(f"Param '{name}' must be {what}, got {value!r}.") from None
+            raise InvalidParam(f"Param '{name}' must be {what}, got {shown(value)}.") from None
 
     def weight(self, default: float | None = 1.0) -> float | None:
         """A finite number, or None when absent and no default (its range is the service layer's rule)."""
@@ -136,6 +136,15 @@ class Params:
         return normalise_namespace(self.text("namespaceId"))
 
 
+#: How much of a refused value an error message quotes: a 9 MB value must not come back as a 9 MB answer.
+SHOWN_CHARS = 100
+
+
+def shown(value: str) -> str:
+    """``value`` as an error message quotes it: its repr, cut to :data:`SHOWN_CHARS` characters."""
+    return repr(value) if len(value) <= SHOWN_CHARS else f"{value[:SHOWN_CHARS]!r}... ({len(value)} characters)"
+
+
 def parse_metadata_text(value: str, name: str = "metadata") -> dict[str, str]:
     try:
         raw = jsonfast.loads(value)
@@ -144,12 +153,12 @@ def parse_metadata_text(value: str, name: str = "metadata") -> dict[str, str]:
     if isinstance(raw, dict):
         return dict(parse_metadata(raw, name))
     if raw is not None and not isinstance(raw, dict):
-        raise InvalidParam(f"Param '{name}' must be a JSON object or k1=v1,k2=v2, got {value!r}.")
+        raise InvalidParam(f"Param '{name}' must be a JSON object or k1=v1,k2=v2, got {shown(value)}.")
     out: dict[str, str] = {}
     for item in value.split(","):
         key, sep, val = item.partition("=")
         if not sep or "=" in val or not key:
-            raise InvalidParam(f"Param '{name}' format incorrect: {value!r} (expected JSON or k1=v1,k2=v2).")
+            raise InvalidParam(f"Param '{name}' format incorrect: {shown(value)} (expected JSON or k1=v1,k2=v2).")
         out[key] = val
     return out
 
