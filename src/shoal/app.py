@@ -51,6 +51,7 @@ from shoal.transport.grpc.naming_handlers import NamingConnectionListener, namin
 from shoal.transport.grpc.peer_client import GrpcPeerTransport
 from shoal.transport.grpc.server import SdkServer
 from shoal.transport.grpc.transports import transport_name
+from shoal.transport.http import disabled_modules
 from shoal.transport.http.api import Api
 from shoal.transport.http.auth_routes import AuthRoutes
 from shoal.transport.http.console_api import ClusterFiguresRoutes
@@ -58,9 +59,11 @@ from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import MemberList
 from shoal.transport.http.loader import HttpLoaderPeers, LoaderRoutes
 from shoal.transport.http.namespaces import NamespaceRoutes
+from shoal.transport.http.open_api_rows import OpenApiRows
 from shoal.transport.http.operator import OperatorRoutes
 from shoal.transport.http.server import ADMIN, IDENTITY, HttpServer, self_member_json
 from shoal.transport.http.v3 import V3Routes, install
+from shoal.transport.http.v3_console import NodeViews, V3ConsoleRoutes
 from shoal.transport.http.v3_core import V3CoreRoutes
 from shoal.transport.http.v3_naming import V3NamingRoutes
 
@@ -199,8 +202,16 @@ class Node:
         if self.http.naming_routes is not None:
             auth_routes = AuthRoutes(self.auth) if self.auth is not None else None
             install(self.http.add_route, V3Routes(self.http.naming_routes, auth_routes).routes(ADMIN, IDENTITY))
-            install(self.http.add_route, V3NamingRoutes(self.http.naming_routes, operator,
-                                                        self._responsible_server).routes(ADMIN))
+            v3_naming = V3NamingRoutes(self.http.naming_routes, operator, self._responsible_server)
+            install(self.http.add_route, v3_naming.routes(ADMIN))
+            # The 3.x console and the last 2.x Open API rows (issue 24; docs/protocol.md §5.7).
+            node_views = NodeViews(self.http.server_state, self._member_jsons, self.readiness_problem)
+            install(self.http.add_route, V3ConsoleRoutes(self.http.naming_routes, v3_naming, self.namespaces,
+                                                         node_views).routes(ADMIN, IDENTITY))
+            install(self.http.add_route, OpenApiRows(self.naming, self.http.naming_routes, operator, self._self_member,
+                                                     self._responsible_server, self.metrics.push_state,
+                                                     self.readiness_problem).routes(ADMIN))
+        install(self.http.add_route, disabled_modules.routes())  # config and AI: 501 / 40001
         if config.rebalance_enabled:
             self.periodics.append(Periodic("rebalance", config.rebalance_interval_ms, self.loader.rebalance_tick))
         self._serving = False
@@ -323,6 +334,10 @@ class Node:
         if self.members is not None:
             return self.members.self_member.to_nacos()
         return self_member_json(self.config)
+
+    def _member_jsons(self) -> list[dict[str, Any]]:
+        """Every member's Member JSON (this node's alone when standalone)."""
+        return self.http.members.members() if self.http.members is not None else [self._self_member()]
 
     def _responsible_server(self, tag: str) -> str:
         """The member responsible for an ``ip:port`` (v3 ``client/distro``)."""

@@ -278,12 +278,12 @@ class NamingRoutes:
 
     async def v1_service_list(self, request: web.Request, p: Params) -> web.Response:
         page = self.naming.list_services(p.namespace(), p.text("groupName") or "DEFAULT_GROUP",
-                                         p.integer("pageNo", None, 1), p.integer("pageSize", None, 1))
+                                         p.page_no(default=None), p.page_size())
         return json_text(dumps({"count": page.count, "doms": page.names}))
 
     async def v2_service_list(self, request: web.Request, p: Params) -> web.Response:
         page = self.naming.list_services(p.namespace(), p.text("groupName") or "DEFAULT_GROUP",
-                                         p.integer("pageNo", 1, 1), p.integer("pageSize", 20, 1, 500))
+                                         p.page_no(), p.page_size(default=20, high=500))
         return v2_ok(dumps({"count": page.count, "services": page.names}))
 
     # --- operator ----------------------------------------------------------------------------
