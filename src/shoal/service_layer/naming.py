@@ -29,10 +29,11 @@ from shoal.errors import (
 from shoal.model.client import Client, ClientKind, Publication, Subscriber
 from shoal.model.clients import ClientManager
 from shoal.model.events import EventBus, ServiceChanged
-from shoal.model.instance import HEART_BEAT_INTERVAL_KEY, InstanceInfo, generate_instance_id, metadata_millis
+from shoal.model.instance import HEART_BEAT_INTERVAL_KEY, InstanceInfo, metadata_millis
 from shoal.model.ip_port import BeatTable, ip_port_client_id, responsible_tag
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage, parse_clusters
+from shoal.service_layer.instance_ids import new_instance_id
 from shoal.service_layer.moved import MovedClients
 from shoal.service_layer.validation import PERSISTENT_UNSUPPORTED, InstanceValidator, check_port
 from shoal.service_layer.views import ClientDetail, OperatorMetrics, ServiceDetail, ServiceList, load_and_mem
@@ -132,7 +133,7 @@ class NamingService:
     @staticmethod
     def _with_id(service: ServiceKey, inst: InstanceInfo) -> InstanceInfo:
         cluster = inst.cluster or DEFAULT_CLUSTER
-        instance_id = inst.instance_id or generate_instance_id(inst.ip, inst.port, cluster, service.grouped_name)
+        instance_id = inst.instance_id or new_instance_id(inst, cluster, service.grouped_name)
         if cluster == inst.cluster and instance_id == inst.instance_id:
             return inst
         return InstanceInfo(inst.ip, inst.port, inst.weight, inst.healthy, inst.enabled, cluster,

@@ -21,6 +21,7 @@ from shoal.model.instance import InstanceInfo
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 from shoal.service_layer import PERSISTENT_UNSUPPORTED, NamingService, check_port, parse_metadata
 from shoal.service_layer.persistent import ClusterSettings, PersistentNaming, instance_name
+from shoal.service_layer.selectors import normalise_selector
 from shoal.transport.http.api import dumps, json_text, ok_text, v2_ok
 from shoal.transport.http.params import Params
 
@@ -424,7 +425,7 @@ def check_selector(p: Params) -> dict[str, Any] | None:
     kind = selector.get("type", "") if isinstance(selector, dict) else None
     if not isinstance(kind, str) or kind.lower() not in ("none", "label"):
         raise InvalidParam("Param 'selector' must be a JSON object with type 'none' or 'label'.")
-    return dict(selector)
+    return normalise_selector(selector)  # a label expression parses as in Nacos (service_layer.selectors)
 
 
 def detail_json(service: ServiceKey, inst: InstanceInfo, service_key: str) -> dict[str, Any]:
