@@ -210,7 +210,7 @@ class Node:
                                                          node_views).routes(ADMIN, IDENTITY))
             install(self.http.add_route, OpenApiRows(self.naming, self.http.naming_routes, operator, self._self_member,
                                                      self._responsible_server, self.metrics.push_state,
-                                                     self.readiness_problem).routes(ADMIN))
+                                                     self.readiness_problem, self._member_jsons).routes(ADMIN))
         install(self.http.add_route, disabled_modules.routes())  # config and AI: 501 / 40001
         if config.rebalance_enabled:
             self.periodics.append(Periodic("rebalance", config.rebalance_interval_ms, self.loader.rebalance_tick))

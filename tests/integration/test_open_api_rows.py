@@ -104,6 +104,39 @@ def test_core_and_console_rows(node: ServerProcess) -> None:
     assert ok(call_json("GET", node.url("/nacos/v2/console/health/readiness"))) == "ok"
 
 
+def test_the_other_v1_v2_naming_and_core_rows(node: ServerProcess) -> None:
+    assert call("POST", node.url("/nacos/v1/ns/instance"), data={
+        "serviceName": "G@@other", "ip": "10.45.0.1", "port": "80"}) == (200, "ok")
+    assert call_json("GET", node.url("/nacos/v2/ns/instance/statuses/public%23%23G@@other")) == {
+        "ips": ["10.45.0.1:80_true"]}
+    assert call_json("GET", node.url("/nacos/v2/ns/instance/statuses/other"), status=400)["code"] == 20002
+    greeting = call_json("GET", node.url("/nacos/v1/ns/health/server"))["msg"]
+    assert greeting.startswith("Hello! I am Nacos-Naming and healthy! total services: ")
+    assert greeting.endswith(f", local port:{node.port}")
+    assert rest_ok(call_json("GET", node.url("/nacos/v1/core/cluster/simple/nodes"))) == [node.addr]
+    assert rest_ok(call_json("GET", node.url("/nacos/v1/core/ops/idInfo"))) == {}
+    assert call("PUT", node.url("/nacos/v1/core/ops/log"), {"logName": "core", "logLevel": "INFO"}) == (200, "200")
+    assert call("PUT", node.url("/nacos/v1/core/ops/log"), {"logName": "core"})[0] == 400
+    for path in ("/nacos/v1/console/server/announcement", "/nacos/v1/console/server/guide"):
+        assert call_json("GET", node.url(path)) == {"code": 200, "message": None, "data": None}
+    assert call("GET", node.url("/nacos/v1/console/server/announcement"), {"language": "../x"})[0] == 400
+    # a persistent instance's health by hand, v2's short path
+    assert ok(call_json("POST", node.url("/nacos/v2/ns/instance"), data={
+        "serviceName": "hand", "ip": "10.45.0.2", "port": "80", "ephemeral": "false"})) == "ok"
+    assert ok(call_json("PUT", node.url("/nacos/v2/ns/health"), data={
+        "serviceName": "hand", "ip": "10.45.0.2", "port": "80", "healthy": "false"})) == "ok"
+    poll_until(lambda: not call_json("GET", node.url("/nacos/v1/ns/instance"), {
+        "serviceName": "hand", "ip": "10.45.0.2", "port": "80"})["healthy"], timeout=10, what="unhealthy by hand")
+    # what Nacos refuses itself, and what has no meaning here
+    for method, path in (("POST", "/nacos/v1/core/cluster/server/leave"), ("DELETE", "/nacos/v2/core/cluster/nodes")):
+        assert call_json(method, node.url(path))["code"] == 405
+    for method, path in (("POST", "/nacos/v1/core/ops/raft"), ("POST", "/nacos/v2/core/ops/raft"),
+                         ("POST", "/nacos/v1/core/cluster/switch/lookup"), ("PUT", "/nacos/v2/core/cluster/lookup"),
+                         ("PUT", "/nacos/v2/core/cluster/node/list"), ("POST", "/nacos/v1/core/cluster/report")):
+        status, text = call(method, node.url(path), data={})
+        assert (status, json.loads(text)["code"]) == (501, 40001), path
+
+
 def test_v2_ops_aliases_of_the_operator_routes(node: ServerProcess) -> None:
     switches = ok(call_json("GET", node.url("/nacos/v2/ns/ops/switches")))
     assert switches == ok(call_json("GET", node.url("/nacos/v2/ns/operator/switches")))

@@ -15,7 +15,13 @@
   /nacos/v2/core/ops/ids`` (RestResult ``[]``: Shoal runs no id generator Nacos would list) and
   ``PUT /nacos/v2/core/ops/log`` (LogUpdateRequest JSON body; RestResult);
 * console, v2 (HealthControllerV2): ``GET /nacos/v2/console/health/liveness`` and ``readiness``
-  (Result; not ready: HTTP 200 with ``Result.failure``).
+  (Result; not ready: HTTP 200 with ``Result.failure``);
+* the rest of Nacos's v1/v2 naming and core controllers: ``GET /nacos/v2/ns/instance/statuses/{key}``,
+  ``PUT /nacos/v2/ns/health`` (``health/instance``), ``GET /nacos/v1/ns/health/server``, ``GET
+  /nacos/v1/core/cluster/simple/nodes``, ``GET /nacos/v1/core/ops/idInfo`` (``{}``), ``PUT
+  /nacos/v1/core/ops/log``, ``GET /nacos/v1/console/server/announcement`` and ``guide`` (null);
+  member removal answered as Nacos answers it (RestResult 405 "not allow"), and the Raft, lookup,
+  member-list and peer-report writes 501 / 40001 as their v3 twins.
 
 Every route reads through the use cases or hands the request to the handler that owns the same
 use case; none parses another handler's answer. The member, state and operator routes need an
@@ -29,7 +35,8 @@ from typing import Any
 
 from aiohttp import web
 
-from shoal.errors import InvalidParam, V2Code
+from shoal.auth.service import WRITE
+from shoal.errors import FunctionDisabled, InvalidParam, V2Code
 from shoal.model.keys import DEFAULT_NAMESPACE, GROUP_SEPARATOR, ServiceKey
 from shoal.service_layer import NamingService
 from shoal.transport.http.api import Api, core_ok, dumps, json_text, v2_ok
@@ -59,12 +66,12 @@ def statuses_service(key: str) -> ServiceKey:
 class OpenApiRows:
     """The rows above. ``self_member`` is this node's Member JSON, ``responsible`` the member
     responsible for an ``ip:port``, ``push_state(reset)`` the push figures ``(total, failed, avg
-    ms, max ms)``, ``readiness_problem`` None when ready."""
+    ms, max ms)``, ``readiness_problem`` None when ready, ``members`` every member's Member JSON."""
 
     def __init__(self, naming: NamingService, naming_routes: NamingRoutes, operator: OperatorRoutes,
                  self_member: Callable[[], dict[str, Any]], responsible: Callable[[str], str],
                  push_state: Callable[[bool], tuple[int, int, int, int]],
-                 readiness_problem: Callable[[], str | None]) -> None:
+                 readiness_problem: Callable[[], str | None], members: Callable[[], list[dict[str, Any]]]) -> None:
         self.naming = naming
         self.naming_routes = naming_routes
         self.operator = operator
@@ -72,6 +79,7 @@ class OpenApiRows:
         self.responsible = responsible
         self.push_figures = push_state
         self.readiness_problem = readiness_problem
+        self.members = members
 
     def routes(self, admin: str) -> list[Route]:
         op, n = self.operator, self.naming_routes
@@ -91,7 +99,22 @@ class OpenApiRows:
             Route("PUT", "/nacos/v2/ns/ops/switches", op.v2_update_switch, admin),
             Route("PUT", "/nacos/v2/ns/ops/log", op.v2_log, admin),
             Route("GET", "/nacos/v2/ns/ops/metrics", n.v2_metrics),
+            Route("GET", "/nacos/v2/ns/instance/statuses/{key}", self.v2_statuses, admin),
+            Route("PUT", "/nacos/v2/ns/health", op.v2_health, WRITE),
+            Route("GET", "/nacos/v1/ns/health/server", self.health_server, api=Api.V1),
+            Route("GET", "/nacos/v1/core/cluster/simple/nodes", self.simple_nodes, admin, api=Api.CORE),
+            Route("GET", "/nacos/v1/core/ops/idInfo", self.id_info, admin, api=Api.CORE),
+            Route("PUT", "/nacos/v1/core/ops/log", self.v1_core_log, admin, api=Api.V1),
+            Route("GET", "/nacos/v1/console/server/announcement", self.announcement, api=Api.CORE),
+            Route("GET", "/nacos/v1/console/server/guide", self.guide, api=Api.CORE),
+            Route("POST", "/nacos/v1/core/cluster/server/leave", self.not_allowed, admin, api=Api.CORE),
+            Route("DELETE", "/nacos/v2/core/cluster/nodes", self.not_allowed, admin, api=Api.CORE),
         ]
+        # What has no meaning on Shoal (as the v3 routes, docs/protocol.md §5.7): 501 / 40001.
+        table += [Route(method, path, self.disabled, admin) for method, path in (
+            ("POST", "/nacos/v1/core/ops/raft"), ("POST", "/nacos/v2/core/ops/raft"),
+            ("POST", "/nacos/v1/core/cluster/switch/lookup"), ("PUT", "/nacos/v2/core/cluster/lookup"),
+            ("PUT", "/nacos/v2/core/cluster/node/list"), ("POST", "/nacos/v1/core/cluster/report"))]
         for base in ("/nacos/v1/ns/operator", "/nacos/v1/ns/ops"):
             table += [Route("GET", f"{base}/distro/client", self.distro_client, admin, api=Api.V1),
                       Route("GET", f"{base}/push/state", self.push_state, admin, api=Api.V1)]
@@ -100,7 +123,19 @@ class OpenApiRows:
     # --- naming, v1 ---------------------------------------------------------------------------
     async def statuses(self, request: web.Request, p: Params) -> web.StreamResponse:
         """Every instance of the keyed service (enabled or not) as ``ip:port_healthy``."""
-        service = statuses_service(p.required("key"))
+        return self._statuses(p.required("key"))
+
+    async def v2_statuses(self, request: web.Request, p: Params) -> web.StreamResponse:
+        """InstanceControllerV2's ``statuses/{key}``: the v1 answer (no Result around it)."""
+        return self._statuses(request.match_info["key"])
+
+    async def health_server(self, request: web.Request, p: Params) -> web.StreamResponse:
+        """HealthController.server: the greeting with the service count and this node's port."""
+        return json_text(dumps({"msg": f"Hello! I am Nacos-Naming and healthy! total services: "
+                                       f"{len(self.naming.services)}, local port:{self.self_member().get('port')}"}))
+
+    def _statuses(self, key: str) -> web.Response:
+        service = statuses_service(key)
         hosts = self.naming.service_instances(service)
         return json_text(dumps({"ips": [f"{h['ip']}:{h['port']}_{'true' if h['healthy'] else 'false'}"
                                         for h in hosts]}))
@@ -140,6 +175,37 @@ class OpenApiRows:
 
     async def v2_health(self, request: web.Request, p: Params) -> web.StreamResponse:
         return v2_ok(dumps(self._state()))
+
+    async def simple_nodes(self, request: web.Request, p: Params) -> web.StreamResponse:
+        """Every member's ``ip:port`` (getMemberAddressInfos)."""
+        return core_ok([str(m.get("address")) for m in self.members()])
+
+    async def id_info(self, request: web.Request, p: Params) -> web.StreamResponse:
+        """v1 ``idInfo``: each id generator's info, by resource; none here (see :meth:`ids`)."""
+        return core_ok({})
+
+    async def v1_core_log(self, request: web.Request, p: Params) -> web.StreamResponse:
+        """v1 CoreOpsController.setLogLevel: ``logName``*, ``logLevel``*; answers ``200``."""
+        set_log_level(CORE_LOG_NAMES, p.required("logName"), p.required("logLevel"))
+        return web.Response(text="200")
+
+    async def announcement(self, request: web.Request, p: Params) -> web.StreamResponse:
+        """The v1 console announcement (RestResult): Shoal ships none, data null."""
+        language = p.text("language", "zh-CN")
+        if ".." in language or "/" in language or "\\" in language:
+            raise InvalidParam("Invalid filename")
+        return core_ok(None)
+
+    async def guide(self, request: web.Request, p: Params) -> web.StreamResponse:
+        return core_ok(None)
+
+    async def not_allowed(self, request: web.Request, p: Params) -> web.StreamResponse:
+        """What Nacos itself refuses (member removal): RestResult code 405 in an HTTP 200."""
+        return json_text(dumps({"code": 405, "message": f"{request.method} {request.path} API not allow to use "
+                                                        "temporarily.", "data": None}))
+
+    async def disabled(self, request: web.Request, p: Params) -> web.StreamResponse:
+        raise FunctionDisabled(f"{request.method} {request.path} is not offered by this server (Shoal)")
 
     async def ids(self, request: web.Request, p: Params) -> web.StreamResponse:
         """IdGeneratorInfo per generator Nacos's IdGeneratorManager holds (its config module's):
