@@ -19,10 +19,11 @@ from v2.nacos import ListInstanceParam, RegisterInstanceParam, SubscribeServiceP
 from shoal.testing import ServerProcess, poll_until, wait_until
 
 from . import admin
-from .admin import ok
+from .admin import PASSWORD, ok
 from .cpcluster import call, call_json
 
 node = admin.node
+auth_node = admin.auth_node
 pytestmark = pytest.mark.integration
 SNOWFLAKE = {"preserved.instance.id.generator": "snowflake"}
 
@@ -242,3 +243,27 @@ def test_every_numeric_parameter_is_refused_cleanly(node: ServerProcess) -> None
                 assert status < 500 and "None" not in text and "Traceback" not in text, where
                 if value in NOT_NUMBERS:  # never valid: the 400 names the parameter
                     assert status == 400 and name in text, where
+
+
+ADMIN_ROWS = (
+    ("GET", "/nacos/v1/ns/instance/statuses", {"key": "G@@s"}),
+    ("GET", "/nacos/v1/ns/operator/push/state", {}),
+    ("GET", "/nacos/v1/ns/ops/distro/client", {"ip": "10.46.0.1", "port": "80"}),
+    ("GET", "/nacos/v1/core/cluster/self", {}),
+    ("GET", "/nacos/v2/core/cluster/node/self/health", {}),
+    ("GET", "/nacos/v2/core/ops/ids", {}),
+    ("PUT", "/nacos/v2/ns/ops/switches", {"entry": "distroThreshold", "value": "0.7"}),
+    ("POST", "/nacos/v2/core/ops/raft", {}),
+)
+
+
+def test_the_operator_rows_need_an_admin(auth_node: ServerProcess) -> None:
+    token = {"accessToken": call_json("POST", auth_node.url("/nacos/v1/auth/users/login"),
+                                      data={"username": "nacos", "password": PASSWORD})["accessToken"]}
+    for method, path, params in ADMIN_ROWS:
+        assert call(method, auth_node.url(path), params)[0] == 403, path
+        status, _text = call(method, auth_node.url(path), {**token, **params})
+        assert status in (200, 501), (path, status)
+    # the probes stay open
+    assert ok(call_json("GET", auth_node.url("/nacos/v2/console/health/liveness"))) == "ok"
+    assert call_json("GET", auth_node.url("/nacos/v1/ns/health/server"))["msg"].startswith("Hello!")
