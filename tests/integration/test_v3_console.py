@@ -5,10 +5,13 @@ namespace id ``public``."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
-from v2.nacos import ListInstanceParam, RegisterInstanceParam
+from v2.nacos import ClientConfigBuilder, ListInstanceParam, NacosException, RegisterInstanceParam
+from v2.nacos.ai.model.ai_param import DownloadSkillParam
+from v2.nacos.ai.nacos_ai_service import NacosAIService
 
 from shoal.testing import ServerProcess, poll_until
 
@@ -147,6 +150,7 @@ DISABLED = (
     ("GET", "/nacos/v3/admin/cs/config"), ("POST", "/nacos/v3/client/cs/config"),
     ("GET", "/nacos/v3/admin/ai/mcp/list"), ("POST", "/nacos/v3/admin/ai/a2a"),
     ("GET", "/nacos/v3/console/ai/mcp/list"), ("GET", "/nacos/v3/admin/ai"),
+    ("GET", "/nacos/v3/client/ai/prompt"), ("GET", "/nacos/v3/client/ai/skills"),
 )
 
 
@@ -213,3 +217,16 @@ async def test_the_python_sdk_with_namespace_public(node: ServerProcess, sdk: An
     assert sorted(i.ip for i in listed) == ["10.32.0.1", "10.32.0.2"]
     v2 = call_json("GET", node.url("/nacos/v2/ns/instance/list"), {"serviceName": "py-pub", "groupName": "SDK"})
     assert sorted(h["ip"] for h in v2["data"]["hosts"]) == ["10.32.0.1", "10.32.0.2"]
+
+
+async def test_the_python_sdk_ai_client_is_told_501(node: ServerProcess, tmp_path: Path) -> None:
+    """nacos-sdk-python 3.x's AI service downloads skills over HTTP (``/v3/client/ai/skills``):
+    it is answered 501, as by a Nacos without the AI module, and the SDK raises instead of waiting."""
+    config = (ClientConfigBuilder().server_address(node.addr).namespace_id("public")
+              .log_dir(str(tmp_path / "logs")).cache_dir(str(tmp_path / "cache")).build())
+    service = await NacosAIService.create_ai_service(config)
+    try:
+        with pytest.raises(NacosException, match="501"):
+            await service.download_skill_zip(DownloadSkillParam(skill_name="any"))
+    finally:
+        await service.shutdown()

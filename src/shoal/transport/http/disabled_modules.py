@@ -6,7 +6,9 @@ the module's prefixes, never a plain-text 404.
 
 * the config module: ``/nacos/v1/cs/``, ``/nacos/v2/cs/``, ``/nacos/v3/console/cs/`` (the admin
   and client ``/nacos/v3/{admin,client}/cs/`` are :mod:`~shoal.transport.http.v3_core`'s);
-* the AI registries (MCP, A2A, prompts, agents): ``/nacos/v3/admin/ai/``, ``/nacos/v3/console/ai/``.
+* the AI registries (MCP, A2A, prompts, agents, skills): ``/nacos/v3/admin/ai/``,
+  ``/nacos/v3/console/ai/`` and the clients' ``/nacos/v3/client/ai/`` (nacos-sdk-python 3.x reads
+  prompts and skills there).
 
 Over gRPC Nacos has no such answer: a request whose handler is not loaded is
 ``ErrorResponse`` 302 ``RequestHandler Not Found`` (GrpcRequestAcceptor), which Shoal already
@@ -28,6 +30,7 @@ DISABLED = {
     "/nacos/v3/console/cs": "Current functionMode is `naming`, config module is disabled.",
     "/nacos/v3/admin/ai": "Nacos AI MCP module and API required both `naming` and `config` module.",
     "/nacos/v3/console/ai": "Nacos AI MCP module and API required both `naming` and `config` module.",
+    "/nacos/v3/client/ai": "Nacos AI MCP module and API required both `naming` and `config` module.",
 }
 
 
