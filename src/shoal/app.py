@@ -37,6 +37,7 @@ from shoal.model.keys import ServiceKey
 from shoal.node_metrics import watch_node
 from shoal.push.fuzzy import FuzzyNotifier
 from shoal.push.service import PushService
+from shoal.service_layer import instance_ids
 from shoal.service_layer.fuzzy import FuzzyWatchContext
 from shoal.service_layer.namespaces import NamespaceService
 from shoal.service_layer.persistent import PersistentNaming
@@ -107,6 +108,7 @@ class Node:
         self.fuzzy.notify = self.fuzzy_notifier.enqueue
         self.keepalive = ConnectionKeepAlive(config, self.sdk_connections, self.sdk_server, self.limits)
         self.http = HttpServer(config, self, self.metrics, self.naming, self.auth, tls=self.tls.http)
+        instance_ids.configure(config.snowflake_worker_id)  # snowflake instance ids (docs/protocol.md §3.6)
         self.periodics = [
             Periodic("connection-keep-alive", config.connection_check_interval_ms, self.keepalive.scan,
                      initial_delay_ms=min(1000, config.connection_check_interval_ms)),

@@ -11,12 +11,13 @@ import json
 import re
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
 from v2.nacos import ListInstanceParam, RegisterInstanceParam, SubscribeServiceParam
 
-from shoal.testing import ServerProcess, poll_until, wait_until
+from shoal.testing import ServerProcess, kill, poll_until, start_server, wait_until
 
 from . import admin
 from .admin import PASSWORD, ok
@@ -172,6 +173,19 @@ async def test_snowflake_instance_ids(node: ServerProcess, sdk: Any) -> None:
                                            {"serviceName": "FLAKE@@ids"})["hosts"]}
     assert hosts["10.42.0.1"]["instanceId"] == ids["10.42.0.1"]
     assert hosts["10.42.0.1"]["instanceIdGenerator"] == "snowflake"
+
+
+def test_the_snowflake_worker_id_setting(tmp_path: Path) -> None:
+    """``nacos.core.snowflake.worker-id`` is the id's worker bits (12..21)."""
+    server = start_server(tmp_path, ["-D", "nacos.core.snowflake.worker-id=513"])
+    try:
+        assert ok(call_json("POST", server.url("/nacos/v2/ns/instance"), data={
+            "serviceName": "w", "ip": "10.47.0.1", "port": "80", "metadata": json.dumps(SNOWFLAKE)})) == "ok"
+        [host] = call_json("GET", server.url("/nacos/v1/ns/instance/list"), {"serviceName": "w"})["hosts"]
+        number = int(host["instanceId"].split("#")[0])
+        assert (number >> 12) & 0x3FF == 513
+    finally:
+        kill(server)
 
 
 def test_page_numbers_clamp_as_nacos(node: ServerProcess) -> None:

@@ -7,7 +7,8 @@ import itertools
 
 import pytest
 
-from shoal.errors import InvalidParam
+from shoal.config import Config
+from shoal.errors import ConfigError, InvalidParam
 from shoal.model.instance import InstanceInfo
 from shoal.service_layer.instance_ids import EPOCH_MS, Snowflake, local_worker_id, new_instance_id
 from shoal.service_layer.selectors import PARSE_FAILED, label_names, normalise_selector
@@ -97,3 +98,10 @@ def test_selectors_are_kept_in_nacos_shape() -> None:
         normalise_selector({"type": "label", "expression": 5})
     with pytest.raises(InvalidParam, match="type 'none' or 'label'"):
         normalise_selector({"type": "cmdb"})
+
+
+def test_the_worker_id_setting_is_range_checked() -> None:
+    assert Config(snowflake_worker_id=1023).validate().snowflake_worker_id == 1023
+    for bad in (-2, 1024):
+        with pytest.raises(ConfigError, match=r"nacos\.core\.snowflake\.worker-id"):
+            Config(snowflake_worker_id=bad).validate()

@@ -7,8 +7,8 @@ in ``preserved.instance.id.generator``:
 * ``snowflake``: ``<id>#cluster#group@@service`` where ``<id>`` is a 64-bit snowflake
   (SnowFlowerIdGenerator): milliseconds since 2018-08-05T00:34:00Z (Nacos's epoch
   1533429240000) shifted left 22, a 10-bit worker id shifted left 12, a 12-bit sequence within
-  the millisecond. The worker id is the low 10 bits of the node's IPv4 address, as Nacos derives
-  it when ``nacos.core.snowflake.worker-id`` is not set; the clock is the wall clock at start plus
+  the millisecond. The worker id is ``nacos.core.snowflake.worker-id``, or when it is -1 (the
+  default) the low 10 bits of the node's IPv4 address, as Nacos derives it; the clock is the wall clock at start plus
   the monotonic time since, so ids never go backwards while the node runs.
 
 Like Nacos, each registration without an id generates a new one (the id is then kept with the
@@ -80,8 +80,14 @@ class Snowflake:
 _snowflake: Snowflake | None = None
 
 
+def configure(worker_id: int) -> None:
+    """Use ``worker_id`` (``nacos.core.snowflake.worker-id``; -1: from the node's IPv4 address)."""
+    global _snowflake
+    _snowflake = Snowflake(worker_id if worker_id >= 0 else local_worker_id())
+
+
 def snowflake() -> Snowflake:
-    """The process's generator (created on first use, as Nacos initialises its own lazily)."""
+    """The process's generator (from the node's address on first use, unless :func:`configure` ran)."""
     global _snowflake
     if _snowflake is None:
         _snowflake = Snowflake(local_worker_id())
