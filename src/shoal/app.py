@@ -39,6 +39,7 @@ from shoal.model.keys import ServiceKey
 from shoal.node_metrics import watch_node
 from shoal.push.fuzzy import FuzzyNotifier
 from shoal.push.service import PushService
+from shoal.service_layer import instance_ids
 from shoal.service_layer.fuzzy import FuzzyWatchContext
 from shoal.service_layer.lock import LockService
 from shoal.service_layer.namespaces import NamespaceService
@@ -56,6 +57,7 @@ from shoal.transport.grpc.naming_handlers import NamingConnectionListener, namin
 from shoal.transport.grpc.peer_client import GrpcPeerTransport
 from shoal.transport.grpc.server import SdkServer
 from shoal.transport.grpc.transports import transport_name
+from shoal.transport.http import disabled_modules
 from shoal.transport.http.auth_routes import AuthRoutes
 from shoal.transport.http.console_api import ClusterFiguresRoutes, ConsoleRoutes
 from shoal.transport.http.export import ExportRoutes
@@ -63,11 +65,13 @@ from shoal.transport.http.forward import Forwarder, MemberList
 from shoal.transport.http.loader import HttpLoaderPeers, LoaderRoutes
 from shoal.transport.http.namespaces import NamespaceRoutes
 from shoal.transport.http.naming import NamingRoutes
+from shoal.transport.http.open_api_rows import OpenApiRows
 from shoal.transport.http.operator import OperatorRoutes
 from shoal.transport.http.prometheus_sd import PrometheusSdRoutes
 from shoal.transport.http.routes import ADMIN, IDENTITY, Route
 from shoal.transport.http.server import HttpServer, NodeStatus, self_member_json
 from shoal.transport.http.v3 import V3Routes
+from shoal.transport.http.v3_console import NodeViews, V3ConsoleRoutes
 from shoal.transport.http.v3_core import V3CoreRoutes
 from shoal.transport.http.v3_naming import V3NamingRoutes
 
@@ -150,6 +154,7 @@ def build_cp_phase(config: Config, members: MemberManager | None) -> CpPhase:
 
 def build_model_phase(config: Config, clock: Clock, live: LiveConfig, cp: CpPhase, address: str) -> ModelPhase:
     """The registry and the use cases over it; the switches reload ``live`` from the CP document."""
+    instance_ids.configure(config.snowflake_worker_id)  # snowflake instance ids (docs/protocol.md §3.6)
     stack = ModelStack.build(config, clock, cp.runtime.store, live)
     locks = LockService(cp.runtime.store, address, clock.now_ms, config.lock_default_expire_ms,
                         config.lock_max_expire_ms)
@@ -312,6 +317,9 @@ class Node:
         loader = LoaderRoutes(self.loader, self.sdk_connections)
         auth = AuthRoutes(self.auth)
         # The Nacos 3.x surface (docs/protocol.md §5.7): route tables over the same handlers.
+        v3_naming = V3NamingRoutes(self.naming, naming, operator, self._responsible_server, self.is_serving,
+                                   http.forwarder.owner_of)
+        node_views = NodeViews(http.server_state, self._member_jsons, self.readiness_problem)
         v3_core = V3CoreRoutes(self.namespaces, loader, http.state, http.cluster_nodes_v2,
                                self._self_member, self.readiness_problem)
         return [
@@ -328,8 +336,12 @@ class Node:
             *loader.routes(ADMIN),
             *v3_core.routes(ADMIN),
             *V3Routes(self.naming, naming, self.auth).routes(ADMIN, IDENTITY),
-            *V3NamingRoutes(self.naming, naming, operator, self._responsible_server, self.is_serving,
-                            http.forwarder.owner_of).routes(ADMIN),
+            *v3_naming.routes(ADMIN),
+            # the 3.x console and the last 2.x Open API rows (docs/protocol.md §5.7)
+            *V3ConsoleRoutes(naming, v3_naming, self.namespaces, node_views).routes(ADMIN, IDENTITY),
+            *OpenApiRows(self.naming, naming, operator, self._self_member, self._responsible_server,
+                         self.metrics.push_state, self.readiness_problem, self._member_jsons).routes(ADMIN),
+            *disabled_modules.routes(),  # config and AI: 501 / 40001
         ]
 
     # --- status -------------------------------------------------------------------------
@@ -423,6 +435,10 @@ class Node:
     def address(self) -> str:
         """This node's ip:port as peers and snapshots name it (resolved once, at construction)."""
         return node_address(self.config, self.members)
+
+    def _member_jsons(self) -> list[dict[str, Any]]:
+        """Every member's Member JSON (this node's alone when standalone)."""
+        return self.http.members.members() if self.http.members is not None else [self._self_member()]
 
     def _self_member(self) -> dict[str, Any]:
         """This node's Member JSON (v3 ``cluster/node/self``)."""

@@ -368,6 +368,12 @@ class Config:
         "is every write for that node until it answers again (docs/protocol.md §5.5).",
         check=positive,
     )
+    snowflake_worker_id: int = _setting(
+        -1, "nacos.core.snowflake.worker-id",
+        "Worker id (0..1023) of the snowflake instance-id generator; -1: the low 10 bits of the node's IPv4 "
+        "address, as Nacos derives it (docs/protocol.md §3.6). Give each node its own when those collide.",
+        check=lambda v: None if -1 <= v <= 1023 else "must be -1 or between 0 and 1023",
+    )
     prometheus_sd_enabled: bool = _setting(
         False, "nacos.prometheus.metrics.enabled",
         "Serve Prometheus HTTP service discovery at /nacos/prometheus (Nacos's PrometheusController).",

@@ -472,6 +472,16 @@ class Metrics:
             if cost_ms > push.cost_max_ms:
                 push.cost_max_ms = cost_ms
 
+    def push_state(self, reset: bool = False) -> tuple[int, int, int, int]:
+        """``(total, failed, avg cost ms, max cost ms)`` of the pushes since the start or the last
+        reset (Nacos's MetricsMonitor push figures); ``reset`` starts them again (resetPush)."""
+        p = self._push
+        figures = (p.total, p.failed, p.cost_sum_ms // p.cost_count if p.cost_count else -1, p.cost_max_ms)
+        if reset:
+            p.total = p.failed = p.empty = p.cost_count = p.cost_sum_ms = 0
+            p.cost_max_ms = -1
+        return figures
+
     def health_checked(self, kind: str) -> None:
         self.health_checks.labels(kind).inc()
 

@@ -142,12 +142,19 @@ async def test_catalog_services_with_instances(console: Console) -> None:
 
 
 @pytest.mark.parametrize("params", [
-    {"pageNo": 0, "pageSize": 10}, {"pageNo": 1, "pageSize": 0}, {"pageNo": 1, "pageSize": 100000},
+    {"pageNo": "1.5", "pageSize": 10}, {"pageNo": 1, "pageSize": 0}, {"pageNo": 1, "pageSize": 100000},
     {"pageNo": "x", "pageSize": 10}, {"pageNo": 1, "pageSize": 10, "hasIpCount": "maybe"},
 ])
 async def test_catalog_services_bad_input_is_400(console: Console, params: dict[str, Any]) -> None:
     text = await console.get("/nacos/v1/ns/catalog/services", 400, **params)
     assert "page" in text or "hasIpCount" in text
+
+
+async def test_catalog_page_zero_is_the_first_page(console: Console) -> None:
+    """Nacos's PageUtil clamps the offset: pageNo 0 or below is page 1."""
+    first = await console.get("/nacos/v1/ns/catalog/services", pageNo=1, pageSize=10)
+    assert await console.get("/nacos/v1/ns/catalog/services", pageNo=0, pageSize=10) == first
+    assert await console.get("/nacos/v1/ns/catalog/services", pageNo=-4, pageSize=10) == first
 
 
 # --- v1 catalog/instances and catalog/service ---------------------------------------------------------

@@ -250,6 +250,13 @@ async def test_services_v1_and_v2(http: Http) -> None:
     assert listed == {"count": 2, "doms": ["eph", "persist"]}
     v2_list = await http.call("GET", "/nacos/v2/ns/service/list", params={"pageSize": "1", "pageNo": "2"})
     assert v2_list["data"] == {"count": 2, "services": ["persist"]}
+    # Nacos clamps the offset: pageNo 0 or below is the first page (the npm SDK's tests send 0);
+    # pageSize 0 is an empty page; v2's pageSize over 500 is 500 (Math.min)
+    assert await http.call("GET", "/nacos/v1/ns/service/list", params={"pageNo": "0", "pageSize": "10"}) == listed
+    assert await http.call("GET", "/nacos/v1/ns/service/list", params={"pageNo": "1", "pageSize": "0"}) == {
+        "count": 2, "doms": []}
+    v2_list = await http.call("GET", "/nacos/v2/ns/service/list", params={"pageNo": "-3", "pageSize": "501"})
+    assert v2_list["data"] == {"count": 2, "services": ["eph", "persist"]}
     assert await http.call("DELETE", "/nacos/v1/ns/service", params={"serviceName": "persist"}) == "ok"
     assert "not exist" in await http.call("DELETE", "/nacos/v1/ns/service", 400, params={"serviceName": "persist"})
 
@@ -345,8 +352,8 @@ BAD_INPUTS = [
     ("PUT", "/nacos/v1/ns/service", {"serviceName": "s"}, 400, "protectThreshold"),
     ("GET", "/nacos/v1/ns/service", {"serviceName": "nope"}, 400, "service not found"),
     ("GET", "/nacos/v1/ns/service/list", {"pageSize": "10"}, 400, "pageNo"),
-    ("GET", "/nacos/v1/ns/service/list", {"pageNo": "0", "pageSize": "10"}, 400, "pageNo"),
-    ("GET", "/nacos/v2/ns/service/list", {"pageSize": "501"}, 400, "pageSize"),
+    ("GET", "/nacos/v1/ns/service/list", {"pageNo": "x", "pageSize": "10"}, 400, "pageNo"),
+    ("GET", "/nacos/v2/ns/service/list", {"pageSize": "1.5"}, 400, "pageSize"),
     ("GET", "/nacos/v1/ns/operator/metrics", {"onlyStatus": "nah"}, 400, "onlyStatus"),
     ("GET", "/nacos/v2/ns/client", {}, 400, "clientId"),
     ("GET", "/nacos/v1/ns/nothing-here", {}, 404, "Not Found"),

@@ -14,16 +14,17 @@ from shoal.clock import Clock
 from shoal.errors import ClientDisconnected, InvalidParam
 from shoal.model.client import Client, Publication
 from shoal.model.clients import ClientManager
-from shoal.model.instance import InstanceInfo, generate_instance_id
+from shoal.model.instance import InstanceInfo
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 from shoal.model.services import ServiceManager
+from shoal.service_layer.instance_ids import new_instance_id
 from shoal.service_layer.validation import InstanceValidator
 
 
 def with_instance_id(service: ServiceKey, inst: InstanceInfo) -> InstanceInfo:
     """The instance with its cluster defaulted and its id generated when it has none."""
     cluster = inst.cluster or DEFAULT_CLUSTER
-    instance_id = inst.instance_id or generate_instance_id(inst.ip, inst.port, cluster, service.grouped_name)
+    instance_id = inst.instance_id or new_instance_id(inst, cluster, service.grouped_name)  # snowflake too
     if cluster == inst.cluster and instance_id == inst.instance_id:
         return inst
     return InstanceInfo(inst.ip, inst.port, inst.weight, inst.healthy, inst.enabled, cluster,

@@ -7,8 +7,10 @@ Mirrors Nacos 2.x ``NamespaceOperationService`` with the checks of ``NamespaceCo
   id on create gets a random UUID;
 * the name is required, at most 128 characters, without any of ``@#$%^&*``; the description is
   optional (at most 256 characters, Nacos's ``tenant_desc`` column);
-* ``public`` always exists, is listed first (id ``""`` as Nacos 2.x lists it), and can be neither
-  created, edited nor deleted;
+* ``public`` always exists, is listed first, and can be neither created, edited nor deleted; ``""``
+  and ``public`` both name it everywhere. The v1/v2 APIs list it as Nacos 2.x does (id ``""``,
+  detail ``Public`` / ``Public Namespace``), the v3 APIs as Nacos 3.x does (:data:`V3`: id
+  ``public``, name ``public``, description ``Default Namespace``);
 * every namespace carries Nacos's fixed config ``quota`` (200) and ``configCount`` 0 (Shoal keeps
   no configs); ``type`` is 0 for public and 2 (custom) for the others.
 
@@ -43,6 +45,9 @@ TYPE_GLOBAL, TYPE_CUSTOM = 0, 2
 PUBLIC_LIST_NAME = "public"
 PUBLIC_SHOW_NAME = "Public"
 PUBLIC_DESC = "Public Namespace"
+
+#: Nacos 3.x's public namespace (NamespaceOperationService): its id, name and description.
+V3_PUBLIC_ID, V3_PUBLIC_NAME, V3_PUBLIC_DESC = DEFAULT_NAMESPACE, "public", "Default Namespace"
 
 _ID_RE = re.compile(r"[\w-]+", re.ASCII)
 _NAME_RE = re.compile(r"[^@#$%^&*]+")
@@ -89,14 +94,20 @@ class NamespaceService:
         self._now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)
 
     # --- reads (local) -------------------------------------------------------------------------
-    def list(self) -> list[dict[str, Any]]:
-        """Public first, then the custom namespaces in creation order."""
+    def list(self, v3: bool = False) -> list[dict[str, Any]]:
+        """Public first (in the 2.x form, or with ``v3`` the 3.x one), then the custom namespaces
+        in creation order."""
         custom = sorted(self.view.items(), key=lambda item: (int(item[1].get("createTime", 0)), item[0]))
-        return [namespace_json("", PUBLIC_LIST_NAME, None, TYPE_GLOBAL)] + [
+        public = (namespace_json(V3_PUBLIC_ID, V3_PUBLIC_NAME, V3_PUBLIC_DESC, TYPE_GLOBAL) if v3
+                  else namespace_json("", PUBLIC_LIST_NAME, None, TYPE_GLOBAL))
+        return [public] + [
             namespace_json(nid, str(rec.get("name", "")), rec.get("desc"), TYPE_CUSTOM) for nid, rec in custom]
 
-    def get(self, namespace_id: str) -> dict[str, Any]:
-        """One namespace with its description; NamespaceNotExist if absent."""
+    def get(self, namespace_id: str, v3: bool = False) -> dict[str, Any]:
+        """One namespace with its description (public in the 2.x form, or with ``v3`` the 3.x
+        one, always under id ``public`` there); NamespaceNotExist if absent."""
+        if is_public(namespace_id) and v3:
+            return namespace_json(V3_PUBLIC_ID, V3_PUBLIC_NAME, V3_PUBLIC_DESC, TYPE_GLOBAL)
         if is_public(namespace_id):
             return namespace_json(namespace_id.strip(), PUBLIC_SHOW_NAME, PUBLIC_DESC, TYPE_GLOBAL)
         rec = self.view.get(namespace_id.strip())

@@ -91,6 +91,10 @@ class NamingReads:
         start = max(page_no - 1, 0) * max(page_size, 0)
         return ServiceList(len(names), names[start:start + max(page_size, 0)])
 
+    def service_count(self) -> int:
+        """How many services this node knows (every namespace)."""
+        return len(self.services)
+
     def service_exists(self, service: ServiceKey) -> bool:
         """Whether the service record exists (empty services included)."""
         self.validator.check_params(service)

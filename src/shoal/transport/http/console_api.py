@@ -128,7 +128,7 @@ class ConsoleRoutes:
         a page of ServiceDetailInfo (a bare list, as Nacos answers it)."""
         namespace = p.namespace()
         name_part, group_part = p.text("serviceNameParam"), p.text("groupNameParam")
-        page_no, page_size = p.integer("pageNo", 1), p.integer("pageSize", 10)
+        page_no, page_size = p.page_no(), p.integer("pageSize", 10)
         if p.boolean("withInstances", False):
             _count, rows = self.catalog.list_service_details(namespace, name_part, group_part, page_no, page_size)
             return json_text(dumps([detail_info_json(found, dict(record.metadata)) for record, found in rows]))
@@ -140,7 +140,7 @@ class ConsoleRoutes:
     async def v1_catalog_instances(self, request: web.Request, p: Params) -> web.Response:
         """GET /v1/ns/catalog/instances: ``{"list":[Instance],"count":N}`` (pageNo, pageSize required)."""
         service = p.v1_service()
-        page_no, page_size = p.integer("pageNo"), p.integer("pageSize")
+        page_no, page_size = p.page_no(default=None), p.integer("pageSize")
         check_page(page_no, page_size)
         found = self.catalog.instances(service, p.text("clusterName"))
         rows = instances_json(found)
@@ -166,7 +166,7 @@ class ConsoleRoutes:
         ``aggregation`` is accepted; subscriptions live on the node the subscriber is connected
         to, and this node answers its own."""
         service = p.v1_service()
-        page_no, page_size = p.integer("pageNo", 1), p.integer("pageSize", 1000)
+        page_no, page_size = p.page_no(), p.integer("pageSize", 1000)
         p.boolean("aggregation", True)
         check_page(page_no, page_size)
         rows = self.catalog.subscribers(service)

@@ -22,6 +22,7 @@ from shoal.model.instance import InstanceInfo
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 from shoal.service_layer import NamingService, check_port, parse_metadata
 from shoal.service_layer.persistent import ClusterSettings
+from shoal.service_layer.selectors import normalise_selector
 from shoal.service_layer.services import ServiceDescription
 from shoal.transport.http.api import Api, dumps, json_text, ok_text, v2_ok
 from shoal.transport.http.params import Params
@@ -265,12 +266,12 @@ class NamingRoutes:
 
     async def v1_service_list(self, request: web.Request, p: Params) -> web.Response:
         page = self.services.list(p.namespace(), p.text("groupName") or "DEFAULT_GROUP",
-                                  p.integer("pageNo", None, 1), p.integer("pageSize", None, 1))
+                                  p.page_no(default=None), p.page_size())
         return json_text(dumps({"count": page.count, "doms": page.names}))
 
     async def v2_service_list(self, request: web.Request, p: Params) -> web.Response:
         page = self.services.list(p.namespace(), p.text("groupName") or "DEFAULT_GROUP",
-                                  p.integer("pageNo", 1, 1), p.integer("pageSize", 20, 1, 500))
+                                  p.page_no(), p.page_size(default=20, high=500))
         return v2_ok(dumps({"count": page.count, "services": page.names}))
 
     # --- operator ----------------------------------------------------------------------------
@@ -412,7 +413,7 @@ def check_selector(p: Params) -> dict[str, Any] | None:
     kind = selector.get("type", "") if isinstance(selector, dict) else None
     if not isinstance(kind, str) or kind.lower() not in ("none", "label"):
         raise InvalidParam("Param 'selector' must be a JSON object with type 'none' or 'label'.")
-    return dict(selector)
+    return normalise_selector(selector)  # a label expression parses as in Nacos (service_layer.selectors)
 
 
 def detail_json(service: ServiceKey, inst: InstanceInfo, service_key: str) -> dict[str, Any]:

@@ -68,8 +68,20 @@ class Params:
                 high: int | None = None) -> int:
         number = self._parsed(name, default, int, "an integer")
         if (low is not None and number < low) or (high is not None and number > high):
-            raise InvalidParam(f"Param '{name}' must be between {low} and {high}, got {number}.")
+            raise InvalidParam(f"Param '{name}' must be {bounds_text(low, high)}, got {number}.")
         return number
+
+    def page_no(self, name: str = "pageNo", default: int | None = 1) -> int:
+        """A page number as the v1/v2 lists read it: ``0`` and below are the first page (Nacos
+        clamps the offset to 0: ``ServiceUtil.pageServiceName``, ``PageUtil.subPage``); a value
+        that is not an integer is still a 400."""
+        return max(self.integer(name, default), 1)
+
+    def page_size(self, name: str = "pageSize", default: int | None = None, high: int | None = None) -> int:
+        """A page size as the v1/v2 lists read it: below 0 is 0 (an empty page, as Nacos answers
+        ``pageSize=0``), above ``high`` is ``high`` (v2's ``Math.min(500, pageSize)``)."""
+        size = max(self.integer(name, default), 0)
+        return size if high is None else min(size, high)
 
     def port(self, name: str = "port", default: int | None = None) -> int:
         """An integer port (its range is the service layer's rule)."""
@@ -143,6 +155,15 @@ SHOWN_CHARS = 100
 def shown(value: str) -> str:
     """``value`` as an error message quotes it: its repr, cut to :data:`SHOWN_CHARS` characters."""
     return repr(value) if len(value) <= SHOWN_CHARS else f"{value[:SHOWN_CHARS]!r}... ({len(value)} characters)"
+
+
+def bounds_text(low: int | None, high: int | None) -> str:
+    """``between 1 and 500``, ``at least 1`` or ``at most 500``: an open bound is never named."""
+    if low is not None and high is not None:
+        return f"between {low} and {high}"
+    if low is not None:
+        return f"at least {low}"
+    return f"at most {high}" if high is not None else "an integer"
 
 
 def parse_metadata_text(value: str, name: str = "metadata") -> dict[str, str]:

@@ -27,6 +27,7 @@ from shoal.transport.http.operator import set_log_level
 from shoal.transport.http.params import Params, refuse_declared_oversize
 from shoal.transport.http.routes import Handler, Route
 from shoal.transport.http.v3 import failure
+from shoal.transport.http.v3_console import V3Namespaces
 
 BASE = "/nacos/v3/admin/core"
 CLUSTER = BASE + "/cluster"
@@ -69,8 +70,8 @@ class V3CoreRoutes:
             Route("GET", CLUSTER + "/node/list", self.nodes, admin),
             Route("PUT", CLUSTER + "/node/list", self.disabled, admin),
             Route("PUT", CLUSTER + "/lookup", self.disabled, admin),
-            Route("GET", NAMESPACE + "/list", ns.v2_list, admin),
-            Route("GET", NAMESPACE, ns.v2_get, admin),
+            Route("GET", NAMESPACE + "/list", V3Namespaces(self.namespaces).list, admin),  # 3.x ids: public
+            Route("GET", NAMESPACE, V3Namespaces(self.namespaces).get, admin),
             Route("POST", NAMESPACE, ns.v2_create, admin),
             Route("PUT", NAMESPACE, ns.v2_edit, admin),
             Route("DELETE", NAMESPACE, ns.v2_delete, admin),
