@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import re
@@ -138,9 +139,26 @@ GRPC_ACTIONS = {
 }
 
 
+#: The API families Nacos 3.x guards with a switch each (docs/protocol.md §5.6).
+CLIENT, ADMIN_APIS, CONSOLE = "client", "admin", "console"
+
+#: What a refused request is told while the node has no admin user yet.
+FIRST_ADMIN_HINT = ("no admin user yet: create the first one (POST /nacos/v3/auth/user/admin?password=..., "
+                    "the console's first page, or `shoal users create nacos --admin --password-file FILE`)")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a bind address) is reachable only from this machine."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 class AuthService:
-    """Auth for one node. ``enabled`` decides whether anything is checked; the login and
-    user endpoints work either way (as in Nacos).
+    """Auth for one node. ``guards(family)`` decides whether an API family is checked
+    (``nacos.core.auth.enabled`` / ``.admin.enabled`` / ``.console.enabled``; ``enabled`` is the
+    client family's, the gRPC SDK port's); the login and user endpoints work either way (as in Nacos).
 
     Users, roles, permissions and the token key live in the node's CP store (:class:`AuthData`),
     so every node of a cluster knows the same users and accepts the same tokens. A configured
@@ -151,6 +169,8 @@ class AuthService:
                  monotonic_ms: Callable[[], int] | None = None) -> None:
         self.config = config
         self.enabled = config.auth_enabled
+        self._guarded = {CLIENT: config.auth_enabled, ADMIN_APIS: config.auth_admin_enabled,
+                         CONSOLE: config.auth_console_enabled}
         self.auth_dir = Path(config.data_dir) / "auth"
         self._data: AuthData | None = None
         self._own_store: CpStore | None = None
@@ -163,6 +183,40 @@ class AuthService:
         self._credential_key = secrets.token_bytes(32)
         self._credentials: OrderedDict[bytes, tuple[str, int]] = OrderedDict()
         self._preparing: asyncio.Task[None] | None = None
+
+    def guards(self, family: str) -> bool:
+        """Whether requests of an API family (:data:`CLIENT`, :data:`ADMIN_APIS`, :data:`CONSOLE`)
+        need a login."""
+        return self._guarded[family]
+
+    def exposure(self) -> tuple[str, bool]:
+        """The start-up line saying which API families are open and which need a login, and
+        whether it is a warning (open admin APIs on an address other hosts reach)."""
+        names = {CLIENT: "client (nacos.core.auth.enabled)", ADMIN_APIS: "admin (nacos.core.auth.admin.enabled)",
+                 CONSOLE: "console (nacos.core.auth.console.enabled)"}
+        guarded = [names[f] for f, on in self._guarded.items() if on]
+        open_ = [names[f] for f, on in self._guarded.items() if not on]
+        line = (f"auth: login required on {', '.join(guarded) or 'no API'}; "
+                f"open to anyone on {', '.join(open_) or 'no API'}")
+        if self.config.auth_system_type.lower() == "ldap":
+            line += f"; logins checked against LDAP {self.config.ldap_url} first"
+        exposed = not self._guarded[ADMIN_APIS] and not is_loopback(self.config.host)
+        if exposed:
+            line += (f"; WARNING: the admin APIs are open on {self.config.host}, which other hosts reach: "
+                     "anyone there can change instances, switches and users")
+        return line, exposed
+
+    def needs_first_admin(self) -> bool:
+        """Whether some API family needs a login but no admin user exists yet (Nacos's
+        ``auth_admin_request``: the console then asks for the first admin's password)."""
+        data = self._data
+        return self.config.any_auth and data is not None and data.ready and not data.has_admin()
+
+    def refusal(self) -> Forbidden:
+        """What a request without a login is told: Nacos's ``user not found!``, or how to create
+        the first admin while the node has no users at all."""
+        first = self.needs_first_admin() and not self.data.usernames()
+        return Forbidden(FIRST_ADMIN_HINT if first else "user not found!")
 
     async def start(self, store: CpStore | None = None, wait_s: float | None = None) -> None:
         """Read users from ``store`` (the node's CP store; None = an embedded store of its own in
@@ -177,6 +231,8 @@ class AuthService:
             await store.start()
         self._data = AuthData(store)
         self._data.start()
+        line, exposed = self.exposure()
+        log.log(logging.WARNING if exposed else logging.INFO, "%s", line)
         if self.config.auth_token_secret_key:
             key = decode_secret(self.config.auth_token_secret_key, "nacos.core.auth.plugin.nacos.token.secret.key")
             self._tokens = TokenManager(key, self.config.auth_token_expire_s, self._now_s)
@@ -294,7 +350,7 @@ class AuthService:
     # --- identities -------------------------------------------------------------------------
     def identity(self, token: str) -> Identity:
         if not token:
-            raise Forbidden("user not found!")
+            raise self.refusal()
         username = self.tokens.username_of(token)
         return Identity(username, self.data.is_global_admin(username))
 
