@@ -43,7 +43,7 @@ from tests.integration.moving import (
 )
 
 from bench.distro._common import emit, host_info, install_signal_handlers, log, run_main, server_options
-from shoal.testing import ServerSet, free_port_block, wait_until
+from shoal.testing import OPEN, ServerSet, free_port_block, wait_until
 
 SERVICE = "bench-moved"
 IP, PORT = "10.70.0.1", 8080
@@ -65,7 +65,7 @@ def gap_seconds(samples: list[tuple[float, bool]], end: float) -> float:
 
 
 async def one_run(root: Path, grace_ms: int, client: str, redo_delay: float, timeout: float) -> dict[str, Any]:
-    with ServerSet(root) as servers:
+    with ServerSet(root, auth=OPEN) as servers:
         ports = [free_port_block() for _ in range(3)]
         members = ",".join(f"127.0.0.1:{p}" for p in ports)
         for port in ports:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from shoal.testing import NODE_OFFSETS, ServerProcess, free_port_block, http_get, kill, poll_until
+from shoal.testing import NODE_OFFSETS, OPEN, ServerProcess, free_port_block, http_get, kill, poll_until
 from shoal.testing.ci import unavailable
 
 __all__ = [
@@ -93,7 +93,7 @@ def start_hosted(data_root: Path, host: str, port: int, args: list[str],
                  env: dict[str, str] | None = None) -> HostedServer:
     """Start `shoal server` on ``host:port`` without waiting. A restart on the same address reuses
     the data directory (as a restarted node does) and appends to the same log file."""
-    server = HostedServer(port, data_root / f"node-{host}-{port}", args, env, host=host)
+    server = HostedServer(port, data_root / f"node-{host}-{port}", args, env, host=host, auth=OPEN)
     server.start()
     return server
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from shoal.cp.supervisor import EtcdSupervisor, plan_members
-from shoal.testing import poll_until
+from shoal.testing import OPEN, poll_until
 
 from .harness import (
     FAST_MEMBERS,
@@ -113,7 +113,7 @@ class CgroupCluster:
         mode_args = ["--cp-endpoints", ",".join(self._start_external_etcd())] if self.mode == "etcd" else []
         for i, (host, port) in enumerate(zip(self.hosts, self.ports, strict=True)):
             node = HostedServer(port, self.root / f"node-{host}-{port}",
-                                ["--members", self.members, *mode_args, *ARGS], host=host)
+                                ["--members", self.members, *mode_args, *ARGS], host=host, auth=OPEN)
             node.args = self._in_cgroup(i, node.args)
             self.nodes.append(node.start())  # type: ignore[arg-type]
         for node in self.nodes:

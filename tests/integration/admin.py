@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import ServerProcess, free_port_block, kill, start_server
+from shoal.testing import OPEN, SECURE, ServerProcess, free_port_block, kill, start_server
 
 from .cpcluster import call_json
 
@@ -30,13 +30,13 @@ def start_with_admin(root: Path, *args: str) -> ServerProcess:
                            str(root / "pw"), "--data-dir", str(data_dir), "--admin"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
-    return start_server(root, ["--auth", *args], port=port)
+    return start_server(root, ["--auth", *args], port=port, auth=SECURE)
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One server without auth for the whole module."""
-    server = start_server(tmp_path_factory.mktemp("node"))
+    server = start_server(tmp_path_factory.mktemp("node"), auth=OPEN)
     yield server
     kill(server)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import ServerProcess, free_port_block, kill, start_server
+from shoal.testing import OPEN, AuthMode, ServerProcess, free_port_block, kill, start_server
 
 HERE = Path(__file__).parent
 
@@ -27,11 +27,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
-    """Factory starting `shoal server` processes; every one is killed at teardown."""
+    """Factory starting `shoal server` processes, :data:`OPEN` (no login anywhere) unless told
+    ``auth=SECURE`` or given ``--auth``; every one is killed at teardown."""
     started: list[ServerProcess] = []
 
-    def factory(*args: str, env: dict[str, str] | None = None, wait: bool = True) -> ServerProcess:
-        server = start_server(tmp_path, list(args), env=env, wait=wait)
+    def factory(*args: str, env: dict[str, str] | None = None, wait: bool = True,
+                auth: AuthMode = OPEN) -> ServerProcess:
+        server = start_server(tmp_path, list(args), env=env, wait=wait, auth=auth)
         started.append(server)
         return server
 
@@ -43,14 +45,15 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
 @pytest.fixture
 def three_nodes(tmp_path: Path) -> Iterator[Callable[..., list[ServerProcess]]]:
     """Factory of three nodes on one member list (member reports every 300 ms), ``extra`` arguments
-    going to each; it returns them once all are ready (``ready_timeout``), all are killed at teardown."""
+    going to each, :data:`OPEN` unless told; it returns them once all are ready (``ready_timeout``), all are
+    killed at teardown."""
     started: list[ServerProcess] = []
 
-    def factory(*extra: str, ready_timeout: float = 20) -> list[ServerProcess]:
+    def factory(*extra: str, ready_timeout: float = 20, auth: AuthMode = OPEN) -> list[ServerProcess]:
         ports = [free_port_block() for _ in range(3)]
         members = ",".join(f"127.0.0.1:{p}" for p in ports)
         batch = [start_server(tmp_path, ["--members", members, "-D", "shoal.member.report-interval-ms=300", *extra],
-                              port=p, wait=False) for p in ports]
+                              port=p, wait=False, auth=auth) for p in ports]
         started.extend(batch)
         for node in batch:
             node.wait_ready(timeout=ready_timeout)
@@ -71,7 +74,7 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     """One server for a whole module (its tests also show it keeps serving after each other's
     bad input). A small inbound limit makes the oversized-payload case cheap."""
     server = start_server(tmp_path_factory.mktemp("shared"),
-                          ["-D", "nacos.remote.server.grpc.sdk.max-inbound-message-size=65536"])
+                          ["-D", "nacos.remote.server.grpc.sdk.max-inbound-message-size=65536"], auth=OPEN)
     yield server
     kill(server)
 

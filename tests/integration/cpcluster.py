@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from shoal.testing import ServerProcess, free_port_blocks, kill, poll_until, start_server
+from shoal.testing import OPEN, ServerProcess, free_port_blocks, kill, poll_until, start_server
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
@@ -53,7 +53,7 @@ class CpCluster:
 
     def start(self, i: int, wait: bool = True) -> ServerProcess:
         node = start_server(self.root, ["--members", self.members, *IDENTITY, *FAST, *self.extra],
-                            port=self.ports[i], wait=False)
+                            port=self.ports[i], wait=False, auth=OPEN)
         self.nodes[i] = node
         if wait:
             node.wait_ready(60)

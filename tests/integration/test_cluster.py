@@ -17,7 +17,7 @@ from shoal.config import TestHooks
 from shoal.distro.snapshot import SNAPSHOT_REQUEST
 from shoal.distro.sync import SYNC_REQUEST
 from shoal.distro.verify import DETAIL_REQUEST
-from shoal.testing import ServerProcess, free_port_block, http_get, kill, start_server, wait_until
+from shoal.testing import OPEN, ServerProcess, free_port_block, http_get, kill, start_server, wait_until
 
 from .rawclient import RawClient, register_body
 from .test_sdk_naming import Pushes, spawn_client
@@ -41,7 +41,7 @@ class Cluster:
 
     def start(self, i: int, *extra: str, wait: bool = True, hooks: TestHooks | None = None) -> ServerProcess:
         server = start_server(self.tmp_path, ["--members", self.members, *FAST, *extra], port=self.ports[i],
-                              env=hooks.to_env() if hooks else None, wait=False)
+                              env=hooks.to_env() if hooks else None, wait=False, auth=OPEN)
         self.nodes[i] = server
         if wait:
             server.wait_ready()

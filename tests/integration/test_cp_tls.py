@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.testing import poll_until, start_server
+from shoal.testing import OPEN, poll_until, start_server
 
 from .certs import Pki, encrypted_copy, make_pki
 from .cpcluster import CpCluster, etcd_pids, free_blocks, kill_pid
@@ -107,7 +107,7 @@ def test_managed_members_form_the_cluster_over_mutual_tls_and_refuse_plaintext(t
 def _exit(tmp_path: Path, args: list[str]) -> tuple[int, str]:
     ports = free_blocks(2)
     members = ",".join(f"127.0.0.1:{p}" for p in ports)
-    node = start_server(tmp_path / "bad", ["--members", members, *args], port=ports[0], wait=False)
+    node = start_server(tmp_path / "bad", ["--members", members, *args], port=ports[0], wait=False, auth=OPEN)
     try:
         code = node.proc.wait(30)
     except subprocess.TimeoutExpired:

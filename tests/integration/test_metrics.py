@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from v2.nacos import RegisterInstanceParam, SubscribeServiceParam
 
 from shoal.config import TestHooks
-from shoal.testing import ServerProcess, free_port_block, http_get, kill, start_server, wait_until
+from shoal.testing import OPEN, SECURE, ServerProcess, free_port_block, http_get, kill, start_server, wait_until
 
 from .test_cluster import FAST
 from .test_sdk_naming import Pushes
@@ -152,7 +152,7 @@ def test_promql_name_extraction() -> None:
 
 # --- one node ----------------------------------------------------------------------------------------
 async def test_nacos_series_match_the_registry(tmp_path: Path, sdk: Any) -> None:
-    server = start_server(tmp_path, SD)
+    server = start_server(tmp_path, SD, auth=OPEN)
     try:
         provider, consumer = await sdk(server.addr), await sdk(server.addr)
         for i in range(4):
@@ -214,7 +214,7 @@ async def test_nacos_series_match_the_registry(tmp_path: Path, sdk: Any) -> None
 
 
 async def test_prometheus_sd_lists_instances_in_nacos_shape(tmp_path: Path, sdk: Any) -> None:
-    server = start_server(tmp_path, SD)
+    server = start_server(tmp_path, SD, auth=OPEN)
     try:
         client = await sdk(server.addr)
         await client.register_instance(RegisterInstanceParam(
@@ -242,7 +242,7 @@ async def test_prometheus_sd_lists_instances_in_nacos_shape(tmp_path: Path, sdk:
 
 
 def test_prometheus_sd_is_off_by_default(tmp_path: Path) -> None:
-    server = start_server(tmp_path)
+    server = start_server(tmp_path, auth=OPEN)
     try:
         assert http_get(server.url("/nacos/prometheus"))[0] == 404
     finally:
@@ -259,7 +259,7 @@ def auth_node(tmp_path: Path) -> Iterator[ServerProcess]:
     done = subprocess.run([sys.executable, "-m", "shoal", "users", "create", "prom", "--password-file", str(secret),
                            "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    server = start_server(tmp_path, ["--auth", *SD], port=port)
+    server = start_server(tmp_path, ["--auth", *SD], port=port, auth=SECURE)
     yield server
     kill(server)
 
@@ -284,7 +284,7 @@ def start_three(tmp_path: Path, hooks: dict[int, TestHooks] | None = None) -> li
     ports = [free_port_block() for _ in range(3)]
     members = ",".join(f"127.0.0.1:{p}" for p in ports)
     nodes = [start_server(tmp_path, ["--members", members, *FAST, *SD], port=p, wait=False,
-                          env=(hooks or {})[i].to_env() if i in (hooks or {}) else None)
+                          env=(hooks or {})[i].to_env() if i in (hooks or {}) else None, auth=OPEN)
              for i, p in enumerate(ports)]
     try:
         for node in nodes:

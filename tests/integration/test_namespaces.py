@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from shoal.testing import ServerProcess, kill, poll_until, start_server
+from shoal.testing import OPEN, ServerProcess, kill, poll_until, start_server
 
 from . import admin
 from .cpcluster import CpCluster, ExternalEtcd, call, call_json
@@ -91,7 +91,7 @@ def test_v2_envelope_and_error_codes(node: ServerProcess) -> None:
 
 
 def test_namespaces_survive_a_restart(tmp_path: Path) -> None:
-    server = start_server(tmp_path)
+    server = start_server(tmp_path, auth=OPEN)
     try:
         assert call("POST", server.url(V1), data={"customNamespaceId": "kept", "namespaceName": "Kept"}) == (
             200, "true")

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shoal.testing import ServerProcess, poll_until, start_server
+from shoal.testing import OPEN, ServerProcess, poll_until, start_server
 
 from .cpcluster import CpCluster, ExternalEtcd, call, call_json
 
@@ -72,7 +72,7 @@ def test_a_switch_set_on_one_node_changes_the_other_and_survives_a_restart(tmp_p
 
 
 def test_switch_updates_refuse_bad_input(tmp_path: Path) -> None:
-    node = start_server(tmp_path)
+    node = start_server(tmp_path, auth=OPEN)
     try:
         status, body = call("PUT", node.url(SWITCHES), {"entry": "noSuchSwitch", "value": "1"})
         assert status == 400 and "update entry not found: noSuchSwitch" in body
@@ -103,7 +103,7 @@ def instance(node: ServerProcess, service: str, ip: str, port: int = 80) -> dict
 
 
 def test_health_metadata_batch_and_patch_routes(tmp_path: Path) -> None:
-    node = start_server(tmp_path)
+    node = start_server(tmp_path, auth=OPEN)
     try:
         # persistent instance, manual health through v2
         assert call("POST", node.url("/nacos/v2/ns/instance"), {"serviceName": "db", "ip": "10.8.0.1", "port": "80",

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from v2.nacos import SubscribeServiceParam
 
-from shoal.testing import ServerProcess, free_port_block, poll_until, start_server, wait_until
+from shoal.testing import OPEN, ServerProcess, free_port_block, poll_until, start_server, wait_until
 
 from .rawclient import RawClient, register_body
 from .test_http_sdk import nacos_v1, v1_client  # noqa: F401 - fixtures
@@ -194,12 +194,12 @@ async def test_raw_grpc_persistent_batch(servers: Callable[..., ServerProcess]) 
 
 
 def test_persistent_instances_survive_a_restart_standalone(tmp_path: Path) -> None:
-    server = start_server(tmp_path)
+    server = start_server(tmp_path, auth=OPEN)
     try:
         assert call(server, "POST", "/nacos/v1/ns/instance", serviceName="kept", ip="10.5.4.1", port=1,
                     ephemeral="false")[0] == 200
         server.stop()
-        server = start_server(tmp_path, port=server.port)
+        server = start_server(tmp_path, port=server.port, auth=OPEN)
         assert [h["ip"] for h in listed(server, "kept")] == ["10.5.4.1"]
     finally:
         server.kill()
@@ -216,7 +216,8 @@ class CpCluster:
         self.nodes: list[ServerProcess] = []
 
     def start_all(self, *extra: str) -> None:
-        self.nodes = [start_server(self.root, ["--members", self.members, *FAST_CLUSTER, *extra], port=p, wait=False)
+        self.nodes = [start_server(self.root, ["--members", self.members, *FAST_CLUSTER, *extra], port=p, wait=False,
+                                   auth=OPEN)
                       for p in self.ports]
         for node in self.nodes:
             node.wait_ready(60)

@@ -15,6 +15,11 @@ from shoal.testing.cluster import SVC, SimCluster, SimNode
 from shoal.testing.model import Registry, config_with, make_registry
 from shoal.testing.procs import (
     NODE_OFFSETS,
+    OPEN,
+    OPEN_SETTINGS,
+    SECURE,
+    SECURE_SETTINGS,
+    AuthMode,
     ServerProcess,
     ServerSet,
     free_port_block,
@@ -29,7 +34,12 @@ from shoal.testing.wait import poll_until, wait_until
 
 __all__ = [
     "NODE_OFFSETS",
+    "OPEN",
+    "OPEN_SETTINGS",
+    "SECURE",
+    "SECURE_SETTINGS",
     "SVC",
+    "AuthMode",
     "Registry",
     "ServerProcess",
     "ServerSet",
