@@ -266,6 +266,10 @@ class AuthService:
                     candidate = await run_blocking(local_key_file, self.auth_dir)
                     key = await data.token_key(candidate)
                     self._tokens = TokenManager(key, self.config.auth_token_expire_s, self._now_s)
+                if self.needs_first_admin():
+                    log.warning("auth: %s; or run open for local development: -D nacos.core.auth.enabled=false "
+                                "-D nacos.core.auth.admin.enabled=false -D nacos.core.auth.console.enabled=false",
+                                FIRST_ADMIN_HINT)
                 return
             except CpUnavailable as exc:
                 log.info("auth: CP store not ready (%s); retrying", exc)
@@ -300,8 +304,19 @@ class AuthService:
 
     # --- login ----------------------------------------------------------------------------
     async def login(self, username: str, password: str, source: str) -> dict[str, Any]:
-        """Nacos UserController.login: the token answer, or Forbidden / TooManyLogins."""
-        identity = await self._authenticate(username, password, source)
+        """Nacos UserController.login: the token answer, or Forbidden / TooManyLogins.
+
+        While the client APIs are open (``nacos.core.auth.enabled=false``), credentials that do not
+        check out get an empty token (HTTP 200) instead of 403: SDKs configured with a username and
+        password log in before their calls and some (nacos-sdk-python 3.x) give up on a refused
+        login, though the node would serve them anonymously. No token is issued, and a source over
+        the failed-login limit gets the same answer without its password being checked (docs/protocol.md §5.6)."""
+        try:
+            identity = await self._authenticate(username, password, source)
+        except (Forbidden, TooManyLogins):
+            if self.enabled:
+                raise
+            return {"accessToken": "", "tokenTtl": self.tokens.ttl_s, "globalAdmin": False, "username": username}
         token = self.tokens.create(identity.username)
         return {"accessToken": token, "tokenTtl": self.tokens.ttl_s, "globalAdmin": identity.global_admin,
                 "username": identity.username}

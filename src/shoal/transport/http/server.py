@@ -337,6 +337,7 @@ class HttpServer:
             "function_mode": "naming",
             "auth_enabled": str(self.config.auth_enabled).lower(),
             "login_page_enabled": str(self.config.auth_console_enabled).lower(),
+            "auth_admin_enabled": str(self.config.auth_admin_enabled).lower(),
             # Nacos's console asks for the first admin's password while this is "true".
             "auth_admin_request": str(self.auth is not None and self.auth.needs_first_admin()).lower(),
             "console_ui_enabled": "true",
