@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from shoal.testing import OPEN, ServerProcess, free_port_blocks, kill, poll_until, start_server
+from shoal.testing import AuthMode, ServerProcess, free_port_blocks, kill, poll_until, start_server
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
@@ -35,9 +35,11 @@ def free_blocks(count: int, offsets: Sequence[int] = OFFSETS) -> list[int]:
 
 
 class CpCluster:
-    """``size`` nodes on one member list; ``extra`` arguments go to every node."""
+    """``size`` nodes on one member list; ``extra`` arguments go to every node; ``auth`` says
+    whether they run open or with the secure defaults (they share :data:`IDENTITY` either way)."""
 
-    def __init__(self, root: Path, size: int, extra: Sequence[str] = ()) -> None:
+    def __init__(self, root: Path, size: int, extra: Sequence[str] = (), *, auth: AuthMode) -> None:
+        self.auth = auth
         self.root = root
         self.ports = free_blocks(size)
         self.members = ",".join(f"127.0.0.1:{p}" for p in self.ports)
@@ -53,7 +55,7 @@ class CpCluster:
 
     def start(self, i: int, wait: bool = True) -> ServerProcess:
         node = start_server(self.root, ["--members", self.members, *IDENTITY, *FAST, *self.extra],
-                            port=self.ports[i], wait=False, auth=OPEN)
+                            port=self.ports[i], wait=False, auth=self.auth)
         self.nodes[i] = node
         if wait:
             node.wait_ready(60)

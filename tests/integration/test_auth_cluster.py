@@ -21,7 +21,7 @@ DEV_PW = "dev-pass-1"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[CpCluster]:
-    cluster = CpCluster(tmp_path, 3, ["--auth"])
+    cluster = CpCluster(tmp_path, 3, auth=SECURE)
     try:
         cluster.start_all()
         yield cluster

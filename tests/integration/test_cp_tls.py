@@ -64,7 +64,7 @@ def pki(tmp_path: Path) -> Pki:
 
 
 def test_managed_members_form_the_cluster_over_mutual_tls_and_refuse_plaintext(tmp_path: Path, pki: Pki) -> None:
-    cluster = CpCluster(tmp_path / "nodes", 3, peer_tls(pki))
+    cluster = CpCluster(tmp_path / "nodes", 3, peer_tls(pki), auth=OPEN)
     try:
         cluster.start_all()
         a, _, c = (cluster.node(i) for i in range(3))

@@ -104,7 +104,7 @@ def test_namespaces_survive_a_restart(tmp_path: Path) -> None:
 
 def test_created_on_one_node_is_seen_and_changed_on_the_others(tmp_path: Path) -> None:
     etcd = ExternalEtcd(tmp_path).start()
-    cluster = CpCluster(tmp_path, 3, ["--cp-endpoints", etcd.endpoint])
+    cluster = CpCluster(tmp_path, 3, ["--cp-endpoints", etcd.endpoint], auth=OPEN)
     try:
         cluster.start_all()
         a, b, c = (cluster.node(i) for i in range(3))

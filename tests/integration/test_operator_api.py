@@ -33,7 +33,7 @@ def switches(node: ServerProcess, path: str = SWITCHES) -> dict[str, Any]:
 
 def test_a_switch_set_on_one_node_changes_the_other_and_survives_a_restart(tmp_path: Path) -> None:
     etcd = ExternalEtcd(tmp_path).start()
-    cluster = CpCluster(tmp_path, 2, ["--cp-endpoints", etcd.endpoint])
+    cluster = CpCluster(tmp_path, 2, ["--cp-endpoints", etcd.endpoint], auth=OPEN)
     try:
         cluster.start_all()
         a, b = cluster.node(0), cluster.node(1)
