@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from shoal.auth.cpdata import IMPORTED_SUFFIX, AuthData, local_key_file
+from shoal.auth.ldap import LDAP_PREFIX, LdapDirectory
 from shoal.auth.store import (
     DEFAULT_ADMIN,
     DUMMY_HASH,
@@ -183,6 +184,7 @@ class AuthService:
         self._credential_key = secrets.token_bytes(32)
         self._credentials: OrderedDict[bytes, tuple[str, int]] = OrderedDict()
         self._preparing: asyncio.Task[None] | None = None
+        self._ldap = LdapDirectory(config) if config.auth_system_type.lower() == "ldap" else None
 
     def guards(self, family: str) -> bool:
         """Whether requests of an API family (:data:`CLIENT`, :data:`ADMIN_APIS`, :data:`CONSOLE`)
@@ -327,14 +329,36 @@ class AuthService:
             raise InvalidParam("Param 'username' is required.")
         if not password:
             raise InvalidParam("Param 'password' is required.")
+        ldap = self._ldap
+        if ldap is not None:  # Nacos's LDAP manager: its name rules apply to the local try too
+            username = ldap.login_name(username)
+            if username.upper().startswith(LDAP_PREFIX):
+                self.limiter.failed(source)
+                raise Forbidden("unknown user!")
         hashed = await self._fresh_hash(username)
         ok = await self._bcrypt(check_password, password, hashed or DUMMY_HASH)
-        if not ok or hashed is None:
+        if ok and hashed is not None:
+            pass
+        elif ldap is not None and await ldap.authenticate(username, password):
+            username = LDAP_PREFIX + username
+            await self._ensure_ldap_user(username)
+        else:
             self.limiter.failed(source)
             log.info("failed login for %r from %s", username, source)
             raise Forbidden("unknown user!")
         self.limiter.succeeded(source)
         return Identity(username, self.data.is_global_admin(username))
+
+    async def _ensure_ldap_user(self, username: str) -> None:
+        """The local stand-in ``LDAP_<name>`` of a directory user, made on its first login with a
+        random password nobody knows (its roles are bound to this name, as in Nacos)."""
+        if self.data.has_user(username):
+            return
+        try:
+            await self.data.add_user(username, await self._hash(secrets.token_urlsafe(32)))
+            log.info("auth: first LDAP login of %r; local user made for its roles", username)
+        except InvalidParam:
+            pass  # made meanwhile by another login or node
 
     async def _fresh_hash(self, username: str) -> str | None:
         """The user's hash as the store has it now (a change made by ``shoal users`` on another
@@ -380,7 +404,7 @@ class AuthService:
         identity = await self._authenticate(username, password, source)
         if len(self._credentials) >= _CREDENTIAL_CACHE_MAX:
             self._credentials.popitem(last=False)
-        self._credentials[digest] = (username, now + self.tokens.ttl_s * 1000)
+        self._credentials[digest] = (identity.username, now + self.tokens.ttl_s * 1000)
         return identity
 
     def authorize(self, identity: Identity, resource: str | None, action: str) -> None:
