@@ -23,7 +23,8 @@ from v2.nacos.common.nacos_exception import NacosException as GrpcNacosException
 from shoal.testing import OPEN, SECURE, AuthMode, ServerProcess, free_port_block, kill, poll_until, start_server
 
 from .clients import runner
-from .cpcluster import CpCluster, call, call_json
+from .cpcluster import IDENTITY, CpCluster, call, call_json, etcd_pids
+from .rawclient import RawClient
 from .test_http_sdk import nacos_v1  # noqa: F401  (the 2.0.11 SDK fixture)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:nacos.*")
@@ -254,11 +255,37 @@ async def test_clients_with_credentials_keep_working_against_an_open_node(
 
 
 # --- a cluster on the defaults ----------------------------------------------------------------------
-def test_three_nodes_on_the_defaults_share_the_first_admin_and_refuse_anonymous_calls(tmp_path: Path) -> None:
-    cluster = CpCluster(tmp_path, 3, auth=SECURE)
+TOKEN_KEY = "c2hvYWwtdGVzdC10b2tlbi1rZXktb2YtMzItYnl0ZXMtb3ItbW9yZQ=="
+
+
+def secrets_leaked(node: ServerProcess, secrets: list[str]) -> list[str]:
+    """Where any of ``secrets`` shows: the command lines and environments of the node's managed
+    etcd member, the node's log and the member's log."""
+    found = []
+    for pid in etcd_pids(node.data_dir):
+        for what in ("cmdline", "environ"):
+            text = Path(f"/proc/{pid}/{what}").read_bytes().decode(errors="replace")
+            found += [f"etcd {pid} {what}: {s[:6]}..." for s in secrets if s in text]
+    for log in (node.log_path, node.data_dir / "cp" / "etcd.log"):
+        text = log.read_text(errors="replace") if log.exists() else ""
+        found += [f"{log.name}: {s[:6]}..." for s in secrets if s in text]
+    return found
+
+
+async def test_three_nodes_on_the_defaults_share_the_first_admin_and_refuse_anonymous_calls(tmp_path: Path) -> None:
+    props = tmp_path / "application.properties"
+    props.write_text(f"nacos.core.auth.plugin.nacos.token.secret.key={TOKEN_KEY}\n")
+    cluster = CpCluster(tmp_path, 3, ["--config", str(props)], auth=SECURE)
     try:
         cluster.start_all()
         a, b, c = (cluster.node(i) for i in range(3))
+        stranger = RawClient(a.cluster_port)  # the cluster port wants the shared identity
+        try:
+            kind, body = await stranger.call("MemberReportRequest", {"node": {"ip": "127.0.0.1", "port": b.port}},
+                                             headers={"shoal-member": b.addr})
+            assert kind == "ErrorResponse" and body["errorCode"] == 403
+        finally:
+            await stranger.close()
         assert all(statuses(node) == {"client": {403}, "admin": {403}, "console": {403}} for node in (a, b, c))
         assert call_json("POST", a.url("/nacos/v3/auth/user/admin"), data={"password": ADMIN_PW})["code"] == 0
         token = poll_until(lambda: call("POST", b.url("/nacos/v3/auth/user/login"),
@@ -273,5 +300,9 @@ def test_three_nodes_on_the_defaults_share_the_first_admin_and_refuse_anonymous_
         poll_until(lambda: "10.7.3.1" in call("GET", c.url(f"/nacos/v1/ns/instance/list?{query}"))[1], 20,
                    what="the instance registered on A to be listed on C")
         assert call("GET", c.url("/nacos/v1/ns/instance/list"), {"serviceName": "on-defaults"})[0] == 403
+        # the credentials stay off the managed etcd members' command lines and out of the logs
+        identity_value = IDENTITY[IDENTITY.index("-D", 1) + 1].partition("=")[2]
+        assert [leak for node in (a, b, c) for leak in secrets_leaked(node, [TOKEN_KEY, identity_value, ADMIN_PW])
+                ] == []
     finally:
         cluster.stop_all()

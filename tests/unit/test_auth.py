@@ -310,3 +310,14 @@ async def test_a_failed_login_while_the_client_apis_are_open_is_an_empty_token(t
     await secure.create_user("alice", "secret")
     with pytest.raises(Forbidden, match="unknown user!"):
         await secure.login("deployer", "elsewhere", "10.0.0.1")
+
+
+def test_the_start_up_line_names_open_and_guarded_families_and_warns_on_open_admin_apis(tmp_path: Path) -> None:
+    secure, exposed = auth_service(tmp_path).exposure()
+    assert not exposed and "open to anyone on no API" in secure
+    local, exposed = auth_service(tmp_path, auth_admin_enabled=False, host="127.0.0.1").exposure()
+    assert not exposed and "admin (nacos.core.auth.admin.enabled)" in local.partition("open to anyone on")[2]
+    _line, exposed = auth_service(tmp_path, auth_admin_enabled=False, host="0.0.0.0").exposure()
+    assert exposed
+    _line, exposed = auth_service(tmp_path, auth_enabled=False, auth_console_enabled=False, host="10.1.2.3").exposure()
+    assert not exposed  # open client and console APIs are a choice; open admin APIs on the network are warned of
