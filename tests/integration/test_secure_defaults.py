@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import urllib.parse
@@ -20,7 +21,17 @@ import pytest
 from v2.nacos import ClientConfigBuilder, GRPCConfig, ListInstanceParam, NacosNamingService, RegisterInstanceParam
 from v2.nacos.common.nacos_exception import NacosException as GrpcNacosException
 
-from shoal.testing import OPEN, SECURE, AuthMode, ServerProcess, free_port_block, kill, poll_until, start_server
+from shoal.testing import (
+    OPEN,
+    SECURE,
+    AuthMode,
+    ServerProcess,
+    free_port_block,
+    http_get,
+    kill,
+    poll_until,
+    start_server,
+)
 
 from .clients import runner
 from .cpcluster import IDENTITY, CpCluster, call, call_json, etcd_pids
@@ -306,3 +317,45 @@ async def test_three_nodes_on_the_defaults_share_the_first_admin_and_refuse_anon
                 ] == []
     finally:
         cluster.stop_all()
+
+
+# --- make serve on a fresh checkout -------------------------------------------------------------------
+def test_make_serve_prints_how_to_make_the_first_admin_and_the_node_follows_it(tmp_path: Path) -> None:
+    """The README's first command: a working node that says how to make the first admin (and how
+    to run open), and the printed call makes it."""
+    repo = Path(__file__).resolve().parents[2]
+    port = free_port_block()
+    # -o: take the installed venv as it is (the test suite's own); only the serve recipe runs
+    make = subprocess.Popen(["make", "-s", "-o", ".venv/.installed-node", "serve",
+                             f"ARGS=--host 127.0.0.1 --port {port} --data-dir {tmp_path / 'data'}"],
+                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, text=True)
+    try:
+        assert make.stdout is not None
+        printed = [make.stdout.readline(), make.stdout.readline()]
+        [first_admin] = [line for line in printed if "first admin" in line]
+        [open_run] = [line for line in printed if "open for local development" in line]
+        assert "/nacos/v3/auth/user/admin" in first_admin and "/nacos/" in first_admin
+        assert all(f"{switch}=false" in open_run for switch in SWITCHES.values())
+        base = f"http://127.0.0.1:{port}"
+        def ready() -> bool:
+            if make.poll() is not None:
+                raise AssertionError(f"make serve exited {make.returncode}")
+            try:
+                return http_get(f"{base}/nacos/v1/console/health/readiness", 0.5)[0] == 200
+            except OSError:
+                return False
+
+        poll_until(ready, 30, what="the node make serve started")
+        assert call("GET", f"{base}/nacos/v1/ns/instance/list", SVC)[0] == 403
+        made = call_json("POST", f"{base}/nacos/v3/auth/user/admin", data={"password": ADMIN_PW})
+        assert made["code"] == 0
+        login = call_json("POST", f"{base}/nacos/v1/auth/login", data={"username": "nacos", "password": ADMIN_PW})
+        assert call("GET", f"{base}/nacos/v1/ns/instance/list", {**SVC, "accessToken": login["accessToken"]})[0] == 200
+    finally:
+        os.killpg(make.pid, signal.SIGTERM)
+        try:
+            make.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(make.pid, signal.SIGKILL)
+            make.wait()
