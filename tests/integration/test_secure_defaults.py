@@ -244,6 +244,15 @@ def test_rust_sdk_with_credentials_works_and_without_is_refused(default_node: Se
     assert anonymous["registered"] is False and "403" in anonymous["error"]
 
 
+def test_npm_nacos_with_credentials_works_and_without_gets_the_403(default_node: ServerProcess) -> None:
+    good = runner.run_json(runner.npm_nacos_command(default_node.addr, "npm-auth", "nacos", ADMIN_PW))
+    assert good == {"registered": True, "hosts": ["10.7.5.1:8080"]}
+    anonymous = subprocess.run(runner.npm_nacos_command(default_node.addr, "npm-auth"), capture_output=True,
+                               text=True, timeout=60, stdin=subprocess.DEVNULL)
+    out = json.loads(anonymous.stdout.strip().splitlines()[-1])
+    assert (out["registered"], out["status"]) == (False, 403)
+
+
 # --- Nacos 3.3 clients configured with credentials, against a node with auth off (issue 24.7) -------
 async def test_clients_with_credentials_keep_working_against_an_open_node(
         nodes: Callable[..., ServerProcess], nacos_v1: ModuleType, tmp_path: Path) -> None:  # noqa: F811
@@ -263,6 +272,8 @@ async def test_clients_with_credentials_keep_working_against_an_open_node(
     assert [h["ip"] for h in py2.list_naming_instance("open-py2")["hosts"]] == ["10.7.4.2"]
     rust = rust_flow(node, tmp_path, "deployer", "not-on-this-node")
     assert rust["registered"] is True and rust["hosts"] == ["10.7.2.1:8080"]
+    npm = runner.run_json(runner.npm_nacos_command(node.addr, "open-npm", "deployer", "not-on-this-node"))
+    assert npm == {"registered": True, "hosts": ["10.7.5.1:8080"]}
 
 
 # --- a cluster on the defaults ----------------------------------------------------------------------
