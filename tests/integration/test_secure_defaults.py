@@ -254,6 +254,30 @@ def test_npm_nacos_with_credentials_works_and_without_gets_the_403(default_node:
 
 
 # --- Nacos 3.3 clients configured with credentials, against a node with auth off (issue 24.7) -------
+def login_as_a_3_3_client(node: ServerProcess, username: str, password: str) -> tuple[int, dict[str, Any]]:
+    """The Nacos 3.3 Java client's login (no Java SDK runs here, so its sequence over plain HTTP):
+    ``/nacos/v3/auth/user/login`` first, ``/nacos/v1/auth/users/login`` only when that is a 404."""
+    form = {"username": username, "password": password}
+    status, text = call("POST", node.url("/nacos/v3/auth/user/login"), data=form)
+    if status == 404:
+        status, text = call("POST", node.url("/nacos/v1/auth/users/login"), data=form)
+    return status, json.loads(text) if status == 200 else {}
+
+
+def test_the_3_3_login_sequence_on_a_node_with_auth_on_and_off(nodes: Callable[..., ServerProcess]) -> None:
+    secure = nodes()
+    assert call_json("POST", secure.url("/nacos/v3/auth/user/admin"), data={"password": ADMIN_PW})["code"] == 0
+    status, answer = login_as_a_3_3_client(secure, "nacos", ADMIN_PW)
+    assert status == 200 and answer["globalAdmin"] is True
+    assert status_of(secure, "GET", "/nacos/v1/ns/instance/list", SVC, str(answer["accessToken"])) == 200
+    assert login_as_a_3_3_client(secure, "nacos", "wrong")[0] == 403
+    open_node = nodes(auth=OPEN)
+    status, answer = login_as_a_3_3_client(open_node, "nacos", ADMIN_PW)  # no such user there
+    assert status == 200 and answer["accessToken"] == ""
+    assert status_of(open_node, "GET", "/nacos/v1/ns/instance/list", SVC) == 200
+
+
+# --- stock SDKs configured with credentials, against a node with auth off (issue 24.7) --------------
 async def test_clients_with_credentials_keep_working_against_an_open_node(
         nodes: Callable[..., ServerProcess], nacos_v1: ModuleType, tmp_path: Path) -> None:  # noqa: F811
     """An SDK configured with a username and password logs in first; on a node with auth off
