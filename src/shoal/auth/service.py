@@ -144,8 +144,8 @@ GRPC_ACTIONS = {
 CLIENT, ADMIN_APIS, CONSOLE = "client", "admin", "console"
 
 #: What a refused request is told while the node has no admin user yet.
-FIRST_ADMIN_HINT = ("no admin user yet: create the first one (POST /nacos/v3/auth/user/admin?password=..., "
-                    "the console's first page, or `shoal users create nacos --admin --password-file FILE`)")
+FIRST_ADMIN_HINT = ("no admin user yet: create the first one (POST /nacos/v3/auth/user/admin with the form field "
+                    "password, the console's first page, or `shoal users create nacos --admin --password-file FILE`)")
 
 
 def is_loopback(host: str) -> bool:
