@@ -23,7 +23,10 @@ $(DEV_STAMP): pyproject.toml setup.py $(wildcard ext/*.pyx ext/*.pxd) ci/setup.s
 install: $(NODE_STAMP)
 
 ## serve: install the node into ./.venv and start a standalone node on 8848/9848
+# Every API needs a login by default (Nacos 3.3): say how to make the first admin, or run open.
 serve: $(NODE_STAMP)
+	@echo "shoal: first admin: open http://127.0.0.1:8848/nacos/ or: curl -X POST http://127.0.0.1:8848/nacos/v3/auth/user/admin --data-urlencode password=YOUR-PASSWORD"
+	@echo "shoal: open for local development only: make serve ARGS='-D nacos.core.auth.enabled=false -D nacos.core.auth.admin.enabled=false -D nacos.core.auth.console.enabled=false'"
 	$(BIN)/shoal server $(ARGS)
 
 ## test: lint, type-check, then the whole suite (compiled kernels, then the pure-Python twins)

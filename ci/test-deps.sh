@@ -7,6 +7,7 @@
 #   chromium, chromium-driver — the console's browser tests (tests/integration/test_console_browser.py,
 #                  headless; selenium is given /usr/bin/chromedriver and never downloads a driver)
 #   dnsutils     — `dig`, the real DNS client of tests/integration/test_dns.py
+#   slapd, ldap-utils — the LDAP login tests (tests/integration/test_ldap.py start their own slapd)
 # Then the real SDK clients that are not Python packages (grpc-js from npm, grpc-java from Debian).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,8 @@ command -v etcd >/dev/null || missing+=(etcd-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 command -v dig >/dev/null || missing+=(dnsutils)
+[ -x /usr/sbin/slapd ] || missing+=(slapd)
+command -v ldapsearch >/dev/null || missing+=(ldap-utils)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
     echo "ci/test-deps.sh: installing ${missing[*]}"

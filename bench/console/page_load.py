@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from shoal.testing import http_get, kill, start_server
+from shoal.testing import OPEN, http_get, kill, start_server
 
 
 async def register(addr: str, services: int, clients: int, root: Path) -> None:
@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=20)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="console-bench-"))
-    server = start_server(root)
+    server = start_server(root, auth=OPEN)
     try:
         start = time.perf_counter()
         loop = asyncio.new_event_loop()

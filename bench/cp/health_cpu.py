@@ -21,7 +21,7 @@ from pathlib import Path
 
 import aiohttp
 
-from shoal.testing import ServerSet
+from shoal.testing import OPEN, ServerSet
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -41,7 +41,7 @@ async def main(args: argparse.Namespace) -> None:
             accepted += 1
 
     acceptor = asyncio.get_running_loop().create_task(drain())
-    with ServerSet(Path(tempfile.mkdtemp(prefix="cp-health-"))) as servers:
+    with ServerSet(Path(tempfile.mkdtemp(prefix="cp-health-")), auth=OPEN) as servers:
         node = servers.start(args=["-D", f"shoal.health.check-concurrency={args.concurrency}"])
         node.wait_ready(30)
         slots = asyncio.Semaphore(32)

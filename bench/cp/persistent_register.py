@@ -28,7 +28,7 @@ from pathlib import Path
 
 import aiohttp
 
-from shoal.testing import ServerSet, free_port_block
+from shoal.testing import OPEN, ServerSet, free_port_block
 
 OFFSETS = (-1000, -999, 0, 1000, 1001)
 
@@ -59,7 +59,7 @@ async def main(args: argparse.Namespace) -> None:
     for _ in range(3):
         ports.append(free_port_block(OFFSETS, avoid=ports))
     members = ",".join(f"127.0.0.1:{p}" for p in ports)
-    with ServerSet(root) as servers:
+    with ServerSet(root, auth=OPEN) as servers:
         nodes = [servers.start(p, ["--members", members]) for p in ports]
         for node in nodes:
             node.wait_ready(60)

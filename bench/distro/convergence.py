@@ -44,7 +44,7 @@ from bench.distro._common import (
     work_root,
 )
 from bench.load import nacos_client
-from shoal.testing import ServerSet, free_port_block, poll_until
+from shoal.testing import OPEN, ServerSet, free_port_block, poll_until
 
 TARGET_P99_MS = 100.0
 
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                               "settings": {k: v for k, v in vars(args).items() if k != "keep_logs"}}
     with contextlib.ExitStack() as stack:
         root = work_root(stack, args.keep_logs)
-        servers = stack.enter_context(ServerSet(root))
+        servers = stack.enter_context(ServerSet(root, auth=OPEN))
         ports: list[int] = []
         for _ in range(3):
             ports.append(free_port_block(avoid=ports))

@@ -48,7 +48,7 @@ from bench.distro._common import (
     work_root,
 )
 from bench.load import nacos_client
-from shoal.testing import ServerProcess, ServerSet, free_port_block, http_get, metric_values, poll_until
+from shoal.testing import OPEN, ServerProcess, ServerSet, free_port_block, http_get, metric_values, poll_until
 
 TARGET_LOAD_S = 10.0
 LOADED_RE = re.compile(r"^(\S+ \S+) \S+\s+shoal\.distro\.protocol: loaded a snapshot of (\d+) clients from (\S+)",
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
                               "server_args": extra}
     with contextlib.ExitStack() as stack:
         root = work_root(stack, args.keep_logs)
-        servers = stack.enter_context(ServerSet(root))
+        servers = stack.enter_context(ServerSet(root, auth=OPEN))
         ports = [free_port_block()]
         ports.append(free_port_block(avoid=ports))
         members = ",".join(f"127.0.0.1:{p}" for p in ports)

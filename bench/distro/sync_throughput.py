@@ -63,7 +63,7 @@ from bench.distro._common import (
     work_root,
 )
 from bench.load import nacos_client
-from shoal.testing import ServerProcess, ServerSet, free_port_block, poll_until
+from shoal.testing import OPEN, ServerProcess, ServerSet, free_port_block, poll_until
 from shoal.testing.procs import metric_sum
 
 PROBE_SERVICE = "sync-probe"
@@ -293,7 +293,7 @@ def run_generators(args: argparse.Namespace, target: str, during: Callable[[floa
 
 
 def cluster_round(args: argparse.Namespace, transport: str, root: Path) -> dict[str, Any]:
-    with ServerSet(root / f"cluster-{transport}-{time.monotonic_ns()}") as servers:
+    with ServerSet(root / f"cluster-{transport}-{time.monotonic_ns()}", auth=OPEN) as servers:
         a, b, c = start_nodes(servers, transport, 3, args)
         peers = [b, c]
         log(f"{transport}: cluster up ({a.addr}, {b.addr}, {c.addr}); loading A for {args.duration} s")
@@ -406,7 +406,7 @@ def summarise_cluster(args: argparse.Namespace, transport: str, gens: list[dict[
 
 def baseline_round(args: argparse.Namespace, transport: str, root: Path) -> dict[str, Any]:
     """The same load against one standalone node: what the SDK requests alone cost A."""
-    with ServerSet(root / f"alone-{transport}-{time.monotonic_ns()}") as servers:
+    with ServerSet(root / f"alone-{transport}-{time.monotonic_ns()}", auth=OPEN) as servers:
         [node] = start_nodes(servers, transport, 1, args)
         log(f"{transport}: standalone baseline, {args.duration} s")
         cpu: dict[str, float] = {}

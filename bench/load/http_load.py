@@ -45,6 +45,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from shoal.testing import OPEN
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGET_BEATS_PER_CPU_S = 20_000.0
 
@@ -157,7 +159,7 @@ class Server:
         self.host, self.port = "127.0.0.1", _free_port()
         self.tmp = tempfile.mkdtemp(prefix="shoal-http-load-")
         cmd = [sys.executable, "-m", "shoal", "server", "--host", "127.0.0.1", "--port", str(self.port),
-               "--data-dir", self.tmp, "--log-level", log_level]
+               "--data-dir", self.tmp, "--log-level", log_level, *OPEN.value]  # an open node (no login)
         for item in extra:
             cmd += ["-D", item]
         self.log = open(Path(self.tmp) / "server.log", "wb")  # noqa: SIM115 - closed in stop()

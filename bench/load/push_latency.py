@@ -40,7 +40,7 @@ from typing import Any
 from bench.distro import _common as common
 from bench.load import nacos_client
 from shoal.config import Config
-from shoal.testing import ServerProcess, ServerSet
+from shoal.testing import OPEN, ServerProcess, ServerSet
 
 SERVICE = "push-latency"
 STORM_SERVICE = "push-storm"
@@ -211,7 +211,7 @@ def run_one(args: argparse.Namespace, transport: str, delay: str, root: Path) ->
         extra += ["-D", f"nacos.naming.push.pushTaskDelay={delay}"]
     for setting in args.server_arg:
         extra += ["-D", setting]
-    with ServerSet(root / f"{transport}-{delay}-{time.monotonic_ns()}") as servers:
+    with ServerSet(root / f"{transport}-{delay}-{time.monotonic_ns()}", auth=OPEN) as servers:
         server = servers.start(None, extra, **common.server_options())
         server.wait_ready(args.startup_timeout)
         target = f"127.0.0.1:{server.grpc_port}"

@@ -30,7 +30,7 @@ from typing import Any
 
 import worker as load_worker  # a sibling: run.py is run as a script, so its folder is on the path
 
-from shoal.testing import free_port_block
+from shoal.testing import OPEN, free_port_block
 
 HERE = Path(__file__).resolve().parent
 
@@ -161,6 +161,7 @@ class Server:
             os.path.join(tmpdir, "data"),
             "--log-level",
             log_level,
+            *OPEN.value,  # the load runs against an open node (no login)
         ]
         for item in server_args:
             argv += ["-D", item]

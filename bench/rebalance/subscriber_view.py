@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.distro._common import emit, host_info, install_signal_handlers, log, run_main, server_options
-from shoal.testing import ServerSet, free_port_block, wait_until
+from shoal.testing import OPEN, ServerSet, free_port_block, wait_until
 from shoal.testing.moving import (
     JAVA,
     MovingClient,
@@ -64,7 +64,7 @@ def gap_seconds(samples: list[tuple[float, bool]], end: float) -> float:
 
 
 async def one_run(root: Path, grace_ms: int, client: str, redo_delay: float, timeout: float) -> dict[str, Any]:
-    with ServerSet(root) as servers:
+    with ServerSet(root, auth=OPEN) as servers:
         ports = [free_port_block() for _ in range(3)]
         members = ",".join(f"127.0.0.1:{p}" for p in ports)
         for port in ports:

@@ -23,6 +23,7 @@ from bench.load.nacos_client import CLIENT_VERSION, instance, instance_request, 
 from shoal.app import Node
 from shoal.config import Config
 from shoal.kernels.payload import decode, encode
+from shoal.testing import OPEN_SETTINGS
 
 
 def _dumps(value: Any) -> bytes:
@@ -47,7 +48,7 @@ class RequestPath:
 
     def __init__(self, **overrides: Any) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="shoal-bench-")
-        config = dataclasses.replace(Config(), data_dir=self._tmp.name, **overrides).validate()
+        config = dataclasses.replace(Config(), data_dir=self._tmp.name, **{**OPEN_SETTINGS, **overrides}).validate()
         self.loop = asyncio.new_event_loop()  # the push engine's Event wants a current loop
         asyncio.set_event_loop(self.loop)
         self.node = Node(config)

@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--cp-tls-cert", metavar="FILE", help="client certificate for the etcd endpoints")
     server.add_argument("--cp-tls-key", metavar="FILE", help="client key for the etcd endpoints")
     server.add_argument("--auth", action="store_true",
-                        help="require tokens on the naming APIs (nacos.core.auth.enabled=true)")
+                        help="require a login on every API family (nacos.core.auth.enabled, .admin.enabled and "
+                             ".console.enabled = true, the defaults), whatever the properties file says")
     server.add_argument("-D", dest="overrides", action="append", default=[], metavar="PROPERTY=VALUE",
                         help="set any setting listed below; repeatable")
     server.set_defaults(func=_cmd_server)
@@ -107,7 +108,7 @@ def _server_config(args: argparse.Namespace) -> tuple[Config, Report]:
         if value is not None:
             overrides[field_name] = str(value)
     if args.auth:
-        overrides["auth_enabled"] = "true"
+        overrides.update(auth_enabled="true", auth_admin_enabled="true", auth_console_enabled="true")
     return Config.load_with_report(args.config, overrides=overrides)
 
 

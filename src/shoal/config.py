@@ -380,7 +380,32 @@ class Config:
     )
 
     # --- auth (Nacos default auth plugin) -------------------------------------------------
-    auth_enabled: bool = _setting(False, "nacos.core.auth.enabled", "Require a token on the naming APIs.")
+    # Nacos 3.x's three switches, each on by default (3.3 turned on the client one too).
+    auth_enabled: bool = _setting(
+        True, "nacos.core.auth.enabled",
+        "Require a login on the client (open) APIs: v1/v2/v3 naming over HTTP and the SDK gRPC port.")
+    auth_admin_enabled: bool = _setting(
+        True, "nacos.core.auth.admin.enabled",
+        "Require a login on the admin APIs: operator and cluster routes, /v3/admin/*, users, roles, permissions.")
+    auth_console_enabled: bool = _setting(
+        True, "nacos.core.auth.console.enabled",
+        "Require a login on the console's APIs (/v1/console, /v3/console, the console's catalog routes).")
+    auth_system_type: str = _setting(
+        "nacos", "nacos.core.auth.system.type",
+        "Where logins are checked: nacos (the CP store's users) or ldap (then the CP store's users).",
+        check=one_of("nacos", "ldap"))
+    ldap_url: str = _setting("", "nacos.core.auth.ldap.url", "LDAP server URL (ldap://host:port), type ldap.")
+    ldap_basedc: str = _setting("", "nacos.core.auth.ldap.basedc", "Base DN users are searched under.")
+    ldap_user_dn: str = _setting(
+        "", "nacos.core.auth.ldap.userDn", "DN Shoal binds as to search for users; empty = anonymous search.")
+    ldap_password: str = _setting("", "nacos.core.auth.ldap.password", "Password of nacos.core.auth.ldap.userDn.")
+    ldap_filter_prefix: str = _setting(
+        "uid", "nacos.core.auth.ldap.filter.prefix", "Attribute a login name is matched against: (prefix=name).")
+    ldap_case_sensitive: bool = _setting(
+        True, "nacos.core.auth.ldap.case.sensitive", "false = login names are lower-cased before the lookup.")
+    ldap_timeout_ms: int = _setting(
+        3000, "nacos.core.auth.ldap.timeout", "Connect and answer timeout towards the LDAP server.",
+        check=positive)
     auth_token_expire_s: int = _setting(
         18000, "nacos.core.auth.plugin.nacos.token.expire.seconds", "Lifetime of an access token.",
         check=positive,
@@ -732,6 +757,11 @@ class Config:
             return Path(self.connection_limit_rule_file)
         return Path(self.data_dir) / "loader" / "limitRule"
 
+    @property
+    def any_auth(self) -> bool:
+        """Whether any API family needs a login (Nacos 3.x's three switches)."""
+        return self.auth_enabled or self.auth_admin_enabled or self.auth_console_enabled
+
     def validate(self) -> Config:
         """Raise ConfigError naming the first bad setting; return self for chaining.
 
@@ -741,9 +771,12 @@ class Config:
         check_fields(self)
         if bool(self.cluster_identity_key) != bool(self.cluster_identity_value):
             raise ConfigError("nacos.core.auth.server.identity.key and .value must be set together")
-        if self.auth_enabled and (self.members or self.cluster_conf) and not self.cluster_identity_key:
+        if self.any_auth and (self.members or self.cluster_conf) and not self.cluster_identity_key:
             raise ConfigError("with auth on, cluster members must prove a shared identity: set "
-                              "nacos.core.auth.server.identity.key and .value on every node")
+                              "nacos.core.auth.server.identity.key and .value on every node (or turn auth off: "
+                              "nacos.core.auth.enabled, .admin.enabled and .console.enabled = false)")
+        if self.auth_system_type.lower() == "ldap" and not self.ldap_url:
+            raise ConfigError("nacos.core.auth.system.type=ldap needs nacos.core.auth.ldap.url")
         self._validate_tls()
         if not 0 < self.grpc_port < 65536 or not 0 < self.cluster_port < 65536:
             raise ConfigError(f"server.port {self.port} (+{self.grpc_port_offset}) is not a usable port")

@@ -48,13 +48,11 @@ nacos.ai.mcp.registry.enabled nacos.ai.mcp.registry.port nacos.cmdb.dumpTaskInte
 nacos.cmdb.labelTaskInterval nacos.cmdb.loadDataAtStart nacos.config.push.maxRetryTime nacos.console.contextPath
 nacos.console.port nacos.console.remote.server.context-path nacos.console.ui.enabled nacos.core.address-server.retry
 nacos.core.api.compatibility.admin.enabled nacos.core.api.compatibility.client.enabled
-nacos.core.api.compatibility.console.enabled nacos.core.auth.admin.enabled nacos.core.auth.caching.enabled
-nacos.core.auth.console.enabled nacos.core.auth.enable.userAgentAuthWhite nacos.core.auth.ldap.basedc
-nacos.core.auth.ldap.case.sensitive nacos.core.auth.ldap.filter.prefix
-nacos.core.auth.ldap.ignore.partial.result.exception nacos.core.auth.ldap.password nacos.core.auth.ldap.url
-nacos.core.auth.ldap.userDn nacos.core.auth.ldap.userdn nacos.core.auth.ldap.timeout
+nacos.core.api.compatibility.console.enabled nacos.core.auth.caching.enabled
+nacos.core.auth.enable.userAgentAuthWhite
+nacos.core.auth.ldap.ignore.partial.result.exception nacos.core.auth.ldap.userdn
 nacos.core.auth.nacos.anonymous.ai.enabled nacos.core.auth.plugin.nacos.token.cache.enable
-nacos.core.auth.system.type nacos.core.config.plugin.fileformatcheck.enabled
+nacos.core.config.plugin.fileformatcheck.enabled
 nacos.core.config.plugin.webhook.contentMaxCapacity nacos.core.config.plugin.webhook.enabled
 nacos.core.config.plugin.webhook.url nacos.core.config.plugin.whitelist.enabled
 nacos.core.config.plugin.whitelist.suffixs nacos.core.member.lookup.type nacos.core.member.meta.adweight
@@ -95,6 +93,9 @@ DOCKER_PROPERTIES: Mapping[str, str] = {
     "NACOS_APPLICATION_PORT": "server.port",
     "NACOS_SERVER_IP": "nacos.inetutils.ip-address",
     "NACOS_AUTH_ENABLE": "nacos.core.auth.enabled",
+    "NACOS_AUTH_ADMIN_ENABLE": "nacos.core.auth.admin.enabled",
+    "NACOS_AUTH_CONSOLE_ENABLE": "nacos.core.auth.console.enabled",
+    "NACOS_AUTH_SYSTEM_TYPE": "nacos.core.auth.system.type",
     "NACOS_AUTH_TOKEN": "nacos.core.auth.plugin.nacos.token.secret.key",
     "NACOS_AUTH_TOKEN_EXPIRE_SECONDS": "nacos.core.auth.plugin.nacos.token.expire.seconds",
     "NACOS_AUTH_IDENTITY_KEY": "nacos.core.auth.server.identity.key",

@@ -12,7 +12,7 @@ from shoal.distro.records import OP_CHANGE
 from shoal.model.client import Client, ClientKind
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
-from shoal.testing import SVC, SimCluster
+from shoal.testing import OPEN_SETTINGS, SVC, SimCluster
 
 
 async def test_register_on_a_reaches_every_peer() -> None:
@@ -402,7 +402,7 @@ async def test_member_report_timeout_and_periodic_intervals_come_from_the_config
 
     conf = str(tmp_path / "cluster.conf")
     cluster = SimCluster(2, member_report_timeout_ms=1234, client_expire_check_interval_ms=777,
-                         cluster_conf_reload_interval_ms=888, cluster_conf=conf)
+                         cluster_conf_reload_interval_ms=888, cluster_conf=conf, **OPEN_SETTINGS)
     distro = cluster[0].distro
     recording = _RecordingTransport(distro.transport)
     distro.reporter.transport = recording

@@ -10,7 +10,7 @@ import pytest
 from shoal.config import Config
 from shoal.distro.members import MemberManager, MemberState, parse_member_list, read_cluster_conf
 from shoal.errors import ConfigError
-from shoal.testing import SimCluster
+from shoal.testing import OPEN_SETTINGS, SimCluster
 
 
 def test_cluster_conf_format(tmp_path: Path) -> None:
@@ -35,7 +35,7 @@ def test_self_is_found_by_port_and_local_address() -> None:
 async def test_cluster_conf_is_reloaded_when_it_changes(tmp_path: Path) -> None:
     conf = tmp_path / "cluster.conf"
     conf.write_text("10.9.0.1:8848\n10.9.0.2:8848\n")
-    cluster = SimCluster(2, cluster_conf=str(conf))
+    cluster = SimCluster(2, cluster_conf=str(conf), **OPEN_SETTINGS)
     node = cluster[0]
     await node.distro.reload_cluster_conf()
     assert sorted(node.members.peers) == ["10.9.0.2:8848"]

@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 
 from shoal.cp.supervisor import EtcdSupervisor, plan_members
+from shoal.testing import OPEN
 from shoal.testing.faults import Partition, PartitionUnavailable, kill9, partitions_unavailable
 from shoal.testing.nodes import FAST_MEMBERS
 from shoal.testing.procs import ServerProcess, free_port_block
@@ -105,7 +106,7 @@ class CgroupCluster:
         mode_args = ["--cp-endpoints", ",".join(self._start_external_etcd())] if self.mode == "etcd" else []
         for i, (host, port) in enumerate(zip(self.hosts, self.ports, strict=True)):
             node = ServerProcess(port, self.root / f"node-{host}-{port}",
-                                 ["--members", self.members, *mode_args, *ARGS], host=host)
+                                 ["--members", self.members, *mode_args, *ARGS], host=host, auth=OPEN)
             node.args = self._in_cgroup(i, node.args)
             self.nodes.append(node.start())
         for node in self.nodes:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from shoal.testing import OPEN
 from shoal.testing.faults import kill9, tracebacks
 from shoal.testing.http import timed_call
 from shoal.testing.nodes import FAST_MEMBERS, FaultCluster
@@ -31,7 +32,7 @@ def test_beat_expiry_logs_the_real_idle_time(tmp_path: Path) -> None:
     host = "127.0.0.2"
     port = free_port_block(host=host)
     node = ServerProcess(port, tmp_path / f"node-{host}-{port}", ["-D", "shoal.naming.beat-check-interval-ms=300"],
-                         host=host, ready_timeout=45).start()
+                         host=host, ready_timeout=45, auth=OPEN).start()
     try:
         node.wait_ready()
         metadata = json.dumps({"preserved.heart.beat.interval": "500", "preserved.heart.beat.timeout": "1000",

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from shoal.testing import OPEN
 from shoal.testing.nodes import CpCluster
 
 pytestmark = pytest.mark.faults
@@ -26,7 +27,7 @@ _CP_WARNING = re.compile(r"^\S+ \S+ WARNING\s+shoal\.cp\.store: .*$", re.MULTILI
 
 @pytest.fixture
 def cp_cluster(tmp_path: Path) -> Iterator[CpCluster]:
-    cluster = CpCluster(tmp_path, 3)
+    cluster = CpCluster(tmp_path, 3, auth=OPEN)
     try:
         yield cluster
     finally:

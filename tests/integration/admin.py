@@ -8,14 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from shoal.testing import ServerProcess, kill, start_server
+from shoal.testing import OPEN, ServerProcess, kill, start_server
 from shoal.testing.auth import start_with_admin
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One server without auth for the whole module."""
-    server = start_server(tmp_path_factory.mktemp("node"))
+    server = start_server(tmp_path_factory.mktemp("node"), auth=OPEN)
     yield server
     kill(server)
 

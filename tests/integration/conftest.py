@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import NodeCluster, ServerProcess, kill, start_server
+from shoal.testing import OPEN, AuthMode, NodeCluster, ServerProcess, kill, start_server
 
 HERE = Path(__file__).parent
 
@@ -27,11 +27,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
-    """Factory starting `shoal server` processes; every one is killed at teardown."""
+    """Factory starting `shoal server` processes, :data:`OPEN` (no login anywhere) unless told
+    ``auth=SECURE`` or given ``--auth``; every one is killed at teardown."""
     started: list[ServerProcess] = []
 
-    def factory(*args: str, env: dict[str, str] | None = None, wait: bool = True) -> ServerProcess:
-        server = start_server(tmp_path, list(args), env=env, wait=wait)
+    def factory(*args: str, env: dict[str, str] | None = None, wait: bool = True,
+                auth: AuthMode = OPEN) -> ServerProcess:
+        server = start_server(tmp_path, list(args), env=env, wait=wait, auth=auth)
         started.append(server)
         return server
 
@@ -43,11 +45,12 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
 @pytest.fixture
 def three_nodes(tmp_path: Path) -> Iterator[Callable[..., list[ServerProcess]]]:
     """Factory of three nodes on one member list (member reports every 300 ms), ``extra`` arguments
-    going to each; it returns them once all are ready (``ready_timeout``), all are killed at teardown."""
+    going to each, :data:`OPEN` unless told; it returns them once all are ready (``ready_timeout``), all are
+    killed at teardown."""
     made: list[NodeCluster] = []
 
-    def factory(*extra: str, ready_timeout: float = 20) -> list[ServerProcess]:
-        cluster = NodeCluster(tmp_path, 3, ["-D", "shoal.member.report-interval-ms=300"])
+    def factory(*extra: str, ready_timeout: float = 20, auth: AuthMode = OPEN) -> list[ServerProcess]:
+        cluster = NodeCluster(tmp_path, 3, ["-D", "shoal.member.report-interval-ms=300"], auth=auth)
         made.append(cluster)
         cluster.start_all(*extra, timeout=ready_timeout)
         return cluster.all()
@@ -67,7 +70,7 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     """One server for a whole module (its tests also show it keeps serving after each other's
     bad input). A small inbound limit makes the oversized-payload case cheap."""
     server = start_server(tmp_path_factory.mktemp("shared"),
-                          ["-D", "nacos.remote.server.grpc.sdk.max-inbound-message-size=65536"])
+                          ["-D", "nacos.remote.server.grpc.sdk.max-inbound-message-size=65536"], auth=OPEN)
     yield server
     kill(server)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.testing import ServerProcess, kill, poll_until, start_server
+from shoal.testing import SECURE, ServerProcess, kill, poll_until, start_server
 from shoal.testing.http import call, call_json
 from shoal.testing.nodes import CpCluster
 
@@ -21,7 +21,7 @@ DEV_PW = "dev-pass-1"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[CpCluster]:
-    cluster = CpCluster(tmp_path, 3, ["--auth"])
+    cluster = CpCluster(tmp_path, 3, auth=SECURE)
     try:
         cluster.start_all()
         yield cluster
@@ -105,7 +105,7 @@ def test_one_set_of_users_and_one_token_key_for_the_cluster(cluster: CpCluster, 
 
 
 def test_users_commands_on_the_data_dir_of_a_running_standalone_node(tmp_path: Path) -> None:
-    server = start_server(tmp_path, ["--auth"])
+    server = start_server(tmp_path, ["--auth"], auth=SECURE)
     data = ["--data-dir", str(server.data_dir)]
     pw = tmp_path / "pw"
     try:

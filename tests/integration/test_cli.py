@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from shoal.config import TestHooks
-from shoal.testing import ServerProcess, free_port_block, http_get
+from shoal.testing import OPEN, ServerProcess, free_port_block, http_get
 
 
 def run_cli(*args: str, timeout: float = 30, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -48,7 +48,7 @@ def test_bad_configuration_is_reported_without_traceback(tmp_path: Path) -> None
 
 def test_bad_cluster_membership_is_reported_without_traceback(tmp_path: Path) -> None:
     port = free_port_block()
-    common = ["server", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(tmp_path)]
+    common = ["server", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(tmp_path), *OPEN.value]
     not_listed = run_cli(*common, "--members", "10.9.9.9:8848,10.9.9.10:8848")
     assert not_listed.returncode == 2 and "not in the member list" in not_listed.stderr
     missing = run_cli(*common, "--cluster-conf", str(tmp_path / "no-such-cluster.conf"))

@@ -16,7 +16,7 @@ from shoal.config import TestHooks
 from shoal.distro.snapshot import SNAPSHOT_REQUEST
 from shoal.distro.sync import SYNC_REQUEST
 from shoal.distro.verify import DETAIL_REQUEST
-from shoal.testing import NodeCluster, ServerProcess, http_get, kill, wait_until
+from shoal.testing import OPEN, NodeCluster, ServerProcess, http_get, kill, wait_until
 from shoal.testing.rawclient import RawClient, register_body
 
 from .test_sdk_naming import Pushes, spawn_client
@@ -41,7 +41,7 @@ def cluster_of(tmp_path: Path) -> Iterator[Callable[[int], NodeCluster]]:
     made: list[NodeCluster] = []
 
     def factory(size: int) -> NodeCluster:
-        cluster = NodeCluster(tmp_path, size, FAST)
+        cluster = NodeCluster(tmp_path, size, FAST, auth=OPEN)
         made.append(cluster)
         return cluster
 

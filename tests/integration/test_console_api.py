@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import ServerProcess, ServerSet, free_port_blocks, poll_until
+from shoal.testing import OPEN, ServerProcess, ServerSet, free_port_blocks, poll_until
 from shoal.testing.auth import PASSWORD
 from shoal.testing.http import call as http
 
@@ -98,7 +98,7 @@ def test_cluster_distro_figures_per_member(tmp_path: Path) -> None:
     ports = free_port_blocks(3)
     members = ",".join(f"127.0.0.1:{p}" for p in ports)
     fast = ["-D", "nacos.core.protocol.distro.data.verify.intervalMs=300", "-D", "shoal.member.report-interval-ms=200"]
-    with ServerSet(tmp_path) as servers:
+    with ServerSet(tmp_path, auth=OPEN) as servers:
         nodes = [servers.start(port, ["--members", members, *fast]) for port in ports]
         for node in nodes:
             node.wait_ready()

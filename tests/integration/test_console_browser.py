@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import NodeCluster, ServerProcess, call, http_get, poll_until, wait_until
+from shoal.testing import OPEN, NodeCluster, ServerProcess, call, http_get, poll_until, wait_until
 from shoal.testing.auth import PASSWORD
 
 from . import test_auth_e2e
@@ -244,7 +244,7 @@ async def test_unhealthy_filter_and_paging_without_auth(server: ServerProcess, s
 def test_cluster_page_shows_three_members(tmp_path: Path, browser: Browser) -> None:
     from .test_cluster import FAST
 
-    cluster = NodeCluster(tmp_path, 3, FAST)
+    cluster = NodeCluster(tmp_path, 3, FAST, auth=OPEN)
     try:
         cluster.start_all()
         node = cluster.nodes[0]

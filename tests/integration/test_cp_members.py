@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.testing import ServerProcess, poll_until
+from shoal.testing import OPEN, ServerProcess, poll_until
 from shoal.testing.etcd import ExternalEtcdCluster, etcd_pids, healthy, kill_pid, revision
 from shoal.testing.nodes import CpCluster
 from shoal.testing.openapi import listed_ips, register_persistent
@@ -65,7 +65,7 @@ def _caught_up(endpoint: str, reference: str) -> bool:
 
 def test_external_etcd_lists_within_a_second_and_survives_a_member_loss(
         tmp_path: Path, external: ExternalEtcdCluster) -> None:
-    cluster = CpCluster(tmp_path, 3, ["--cp-endpoints", external.endpoints, *CP_FAST])
+    cluster = CpCluster(tmp_path, 3, ["--cp-endpoints", external.endpoints, *CP_FAST], auth=OPEN)
     try:
         cluster.start_all()
         a, b, c = (cluster.node(i) for i in range(3))
@@ -99,7 +99,7 @@ def test_external_etcd_lists_within_a_second_and_survives_a_member_loss(
 
 
 def test_managed_etcd_member_killed_writes_continue_and_it_catches_up(tmp_path: Path) -> None:
-    cluster = CpCluster(tmp_path, 3, CP_FAST)
+    cluster = CpCluster(tmp_path, 3, CP_FAST, auth=OPEN)
     try:
         cluster.start_all()
         nodes = [cluster.node(i) for i in range(3)]

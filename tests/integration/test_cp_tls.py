@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.testing import free_port_blocks, poll_until, start_server, timed_call
+from shoal.testing import OPEN, free_port_blocks, poll_until, start_server, timed_call
 from shoal.testing.certs import Pki, encrypted_copy, make_pki
 from shoal.testing.etcd import etcd_pids, kill_pid
 from shoal.testing.nodes import CpCluster
@@ -49,7 +49,7 @@ def pki(tmp_path: Path) -> Pki:
 
 
 def test_managed_members_form_the_cluster_over_mutual_tls_and_refuse_plaintext(tmp_path: Path, pki: Pki) -> None:
-    cluster = CpCluster(tmp_path / "nodes", 3, peer_tls(pki))
+    cluster = CpCluster(tmp_path / "nodes", 3, peer_tls(pki), auth=OPEN)
     try:
         cluster.start_all()
         a, _, c = (cluster.node(i) for i in range(3))
@@ -86,7 +86,7 @@ def test_managed_members_form_the_cluster_over_mutual_tls_and_refuse_plaintext(t
 def _exit(tmp_path: Path, args: list[str]) -> tuple[int, str]:
     ports = free_port_blocks(2)
     members = ",".join(f"127.0.0.1:{p}" for p in ports)
-    node = start_server(tmp_path / "bad", ["--members", members, *args], port=ports[0], wait=False)
+    node = start_server(tmp_path / "bad", ["--members", members, *args], port=ports[0], wait=False, auth=OPEN)
     try:
         code = node.proc.wait(30)
     except subprocess.TimeoutExpired:

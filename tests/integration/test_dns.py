@@ -21,7 +21,7 @@ import dns.rcode
 import dns.resolver
 import pytest
 
-from shoal.testing import ServerProcess, free_port_block, free_port_blocks, kill, poll_until, start_server
+from shoal.testing import OPEN, ServerProcess, free_port_block, free_port_blocks, kill, poll_until, start_server
 from shoal.testing.rawclient import RawClient
 
 SUFFIX = "shoal.test"
@@ -41,7 +41,7 @@ def port() -> int:
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory, port: int) -> Iterator[ServerProcess]:
-    server = start_server(tmp_path_factory.mktemp("dns"), dns_args(port))
+    server = start_server(tmp_path_factory.mktemp("dns"), dns_args(port), auth=OPEN)
     yield server
     kill(server)
 
@@ -291,7 +291,8 @@ async def test_instance_registered_on_a_resolves_on_b(tmp_path: Path, registrar:
     dns_ports = free_port_blocks(3, offsets=(0,), avoid=ports)
     members = ",".join(f"127.0.0.1:{p}" for p in ports)
     nodes = [start_server(tmp_path, ["--members", members, "-D", "shoal.member.report-interval-ms=300",
-                                     *dns_args(d)], port=p, wait=False) for p, d in zip(ports, dns_ports, strict=True)]
+                                     *dns_args(d)], port=p, wait=False, auth=OPEN)
+             for p, d in zip(ports, dns_ports, strict=True)]
     try:
         for n in nodes:
             n.wait_ready(timeout=30)
@@ -311,7 +312,7 @@ async def test_instance_registered_on_a_resolves_on_b(tmp_path: Path, registrar:
 def test_dns_is_off_unless_enabled(tmp_path: Path) -> None:
     """A node without nacos.naming.dns.enabled binds no DNS port (its configured port stays free)."""
     dns_port = free_port_block(offsets=(0,))
-    server = start_server(tmp_path, ["-D", f"nacos.naming.dns.port={dns_port}"])
+    server = start_server(tmp_path, ["-D", f"nacos.naming.dns.port={dns_port}"], auth=OPEN)
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.bind(("127.0.0.1", dns_port))  # raises EADDRINUSE were the node listening on it
@@ -325,7 +326,7 @@ def test_a_dns_port_in_use_stops_the_node_cleanly(tmp_path: Path) -> None:
     dns_port = free_port_block(offsets=(0,))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
         taken.bind(("127.0.0.1", dns_port))
-        server = start_server(tmp_path, dns_args(dns_port), wait=False)
+        server = start_server(tmp_path, dns_args(dns_port), wait=False, auth=OPEN)
         try:
             poll_until(lambda: not server.alive(), 30, what="the node to give up")
             assert server.proc.returncode != 0
@@ -336,7 +337,7 @@ def test_a_dns_port_in_use_stops_the_node_cleanly(tmp_path: Path) -> None:
 
 def test_a_starting_node_answers_servfail_not_nxdomain(tmp_path: Path) -> None:
     dns_port = free_port_block(offsets=(0,))
-    server = start_server(tmp_path, dns_args(dns_port, "-D", "shoal.startup.delay-ms=60000"), wait=False)
+    server = start_server(tmp_path, dns_args(dns_port, "-D", "shoal.startup.delay-ms=60000"), wait=False, auth=OPEN)
     try:
         def status_of(name: str) -> str | None:
             try:

@@ -16,7 +16,7 @@ from v2.nacos import RegisterInstanceParam
 from shoal.config import TestHooks
 from shoal.distro.sync import SYNC_REQUEST
 from shoal.export.reader import find_snapshots, read_snapshot
-from shoal.testing import ServerProcess, free_port_block, http_get, kill, poll_until, start_server, wait_until
+from shoal.testing import OPEN, ServerProcess, free_port_block, http_get, kill, poll_until, start_server, wait_until
 from shoal.testing.http import call_json
 
 
@@ -65,8 +65,9 @@ async def test_consistency_job_names_a_real_divergence(tmp_path: Path, sdk: Any)
     common = ["--members", members, "-D", "shoal.cp.mode=embedded",  # AP only: no etcd members
               "-D", "nacos.core.protocol.distro.data.verify.intervalMs=600000",
               "-D", "shoal.member.report-interval-ms=300"]
-    a = start_server(tmp_path, common, port=ports[0], wait=False)
-    b = start_server(tmp_path, common, env=TestHooks(drop_incoming_sync=1).to_env(), port=ports[1], wait=False)
+    a = start_server(tmp_path, common, port=ports[0], wait=False, auth=OPEN)
+    b = start_server(tmp_path, common, env=TestHooks(drop_incoming_sync=1).to_env(), port=ports[1], wait=False,
+                     auth=OPEN)
     try:
         await asyncio.to_thread(a.wait_ready)
         await asyncio.to_thread(b.wait_ready)

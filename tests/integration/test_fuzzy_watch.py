@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import ServerProcess, free_port_block, kill, start_server, wait_until
+from shoal.testing import OPEN, ServerProcess, free_port_block, kill, start_server, wait_until
 from shoal.testing.rawclient import PYTHON_LABELS, RawClient, register_body
 
 PATTERN_A = "public>>DEFAULT_GROUP>>fz-a*"
@@ -186,7 +186,7 @@ async def test_services_created_on_another_node_are_reported(tmp_path: Path, cli
     ports = [free_port_block() for _ in range(3)]
     members = ",".join(f"127.0.0.1:{p}" for p in ports)
     nodes = [start_server(tmp_path, ["--members", members, "-D", "shoal.member.report-interval-ms=300"],
-                          port=p, wait=False) for p in ports]
+                          port=p, wait=False, auth=OPEN) for p in ports]
     try:
         for node in nodes:
             node.wait_ready()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import ServerProcess, free_port_blocks, kill, start_server, wait_until
+from shoal.testing import OPEN, ServerProcess, free_port_blocks, kill, start_server, wait_until
 from shoal.testing.rawclient import RawClient
 
 LOCK_LABELS = {"source": "sdk", "module": "lock"}
@@ -18,7 +18,7 @@ LOCK_LABELS = {"source": "sdk", "module": "lock"}
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    server = start_server(tmp_path_factory.mktemp("lock"))
+    server = start_server(tmp_path_factory.mktemp("lock"), auth=OPEN)
     yield server
     kill(server)
 
@@ -135,7 +135,7 @@ async def test_two_nodes_contend_for_one_lock(tmp_path: Path, connect: Callable[
     ports = free_port_blocks(3)
     members = ",".join(f"127.0.0.1:{p}" for p in ports)
     nodes = [start_server(tmp_path, ["--members", members, "-D", "shoal.member.report-interval-ms=300"],
-                          port=p, wait=False) for p in ports]
+                          port=p, wait=False, auth=OPEN) for p in ports]
     try:
         for n in nodes:
             n.wait_ready(timeout=60)

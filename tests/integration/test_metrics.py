@@ -21,7 +21,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from v2.nacos import RegisterInstanceParam, SubscribeServiceParam
 
 from shoal.config import TestHooks
-from shoal.testing import NodeCluster, ServerProcess, free_port_block, http_get, kill, start_server, wait_until
+from shoal.testing import (
+    OPEN,
+    SECURE,
+    NodeCluster,
+    ServerProcess,
+    free_port_block,
+    http_get,
+    kill,
+    start_server,
+    wait_until,
+)
 from shoal.testing.http import call
 from shoal.testing.openapi import register
 
@@ -144,7 +154,7 @@ def test_promql_name_extraction() -> None:
 
 # --- one node ----------------------------------------------------------------------------------------
 async def test_nacos_series_match_the_registry(tmp_path: Path, sdk: Any) -> None:
-    server = start_server(tmp_path, SD)
+    server = start_server(tmp_path, SD, auth=OPEN)
     try:
         provider, consumer = await sdk(server.addr), await sdk(server.addr)
         for i in range(4):
@@ -206,7 +216,7 @@ async def test_nacos_series_match_the_registry(tmp_path: Path, sdk: Any) -> None
 
 
 async def test_prometheus_sd_lists_instances_in_nacos_shape(tmp_path: Path, sdk: Any) -> None:
-    server = start_server(tmp_path, SD)
+    server = start_server(tmp_path, SD, auth=OPEN)
     try:
         client = await sdk(server.addr)
         await client.register_instance(RegisterInstanceParam(
@@ -234,7 +244,7 @@ async def test_prometheus_sd_lists_instances_in_nacos_shape(tmp_path: Path, sdk:
 
 
 def test_prometheus_sd_is_off_by_default(tmp_path: Path) -> None:
-    server = start_server(tmp_path)
+    server = start_server(tmp_path, auth=OPEN)
     try:
         assert http_get(server.url("/nacos/prometheus"))[0] == 404
     finally:
@@ -251,7 +261,7 @@ def auth_node(tmp_path: Path) -> Iterator[ServerProcess]:
     done = subprocess.run([sys.executable, "-m", "shoal", "users", "create", "prom", "--password-file", str(secret),
                            "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    server = start_server(tmp_path, ["--auth", *SD], port=port)
+    server = start_server(tmp_path, ["--auth", *SD], port=port, auth=SECURE)
     yield server
     kill(server)
 
@@ -273,7 +283,7 @@ def test_prometheus_sd_wants_basic_auth_when_auth_is_on(auth_node: ServerProcess
 
 # --- three nodes -------------------------------------------------------------------------------------
 def start_three(tmp_path: Path, hooks: dict[int, TestHooks] | None = None) -> list[ServerProcess]:
-    cluster = NodeCluster(tmp_path, 3, [*FAST, *SD])
+    cluster = NodeCluster(tmp_path, 3, [*FAST, *SD], auth=OPEN)
     try:
         cluster.start_all(envs={i: h.to_env() for i, h in (hooks or {}).items()}, timeout=40)
     except BaseException:

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from shoal.testing import ServerProcess, kill, poll_until, start_server
+from shoal.testing import OPEN, ServerProcess, kill, poll_until, start_server
 from shoal.testing.etcd import ExternalEtcdCluster
 from shoal.testing.http import call, call_json
 from shoal.testing.nodes import CpCluster
@@ -93,7 +93,7 @@ def test_v2_envelope_and_error_codes(node: ServerProcess) -> None:
 
 
 def test_namespaces_survive_a_restart(tmp_path: Path) -> None:
-    server = start_server(tmp_path)
+    server = start_server(tmp_path, auth=OPEN)
     try:
         assert call("POST", server.url(V1), data={"customNamespaceId": "kept", "namespaceName": "Kept"}) == (
             200, "true")
@@ -106,7 +106,7 @@ def test_namespaces_survive_a_restart(tmp_path: Path) -> None:
 
 def test_created_on_one_node_is_seen_and_changed_on_the_others(tmp_path: Path) -> None:
     etcd = ExternalEtcdCluster(tmp_path, 1).start()
-    cluster = CpCluster(tmp_path, 3, ["--cp-endpoints", etcd.endpoints])
+    cluster = CpCluster(tmp_path, 3, ["--cp-endpoints", etcd.endpoints], auth=OPEN)
     try:
         cluster.start_all()
         a, b, c = (cluster.node(i) for i in range(3))

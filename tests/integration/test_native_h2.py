@@ -12,7 +12,7 @@ import pytest
 from shoal.transport.selection import native_available
 
 pytest.importorskip("h2", reason="the h2 dev dependency drives HTTP/2 frames directly")
-from shoal.testing import ServerProcess, kill, start_server
+from shoal.testing import OPEN, ServerProcess, kill, start_server
 from shoal.testing.h2client import STREAM, UNARY, H2Client, grpc_frame, nacos
 from shoal.testing.rawclient import register_body
 
@@ -26,7 +26,7 @@ OK, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     server = start_server(tmp_path_factory.mktemp("h2"), [
-        *NATIVE, "-D", f"nacos.remote.server.grpc.sdk.max-inbound-message-size={LIMIT}"])
+        *NATIVE, "-D", f"nacos.remote.server.grpc.sdk.max-inbound-message-size={LIMIT}"], auth=OPEN)
     yield server
     kill(server)
 
@@ -129,7 +129,7 @@ def test_garbage_instead_of_the_preface_closes_only_that_connection(node: Server
 
 
 def test_sigterm_sends_goaway_ends_streams_and_exits_zero(tmp_path: Path) -> None:
-    server = start_server(tmp_path, NATIVE)
+    server = start_server(tmp_path, NATIVE, auth=OPEN)
     try:
         client = H2Client(server.grpc_port)
         _, stream_id = client.connect()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.testing import ServerProcess, kill, poll_until, start_server
+from shoal.testing import OPEN, ServerProcess, kill, poll_until, start_server
 from shoal.transport.selection import native_available
 
 pytest.importorskip("h2", reason="the h2 dev dependency drives HTTP/2 frames directly")
@@ -60,7 +60,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "-D", f"shoal.remote.h2.max-continuations={MAX_CONTINUATIONS}",
         "-D", "shoal.remote.h2.preface-timeout-ms=500",
         "-D", f"shoal.remote.h2.max-read-buffer-bytes={READ_BUFFER}",
-    ])
+    ], auth=OPEN)
     yield server
     kill(server)
 
@@ -340,7 +340,7 @@ def test_pipelined_queries_from_a_peer_that_never_reads_build_bounded_answers(tm
     then ejects the peer after the write-stall timeout; RSS stays bounded throughout."""
     server = start_server(tmp_path, ["-D", "shoal.remote.transport=native",
                                      "-D", "shoal.remote.outbound-queue-bytes=1048576",
-                                     "-D", "shoal.remote.write-stall-timeout-ms=3000"])
+                                     "-D", "shoal.remote.write-stall-timeout-ms=3000"], auth=OPEN)
     try:
         publisher = H2Client(server.grpc_port)
         publisher.connect()
@@ -394,7 +394,7 @@ def test_held_requests_still_see_the_window_updates_that_let_answers_out(tmp_pat
     requests but keeps reading, so the client's WINDOW_UPDATEs drain the answers and every
     call completes (stopping reading deadlocked this, e.g. a peer loading snapshot pages)."""
     server = start_server(tmp_path, ["-D", "shoal.remote.transport=native",
-                                     "-D", "shoal.remote.outbound-queue-bytes=65536"])
+                                     "-D", "shoal.remote.outbound-queue-bytes=65536"], auth=OPEN)
     try:
         client = H2Client(server.grpc_port)
         client.connect()

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from v2.nacos import ListInstanceParam, RegisterInstanceParam, SubscribeServiceParam
 
-from shoal.testing import ServerProcess, kill, poll_until, start_server, wait_until
+from shoal.testing import OPEN, ServerProcess, kill, poll_until, start_server, wait_until
 from shoal.testing.auth import PASSWORD, ok
 from shoal.testing.http import call, call_json
 
@@ -177,7 +177,7 @@ async def test_snowflake_instance_ids(node: ServerProcess, sdk: Any) -> None:
 
 def test_the_snowflake_worker_id_setting(tmp_path: Path) -> None:
     """``nacos.core.snowflake.worker-id`` is the id's worker bits (12..21)."""
-    server = start_server(tmp_path, ["-D", "nacos.core.snowflake.worker-id=513"])
+    server = start_server(tmp_path, ["-D", "nacos.core.snowflake.worker-id=513"], auth=OPEN)
     try:
         assert ok(call_json("POST", server.url("/nacos/v2/ns/instance"), data={
             "serviceName": "w", "ip": "10.47.0.1", "port": "80", "metadata": json.dumps(SNOWFLAKE)})) == "ok"

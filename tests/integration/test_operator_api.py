@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shoal.testing import ServerProcess, poll_until, start_server
+from shoal.testing import OPEN, ServerProcess, poll_until, start_server
 from shoal.testing.etcd import ExternalEtcdCluster
 from shoal.testing.http import call, call_json
 from shoal.testing.nodes import CpCluster
@@ -31,7 +31,7 @@ def switches(node: ServerProcess, path: str = SWITCHES) -> dict[str, Any]:
 
 def test_a_switch_set_on_one_node_changes_the_other_and_survives_a_restart(tmp_path: Path) -> None:
     etcd = ExternalEtcdCluster(tmp_path, 1).start()
-    cluster = CpCluster(tmp_path, 2, ["--cp-endpoints", etcd.endpoints])
+    cluster = CpCluster(tmp_path, 2, ["--cp-endpoints", etcd.endpoints], auth=OPEN)
     try:
         cluster.start_all()
         a, b = cluster.node(0), cluster.node(1)
@@ -70,7 +70,7 @@ def test_a_switch_set_on_one_node_changes_the_other_and_survives_a_restart(tmp_p
 
 
 def test_switch_updates_refuse_bad_input(tmp_path: Path) -> None:
-    node = start_server(tmp_path)
+    node = start_server(tmp_path, auth=OPEN)
     try:
         status, body = call("PUT", node.url(SWITCHES), {"entry": "noSuchSwitch", "value": "1"})
         assert status == 400 and "update entry not found: noSuchSwitch" in body
@@ -109,7 +109,7 @@ def instance(node: ServerProcess, service: str, ip: str, port: int = 80) -> dict
 
 
 def test_health_metadata_batch_and_patch_routes(tmp_path: Path) -> None:
-    node = start_server(tmp_path)
+    node = start_server(tmp_path, auth=OPEN)
     try:
         # persistent instance, manual health through v2
         assert call("POST", node.url("/nacos/v2/ns/instance"), {"serviceName": "db", "ip": "10.8.0.1", "port": "80",

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shoal.testing import ServerSet, call, free_port_block, http_get, poll_until
+from shoal.testing import OPEN, ServerSet, call, free_port_block, http_get, poll_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 STOCK = FIXTURES / "nacos-2.5.1-application.properties"
@@ -43,7 +43,7 @@ def json_lines(path: Path) -> list[dict[str, Any]]:
 
 
 def test_the_stock_nacos_properties_start_a_node_with_json_logs_and_the_access_log(tmp_path: Path) -> None:
-    with ServerSet(tmp_path) as nodes:
+    with ServerSet(tmp_path, auth=OPEN) as nodes:
         node = nodes.start(args=["--config", str(STOCK), "--log-format", "json"], wait=True)
         base = f"http://{node.addr}"
         register(base, "stock", "10.1.0.1", 8080)
@@ -66,7 +66,7 @@ def test_the_docker_environment_starts_a_three_node_cluster(tmp_path: Path) -> N
     servers = " ".join(f"127.0.0.1:{p}" + ("?raft_port=7848" if i == 1 else "") for i, p in enumerate(ports))
     env = {"MODE": "cluster", "NACOS_SERVERS": servers, "PREFER_HOST_MODE": "ip", "JVM_XMS": "1g",
            "NACOS_AUTH_IDENTITY_KEY": "serverIdentity", "NACOS_AUTH_IDENTITY_VALUE": "op-secret"}
-    with ServerSet(tmp_path) as nodes:
+    with ServerSet(tmp_path, auth=OPEN) as nodes:
         started = [nodes.start(port=p, args=["--config", str(DOCKER)], env=env) for p in ports]
         for node in started:
             node.wait_ready(timeout=60)
@@ -98,7 +98,7 @@ def test_the_log_file_rotates_and_the_access_log_can_join_it(tmp_path: Path) -> 
     log_file = tmp_path / "logs" / "shoal.log"
     args = ["--log-file", str(log_file), "-D", "shoal.log.file.max-bytes=4096", "-D", "shoal.log.file.count=2",
             "-D", "server.tomcat.accesslog.enabled=true", "-D", "shoal.log.access-file=-"]
-    with ServerSet(tmp_path / "nodes") as nodes:
+    with ServerSet(tmp_path / "nodes", auth=OPEN) as nodes:
         node = nodes.start(args=args, wait=True)
 
         def rotated_twice() -> bool:
@@ -120,7 +120,7 @@ def test_the_log_file_rotates_and_the_access_log_can_join_it(tmp_path: Path) -> 
 def test_status_with_auth_needs_an_admin_for_the_members(tmp_path: Path) -> None:
     identity = ["-D", "nacos.core.auth.server.identity.key=serverIdentity",
                 "-D", "nacos.core.auth.server.identity.value=op-secret"]
-    with ServerSet(tmp_path) as nodes:
+    with ServerSet(tmp_path, auth=OPEN) as nodes:
         node = nodes.start(args=["--auth", *identity], wait=True)
         code, anonymous = status_json(node.addr)
         assert code == 0 and anonymous["members"] is None and anonymous["server"]["auth_enabled"] == "true"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from v2.nacos import SubscribeServiceParam
 
-from shoal.testing import NodeCluster, ServerProcess, http, poll_until, start_server, wait_until
+from shoal.testing import OPEN, NodeCluster, ServerProcess, http, poll_until, start_server, wait_until
 from shoal.testing.openapi import hosts as listed
 from shoal.testing.rawclient import RawClient, register_body
 
@@ -179,12 +179,12 @@ async def test_raw_grpc_persistent_batch(servers: Callable[..., ServerProcess]) 
 
 
 def test_persistent_instances_survive_a_restart_standalone(tmp_path: Path) -> None:
-    server = start_server(tmp_path)
+    server = start_server(tmp_path, auth=OPEN)
     try:
         assert call(server, "POST", "/nacos/v1/ns/instance", serviceName="kept", ip="10.5.4.1", port=1,
                     ephemeral="false")[0] == 200
         server.stop()
-        server = start_server(tmp_path, port=server.port)
+        server = start_server(tmp_path, port=server.port, auth=OPEN)
         assert [h["ip"] for h in listed(server, "kept")] == ["10.5.4.1"]
     finally:
         server.kill()
@@ -193,7 +193,7 @@ def test_persistent_instances_survive_a_restart_standalone(tmp_path: Path) -> No
 # --- three nodes, each with its managed etcd member -----------------------------------------
 @pytest.fixture
 def cp_cluster(tmp_path: Path) -> Iterator[NodeCluster]:
-    cluster = NodeCluster(tmp_path, 3, FAST_CLUSTER, ready_timeout=60)
+    cluster = NodeCluster(tmp_path, 3, FAST_CLUSTER, ready_timeout=60, auth=OPEN)
     yield cluster
     cluster.kill_all()
 

@@ -23,7 +23,7 @@ from v2.nacos import ListInstanceParam, RegisterInstanceParam
 
 from shoal.config import Config, TestHooks
 from shoal.errors import ConfigError, TlsConfigError
-from shoal.testing import ServerProcess, ServerSet, free_port_block, http_get, wait_until
+from shoal.testing import OPEN, ServerProcess, ServerSet, free_port_block, http_get, wait_until
 from shoal.testing.certs import Pki, encrypted_copy, make_pki
 from shoal.testing.rawclient import RawClient, register_body
 from shoal.tls import NodeTls
@@ -40,7 +40,7 @@ def pki(tmp_path: Path) -> Pki:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[ServerSet]:
-    with ServerSet(tmp_path / "nodes") as servers:
+    with ServerSet(tmp_path / "nodes", auth=OPEN) as servers:
         yield servers
 
 
@@ -193,7 +193,8 @@ async def test_cluster_replicates_over_mutual_tls(name: str, pki: Pki, cluster: 
 # --- the HTTP port --------------------------------------------------------------------------------
 async def test_http_port_serves_https_only(pki: Pki, cluster: ServerSet) -> None:
     client_ctx = ssl.create_default_context(cafile=str(pki.ca))
-    node = cluster.add(ServerProcess(free_port_block(), cluster.root / "https", https_args(pki), https=client_ctx))
+    node = cluster.add(ServerProcess(free_port_block(), cluster.root / "https", https_args(pki), https=client_ctx,
+                                     auth=OPEN))
     node.start().wait_ready()
     base = f"https://127.0.0.1:{node.port}"
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
@@ -215,7 +216,7 @@ async def test_http_client_auth_need_refuses_clients_without_a_certificate(pki: 
     node = cluster.add(ServerProcess(free_port_block(), cluster.root / "https-mutual", [
         "-D", "server.ssl.enabled=true", "-D", f"server.ssl.certificate={pki.server.cert}",
         "-D", f"server.ssl.certificate-private-key={pki.server.key}", "-D", "server.ssl.client-auth=need",
-        "-D", f"server.ssl.trust-certificate={pki.ca}"], https=with_cert))
+        "-D", f"server.ssl.trust-certificate={pki.ca}"], https=with_cert, auth=OPEN))
     node.start().wait_ready()
     without_cert = ssl.create_default_context(cafile=str(pki.ca))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=without_cert)) as session:
@@ -227,10 +228,10 @@ async def test_http_client_auth_need_refuses_clients_without_a_certificate(pki: 
 async def test_https_node_forwards_writes_to_the_responsible_node_over_https(pki: Pki, cluster: ServerSet) -> None:
     ctx = ssl.create_default_context(cafile=str(pki.ca))
     https = [*https_args(pki), "-D", f"server.ssl.trust-certificate={pki.ca}"]
-    owner = cluster.add(ServerProcess(free_port_block(), cluster.root / "owner", https, https=ctx))
+    owner = cluster.add(ServerProcess(free_port_block(), cluster.root / "owner", https, https=ctx, auth=OPEN))
     owner.start().wait_ready()
     entry = cluster.add(ServerProcess(free_port_block(avoid=[owner.port]), cluster.root / "entry", https,
-                                      TestHooks(forward_all_to=owner.addr).to_env(), https=ctx))
+                                      TestHooks(forward_all_to=owner.addr).to_env(), https=ctx, auth=OPEN))
     entry.start().wait_ready()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
         async with session.post(entry.url("/nacos/v1/ns/instance"),
@@ -242,7 +243,7 @@ async def test_https_node_forwards_writes_to_the_responsible_node_over_https(pki
 
 def test_export_cli_reads_from_an_https_node(pki: Pki, cluster: ServerSet, tmp_path: Path) -> None:
     node = cluster.add(ServerProcess(free_port_block(), cluster.root / "export", https_args(pki),
-                                     https=ssl.create_default_context(cafile=str(pki.ca))))
+                                     https=ssl.create_default_context(cafile=str(pki.ca)), auth=OPEN))
     node.start().wait_ready()
     done = subprocess.run([sys.executable, "-m", "shoal", "export", "--addr", f"https://{node.addr}",
                            "--ca-file", str(pki.ca), "--out", str(tmp_path / "out")],

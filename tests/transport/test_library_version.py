@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.testing import ServerProcess, free_port_block, http_get
+from shoal.testing import OPEN, ServerProcess, free_port_block, http_get
 
 pytestmark = pytest.mark.c_extension
 
@@ -49,7 +49,7 @@ def test_an_untested_library_is_refused_at_import_with_the_reason(other_version:
 
 def test_the_server_explains_it_and_serves_on_grpc_aio(other_version: dict[str, str], tmp_path: Path) -> None:
     port = free_port_block()
-    server = ServerProcess(port, tmp_path / "node", env={"LD_PRELOAD": other_version["LD_PRELOAD"]}).start()
+    server = ServerProcess(port, tmp_path / "node", env={"LD_PRELOAD": other_version["LD_PRELOAD"]}, auth=OPEN).start()
     try:
         server.wait_ready(60)
         status, text = http_get(server.url("/nacos/v1/console/server/state"), 5)
@@ -61,7 +61,7 @@ def test_the_server_explains_it_and_serves_on_grpc_aio(other_version: dict[str, 
     finally:
         server.kill()
     explicit = ServerProcess(free_port_block(), tmp_path / "explicit", ["-D", "shoal.remote.transport=native"],
-                             env={"LD_PRELOAD": other_version["LD_PRELOAD"]}).start()
+                             env={"LD_PRELOAD": other_version["LD_PRELOAD"]}, auth=OPEN).start()
     try:
         code = explicit.proc.wait(60)
     finally:

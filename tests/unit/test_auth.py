@@ -139,7 +139,7 @@ def test_limiter_refuses_a_source_after_repeated_failures_until_the_window_passe
 
 
 def auth_service(tmp_path: Path, **overrides: Any) -> AuthService:
-    config = dataclasses.replace(Config(), data_dir=str(tmp_path), auth_enabled=True, **overrides).validate()
+    config = dataclasses.replace(Config(), data_dir=str(tmp_path), **{"auth_enabled": True, **overrides}).validate()
     return AuthService(config)
 
 
@@ -294,3 +294,30 @@ async def test_a_node_key_file_becomes_the_first_cluster_key(tmp_path: Path) -> 
 ])
 def test_search_matches_like_nacos_sql_like(fragment: str, name: str, matches: bool) -> None:
     assert name_matcher(fragment)(name) is matches
+
+
+async def test_a_failed_login_while_the_client_apis_are_open_is_an_empty_token(tmp_path: Path) -> None:
+    auth = auth_service(tmp_path, auth_enabled=False)  # admin and console APIs still need a login
+    await auth.start()
+    await auth.create_user("alice", "secret")
+    answer = await auth.login("deployer", "elsewhere", "10.0.0.1")
+    assert answer == {"accessToken": "", "tokenTtl": 18000, "globalAdmin": False, "username": "deployer"}
+    assert auth.identity((await auth.login("alice", "secret", "10.0.0.1"))["accessToken"]).username == "alice"
+    with pytest.raises(Forbidden, match="user not found!"):
+        auth.identity(answer["accessToken"])
+    secure = auth_service(tmp_path / "secure")
+    await secure.start()
+    await secure.create_user("alice", "secret")
+    with pytest.raises(Forbidden, match="unknown user!"):
+        await secure.login("deployer", "elsewhere", "10.0.0.1")
+
+
+def test_the_start_up_line_names_open_and_guarded_families_and_warns_on_open_admin_apis(tmp_path: Path) -> None:
+    secure, exposed = auth_service(tmp_path).exposure()
+    assert not exposed and "open to anyone on no API" in secure
+    local, exposed = auth_service(tmp_path, auth_admin_enabled=False, host="127.0.0.1").exposure()
+    assert not exposed and "admin (nacos.core.auth.admin.enabled)" in local.partition("open to anyone on")[2]
+    _line, exposed = auth_service(tmp_path, auth_admin_enabled=False, host="0.0.0.0").exposure()
+    assert exposed
+    _line, exposed = auth_service(tmp_path, auth_enabled=False, auth_console_enabled=False, host="10.1.2.3").exposure()
+    assert not exposed  # open client and console APIs are a choice; open admin APIs on the network are warned of

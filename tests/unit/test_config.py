@@ -185,3 +185,29 @@ def test_every_setting_is_read_by_some_code() -> None:
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 names.add(node.value)
     assert [f.name for f in dataclasses.fields(Config) if f.name not in names] == []
+
+
+# --- auth: Nacos 3.3's three switches, each on by default, and LDAP ---------------------------------
+def test_every_auth_switch_is_on_by_default_and_each_turns_off_alone() -> None:
+    c = Config()
+    assert (c.auth_enabled, c.auth_admin_enabled, c.auth_console_enabled) == (True, True, True)
+    off = Config.load(env={"NACOS_AUTH_ADMIN_ENABLE": "false"}, overrides={"nacos.core.auth.console.enabled": "false"})
+    assert (off.auth_enabled, off.auth_admin_enabled, off.auth_console_enabled) == (True, False, False)
+    assert Config.load(env={"NACOS_AUTH_ENABLE": "false"}).any_auth  # admin and console stay on
+    members = {"members": "127.0.0.1:8848,127.0.0.1:8858"}
+    with pytest.raises(ConfigError, match="shared identity"):
+        Config.load(overrides={**members, "nacos.core.auth.enabled": "false"})  # admin APIs still on
+    open_cluster = {**members, **{k: "false" for k in ("auth_enabled", "auth_admin_enabled", "auth_console_enabled")}}
+    assert not Config.load(overrides=open_cluster).any_auth
+
+
+def test_ldap_login_needs_a_server_url() -> None:
+    with pytest.raises(ConfigError, match=r"ldap\.url"):
+        Config.load(overrides={"nacos.core.auth.system.type": "ldap"})
+    with pytest.raises(ConfigError, match=r"system\.type"):
+        Config.load(overrides={"nacos.core.auth.system.type": "oidc"})
+    c = Config.load(overrides={"nacos.core.auth.system.type": "ldap", "nacos.core.auth.ldap.url": "ldap://h:389",
+                               "nacos.core.auth.ldap.userDn": "cn=admin,dc=x", "nacos.core.auth.ldap.case.sensitive":
+                               "false"})
+    assert (c.ldap_url, c.ldap_user_dn, c.ldap_case_sensitive, c.ldap_filter_prefix) == (
+        "ldap://h:389", "cn=admin,dc=x", False, "uid")

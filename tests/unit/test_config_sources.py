@@ -12,6 +12,7 @@ from shoal.config import Config
 from shoal.config_sources import PlaceholderResolver, relaxed_env_name
 from shoal.distro.members import parse_member, parse_member_list
 from shoal.errors import ConfigError
+from shoal.testing import OPEN_SETTINGS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 STOCK = FIXTURES / "nacos-2.5.1-application.properties"
@@ -49,7 +50,7 @@ def test_java_properties_syntax_in_full(tmp_path: Path) -> None:
         "nacos.inetutils.ip-address=127.0.0.\\u0031\n",      # a unicode escape
         encoding="utf-8",
     )
-    c = Config.load(props, env={})
+    c = Config.load(props, env={}, overrides=dict.fromkeys(OPEN_SETTINGS, "false"))  # a cluster without identity
     assert c.port == 9100 and c.push_task_delay_ms == 25 and c.self_address == "127.0.0.1"
     assert c.members == "127.0.0.1:9100,127.0.0.2:9100?raft_port=8100"
     assert parse_member_list(c.members) == [("127.0.0.1", 9100), ("127.0.0.2", 9100)]
@@ -151,4 +152,5 @@ def test_docker_mode() -> None:
     assert _config.members == "" and any("MODE" in w for w in report.warnings)
     # the flags still win over the Docker environment
     assert Config.load(env={"MODE": "cluster", "NACOS_SERVERS": "10.0.0.1"},
-                       overrides={"members": "10.0.0.2:8848"}).members == "10.0.0.2:8848"
+                       overrides={"members": "10.0.0.2:8848", **dict.fromkeys(OPEN_SETTINGS, "false")}
+                       ).members == "10.0.0.2:8848"

@@ -19,7 +19,7 @@ from shoal.auth.service import AuthService
 from shoal.metrics import Metrics
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
-from shoal.testing import Registry, make_registry
+from shoal.testing import OPEN_SETTINGS, SECURE_SETTINGS, Registry, make_registry
 from shoal.transport.http.auth_routes import AuthRoutes
 from shoal.transport.http.console_api import ConsoleRoutes
 from shoal.transport.http.forward import ForwardAllTo, Forwarder, Standalone
@@ -63,7 +63,8 @@ async def make_http(tmp_path: Path) -> AsyncIterator[Factory]:
 
     async def factory(responsibility: Any = None, fallback: Callable[[Registry], Any] | None = None,
                       **overrides: Any) -> Http:
-        registry = make_registry(data_dir=str(tmp_path / f"n{len(made)}"), **overrides)
+        # open unless a test says otherwise (SECURE_SETTINGS)
+        registry = make_registry(data_dir=str(tmp_path / f"n{len(made)}"), **{**OPEN_SETTINGS, **overrides})
         await registry.start_cp()
         registries.append(registry)
         config = registry.config
@@ -523,7 +524,7 @@ async def test_a_forwarded_write_still_not_ours_is_handled_here_in_a_cluster(mak
 
 # --- auth over HTTP ----------------------------------------------------------------------------
 async def authed(make_http: Factory) -> tuple[Http, str]:
-    http: Http = await make_http(auth_enabled=True)
+    http: Http = await make_http(**SECURE_SETTINGS)
     created = await http.call("POST", "/nacos/v1/auth/users/admin", data={"password": "adminpw"})
     assert created == {"username": "nacos", "password": "adminpw"}
     token = (await http.call("POST", "/nacos/v1/auth/login", params={"username": "nacos", "password": "adminpw"}))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import re
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from shoal.auth.cpdata import IMPORTED_SUFFIX, AuthData, local_key_file
+from shoal.auth.ldap import LDAP_PREFIX, LdapDirectory
 from shoal.auth.store import (
     DEFAULT_ADMIN,
     DUMMY_HASH,
@@ -138,9 +140,26 @@ GRPC_ACTIONS = {
 }
 
 
+#: The API families Nacos 3.x guards with a switch each (docs/protocol.md §5.6).
+CLIENT, ADMIN_APIS, CONSOLE = "client", "admin", "console"
+
+#: What a refused request is told while the node has no admin user yet.
+FIRST_ADMIN_HINT = ("no admin user yet: create the first one (POST /nacos/v3/auth/user/admin with the form field "
+                    "password, the console's first page, or `shoal users create nacos --admin --password-file FILE`)")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a bind address) is reachable only from this machine."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 class AuthService:
-    """Auth for one node. ``enabled`` decides whether anything is checked; the login and
-    user endpoints work either way (as in Nacos).
+    """Auth for one node. ``guards(family)`` decides whether an API family is checked
+    (``nacos.core.auth.enabled`` / ``.admin.enabled`` / ``.console.enabled``; ``enabled`` is the
+    client family's, the gRPC SDK port's); the login and user endpoints work either way (as in Nacos).
 
     Users, roles, permissions and the token key live in the node's CP store (:class:`AuthData`),
     so every node of a cluster knows the same users and accepts the same tokens. A configured
@@ -151,6 +170,8 @@ class AuthService:
                  monotonic_ms: Callable[[], int] | None = None) -> None:
         self.config = config
         self.enabled = config.auth_enabled
+        self._guarded = {CLIENT: config.auth_enabled, ADMIN_APIS: config.auth_admin_enabled,
+                         CONSOLE: config.auth_console_enabled}
         self.auth_dir = Path(config.data_dir) / "auth"
         self._data: AuthData | None = None
         self._own_store: CpStore | None = None
@@ -163,6 +184,41 @@ class AuthService:
         self._credential_key = secrets.token_bytes(32)
         self._credentials: OrderedDict[bytes, tuple[str, int]] = OrderedDict()
         self._preparing: asyncio.Task[None] | None = None
+        self._ldap = LdapDirectory(config) if config.auth_system_type.lower() == "ldap" else None
+
+    def guards(self, family: str) -> bool:
+        """Whether requests of an API family (:data:`CLIENT`, :data:`ADMIN_APIS`, :data:`CONSOLE`)
+        need a login."""
+        return self._guarded[family]
+
+    def exposure(self) -> tuple[str, bool]:
+        """The start-up line saying which API families are open and which need a login, and
+        whether it is a warning (open admin APIs on an address other hosts reach)."""
+        names = {CLIENT: "client (nacos.core.auth.enabled)", ADMIN_APIS: "admin (nacos.core.auth.admin.enabled)",
+                 CONSOLE: "console (nacos.core.auth.console.enabled)"}
+        guarded = [names[f] for f, on in self._guarded.items() if on]
+        open_ = [names[f] for f, on in self._guarded.items() if not on]
+        line = (f"auth: login required on {', '.join(guarded) or 'no API'}; "
+                f"open to anyone on {', '.join(open_) or 'no API'}")
+        if self.config.auth_system_type.lower() == "ldap":
+            line += f"; logins checked against LDAP {self.config.ldap_url} first"
+        exposed = not self._guarded[ADMIN_APIS] and not is_loopback(self.config.host)
+        if exposed:
+            line += (f"; WARNING: the admin APIs are open on {self.config.host}, which other hosts reach: "
+                     "anyone there can change instances, switches and users")
+        return line, exposed
+
+    def needs_first_admin(self) -> bool:
+        """Whether some API family needs a login but no admin user exists yet (Nacos's
+        ``auth_admin_request``: the console then asks for the first admin's password)."""
+        data = self._data
+        return self.config.any_auth and data is not None and data.ready and not data.has_admin()
+
+    def refusal(self) -> Forbidden:
+        """What a request without a login is told: Nacos's ``user not found!``, or how to create
+        the first admin while the node has no users at all."""
+        first = self.needs_first_admin() and not self.data.usernames()
+        return Forbidden(FIRST_ADMIN_HINT if first else "user not found!")
 
     async def start(self, store: CpStore | None = None, wait_s: float | None = None) -> None:
         """Read users from ``store`` (the node's CP store; None = an embedded store of its own in
@@ -177,6 +233,8 @@ class AuthService:
             await store.start()
         self._data = AuthData(store)
         self._data.start()
+        line, exposed = self.exposure()
+        log.log(logging.WARNING if exposed else logging.INFO, "%s", line)
         if self.config.auth_token_secret_key:
             key = decode_secret(self.config.auth_token_secret_key, "nacos.core.auth.plugin.nacos.token.secret.key")
             self._tokens = TokenManager(key, self.config.auth_token_expire_s, self._now_s)
@@ -210,6 +268,10 @@ class AuthService:
                     candidate = await run_blocking(local_key_file, self.auth_dir)
                     key = await data.token_key(candidate)
                     self._tokens = TokenManager(key, self.config.auth_token_expire_s, self._now_s)
+                if self.needs_first_admin():
+                    log.warning("auth: %s; or run open for local development: -D nacos.core.auth.enabled=false "
+                                "-D nacos.core.auth.admin.enabled=false -D nacos.core.auth.console.enabled=false",
+                                FIRST_ADMIN_HINT)
                 return
             except CpUnavailable as exc:
                 log.info("auth: CP store not ready (%s); retrying", exc)
@@ -244,8 +306,19 @@ class AuthService:
 
     # --- login ----------------------------------------------------------------------------
     async def login(self, username: str, password: str, source: str) -> dict[str, Any]:
-        """Nacos UserController.login: the token answer, or Forbidden / TooManyLogins."""
-        identity = await self._authenticate(username, password, source)
+        """Nacos UserController.login: the token answer, or Forbidden / TooManyLogins.
+
+        While the client APIs are open (``nacos.core.auth.enabled=false``), credentials that do not
+        check out get an empty token (HTTP 200) instead of 403: SDKs configured with a username and
+        password log in before their calls and some (nacos-sdk-python 3.x) give up on a refused
+        login, though the node would serve them anonymously. No token is issued, and a source over
+        the failed-login limit gets the same answer without its password being checked (docs/protocol.md §5.6)."""
+        try:
+            identity = await self._authenticate(username, password, source)
+        except (Forbidden, TooManyLogins):
+            if self.enabled:
+                raise
+            return {"accessToken": "", "tokenTtl": self.tokens.ttl_s, "globalAdmin": False, "username": username}
         token = self.tokens.create(identity.username)
         return {"accessToken": token, "tokenTtl": self.tokens.ttl_s, "globalAdmin": identity.global_admin,
                 "username": identity.username}
@@ -256,14 +329,36 @@ class AuthService:
             raise InvalidParam("Param 'username' is required.")
         if not password:
             raise InvalidParam("Param 'password' is required.")
+        ldap = self._ldap
+        if ldap is not None:  # Nacos's LDAP manager: its name rules apply to the local try too
+            username = ldap.login_name(username)
+            if username.upper().startswith(LDAP_PREFIX):
+                self.limiter.failed(source)
+                raise Forbidden("unknown user!")
         hashed = await self._fresh_hash(username)
         ok = await self._bcrypt(check_password, password, hashed or DUMMY_HASH)
-        if not ok or hashed is None:
+        if ok and hashed is not None:
+            pass
+        elif ldap is not None and await ldap.authenticate(username, password):
+            username = LDAP_PREFIX + username
+            await self._ensure_ldap_user(username)
+        else:
             self.limiter.failed(source)
             log.info("failed login for %r from %s", username, source)
             raise Forbidden("unknown user!")
         self.limiter.succeeded(source)
         return Identity(username, self.data.is_global_admin(username))
+
+    async def _ensure_ldap_user(self, username: str) -> None:
+        """The local stand-in ``LDAP_<name>`` of a directory user, made on its first login with a
+        random password nobody knows (its roles are bound to this name, as in Nacos)."""
+        if self.data.has_user(username):
+            return
+        try:
+            await self.data.add_user(username, await self._hash(secrets.token_urlsafe(32)))
+            log.info("auth: first LDAP login of %r; local user made for its roles", username)
+        except InvalidParam:
+            pass  # made meanwhile by another login or node
 
     async def _fresh_hash(self, username: str) -> str | None:
         """The user's hash as the store has it now (a change made by ``shoal users`` on another
@@ -294,7 +389,7 @@ class AuthService:
     # --- identities -------------------------------------------------------------------------
     def identity(self, token: str) -> Identity:
         if not token:
-            raise Forbidden("user not found!")
+            raise self.refusal()
         username = self.tokens.username_of(token)
         return Identity(username, self.data.is_global_admin(username))
 
@@ -309,7 +404,7 @@ class AuthService:
         identity = await self._authenticate(username, password, source)
         if len(self._credentials) >= _CREDENTIAL_CACHE_MAX:
             self._credentials.popitem(last=False)
-        self._credentials[digest] = (username, now + self.tokens.ttl_s * 1000)
+        self._credentials[digest] = (identity.username, now + self.tokens.ttl_s * 1000)
         return identity
 
     def authorize(self, identity: Identity, resource: str | None, action: str) -> None:

@@ -32,6 +32,11 @@ from shoal.testing.model import Registry, config_with, make_registry
 from shoal.testing.nodes import CpCluster, FaultCluster, NodeCluster
 from shoal.testing.procs import (
     NODE_OFFSETS,
+    OPEN,
+    OPEN_SETTINGS,
+    SECURE,
+    SECURE_SETTINGS,
+    AuthMode,
     ServerProcess,
     ServerSet,
     free_port_block,
@@ -45,7 +50,12 @@ from shoal.testing.wait import poll_until, wait_until
 
 __all__ = [
     "NODE_OFFSETS",
+    "OPEN",
+    "OPEN_SETTINGS",
+    "SECURE",
+    "SECURE_SETTINGS",
     "SVC",
+    "AuthMode",
     "CpCluster",
     "FaultCluster",
     "NodeCluster",

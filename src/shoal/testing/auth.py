@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.testing.http import call_json
-from shoal.testing.procs import ServerProcess, free_port_block, start_server
+from shoal.testing.procs import SECURE, ServerProcess, free_port_block, start_server
 
 #: The password of the admin ``nacos`` that :func:`start_with_admin` creates.
 PASSWORD = "correct horse battery"
@@ -26,7 +26,7 @@ def start_with_admin(root: Path, *args: str) -> ServerProcess:
                            str(root / "pw"), "--data-dir", str(data_dir), "--admin"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
-    return start_server(root, ["--auth", *args], port=port)
+    return start_server(root, ["--auth", *args], port=port, auth=SECURE)
 
 
 def ok(body: Any) -> Any:

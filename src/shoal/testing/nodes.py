@@ -23,7 +23,7 @@ from typing import Any
 
 from shoal.testing.etcd import etcd_pids, kill_pid
 from shoal.testing.http import http_get
-from shoal.testing.procs import HOST, ServerProcess, free_port_block
+from shoal.testing.procs import HOST, OPEN, AuthMode, ServerProcess, free_port_block
 
 #: The cluster identity every node of a :class:`CpCluster` proves on the cluster port.
 IDENTITY = ["-D", "nacos.core.auth.server.identity.key=shoal-test",
@@ -40,11 +40,13 @@ FAST_MEMBERS = ["-D", "shoal.member.report-interval-ms=300", "-D", "nacos.core.m
 
 class NodeCluster:
     """``size`` real nodes sharing one member list; ``base`` are arguments every node gets,
-    ``hosts`` one loopback address per node (default: all on 127.0.0.1)."""
+    ``hosts`` one loopback address per node (default: all on 127.0.0.1); ``auth`` says whether
+    they run open (:data:`~shoal.testing.procs.OPEN`) or on the secure defaults."""
 
-    def __init__(self, root: Path, size: int, base: Sequence[str] = (), *, hosts: Sequence[str] | None = None,
-                 ready_timeout: float = 20.0) -> None:
+    def __init__(self, root: Path, size: int, base: Sequence[str] = (), *, auth: AuthMode,
+                 hosts: Sequence[str] | None = None, ready_timeout: float = 20.0) -> None:
         self.root = root
+        self.auth = auth
         self.base = list(base)
         self.hosts = list(hosts) if hosts is not None else [HOST] * size
         self.ports = [free_port_block(host=h) for h in self.hosts]
@@ -81,7 +83,7 @@ class NodeCluster:
         host, port = self.hosts[i], self.ports[i]
         args = ["--members", self.members, *self.base, *extra]
         server = ServerProcess(port, self.root / f"node-{host}-{port}", args, env, host=host,
-                               ready_timeout=self.ready_timeout)
+                               ready_timeout=self.ready_timeout, auth=self.auth)
         self.nodes[i] = server.start()
         if wait:
             server.wait_ready()
@@ -149,17 +151,18 @@ class CpCluster(NodeCluster):
     """``size`` nodes on 127.0.0.1 whose CP store is etcd (each node's managed member unless
     ``extra`` names ``--cp-endpoints``), with :data:`IDENTITY` and :data:`FAST`."""
 
-    def __init__(self, root: Path, size: int, extra: Sequence[str] = ()) -> None:
-        super().__init__(root, size, [*IDENTITY, *FAST, *extra], ready_timeout=60)
+    def __init__(self, root: Path, size: int, extra: Sequence[str] = (), *, auth: AuthMode) -> None:
+        super().__init__(root, size, [*IDENTITY, *FAST, *extra], auth=auth, ready_timeout=60)
 
 
 class FaultCluster(NodeCluster):
-    """``size`` nodes on 127.0.0.<first_host>, ... with an embedded CP store (the AP faults only);
+    """``size`` nodes on 127.0.0.<first_host>, ... with an embedded CP store (the AP faults only),
+    open (:data:`~shoal.testing.procs.OPEN`: the faults are the subject, not the login);
     readiness may take longer, as a node's peers may be stopped or cut off."""
 
     def __init__(self, root: Path, size: int = 3, first_host: int = 2, base: Sequence[str] = ()) -> None:
         super().__init__(root, size, ["-D", "shoal.cp.mode=embedded", *base],
-                         hosts=[f"127.0.0.{first_host + i}" for i in range(size)], ready_timeout=45)
+                         auth=OPEN, hosts=[f"127.0.0.{first_host + i}" for i in range(size)], ready_timeout=45)
 
 
 def owner_index(cluster: NodeCluster, tag: str, up: list[int] | None = None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import enum
 import json
 import os
 import random
@@ -114,9 +115,32 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
                if all(have.get(k) == v for k, v in labels.items()))
 
 
+class AuthMode(enum.Enum):
+    """Whether a test node asks for a login: every node a test starts says which, so a test's
+    intent stays visible (a node left at the defaults needs a login everywhere, as Nacos 3.3)."""
+
+    #: Every API family open (the three switches off): for tests that are not about auth.
+    OPEN = ("-D", "nacos.core.auth.enabled=false", "-D", "nacos.core.auth.admin.enabled=false",
+            "-D", "nacos.core.auth.console.enabled=false")
+    #: The defaults: client, admin and console APIs all need a login.
+    SECURE = ()
+
+
+#: The same two choices for in-process tests, as Config field overrides (``make_registry(**OPEN_SETTINGS)``).
+OPEN_SETTINGS: Mapping[str, bool] = {"auth_enabled": False, "auth_admin_enabled": False,
+                                     "auth_console_enabled": False}
+SECURE_SETTINGS: Mapping[str, bool] = dict.fromkeys(OPEN_SETTINGS, True)
+
+#: A node whose APIs need no login (tests not about auth).
+OPEN = AuthMode.OPEN
+#: A node with the secure defaults (Nacos 3.3: every API family needs a login).
+SECURE = AuthMode.SECURE
+
+
 class ServerProcess:
     """One ``shoal server`` on ``host`` (127.0.0.1 unless told): HTTP on ``port``, SDK gRPC on
-    +1000, cluster on +1001.
+    +1000, cluster on +1001. ``auth`` (required) says whether it runs :data:`OPEN` or with the
+    :data:`SECURE` defaults; a ``--auth`` or ``-D nacos.core.auth.*`` in ``args`` comes after and wins.
 
     Created stopped; :meth:`start` spawns it in its own session with stdout and stderr appended
     to ``<data_dir>/server.log`` (a restarted node keeps one log). ``entry`` replaces
@@ -129,8 +153,9 @@ class ServerProcess:
     """
 
     def __init__(self, port: int, data_dir: Path, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                 *, entry: Sequence[str] = ("-m", "shoal"), die_with_parent: bool = False,
+                 *, auth: AuthMode, entry: Sequence[str] = ("-m", "shoal"), die_with_parent: bool = False,
                  host: str = HOST, https: ssl.SSLContext | None = None, ready_timeout: float = 20.0) -> None:
+        self.auth = auth
         self.host = host
         self.ready_timeout = ready_timeout  #: how long :meth:`wait_ready` waits unless told
         self.https = https
@@ -138,7 +163,7 @@ class ServerProcess:
         self.data_dir = data_dir
         self.log_path = data_dir / "server.log"
         self.args = [sys.executable, *entry, "server", "--host", host, "--port", str(port),
-                     "--data-dir", str(data_dir), *args]
+                     "--data-dir", str(data_dir), *auth.value, *args]
         self.env = {**os.environ, **(env or {})}
         self.die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
@@ -295,11 +320,11 @@ class ServerProcess:
 
 
 def start_server(root: Path, args: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
-                 wait: bool = True, port: int | None = None, **options: Any) -> ServerProcess:
-    """Start a server on ``port`` (default: a free block) with its data dir under ``root``;
-    with ``wait``, return once it is ready (killing it if it never gets there)."""
+                 wait: bool = True, port: int | None = None, *, auth: AuthMode, **options: Any) -> ServerProcess:
+    """Start a server on ``port`` (default: a free block) with its data dir under ``root``, open
+    or secure as ``auth`` says; with ``wait``, return once it is ready (killing it if it never gets there)."""
     port = port or free_port_block()
-    server = ServerProcess(port, root / f"node-{port}", list(args or []), env, **options).start()
+    server = ServerProcess(port, root / f"node-{port}", list(args or []), env, auth=auth, **options).start()
     if wait:
         try:
             server.wait_ready()
@@ -315,9 +340,11 @@ def kill(server: ServerProcess) -> None:
 
 
 class ServerSet:
-    """Starts servers under ``root`` and stops every one of them when the ``with`` block ends."""
+    """Starts servers under ``root`` and stops every one of them when the ``with`` block ends.
+    ``auth`` is how its nodes run (:data:`OPEN` or :data:`SECURE`) unless a start says otherwise."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, auth: AuthMode) -> None:
+        self.auth = auth
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.servers: list[ServerProcess] = []
@@ -328,10 +355,11 @@ class ServerSet:
         return server
 
     def start(self, port: int | None = None, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-              wait: bool = False, **options: Any) -> ServerProcess:
-        """Start (and track) a server; ``options`` go to :class:`ServerProcess`."""
+              wait: bool = False, auth: AuthMode | None = None, **options: Any) -> ServerProcess:
+        """Start (and track) a server (the set's ``auth`` unless given); ``options`` go to :class:`ServerProcess`."""
         port = port or free_port_block(avoid=[s.port for s in self.servers])
-        server = self.add(ServerProcess(port, self.root / f"node-{port}", args, env, **options))
+        server = self.add(ServerProcess(port, self.root / f"node-{port}", args, env, auth=auth or self.auth,
+                                        **options))
         server.start()
         if wait:
             server.wait_ready()

@@ -83,6 +83,16 @@ def node_command(grpc_port: int, service: str) -> list[str]:
     return [node, str(NODE_DIR / "client.js"), f"127.0.0.1:{grpc_port}", str(PROTO), service]
 
 
+def npm_nacos_command(addr: str, service: str, *credentials: str) -> list[str]:
+    """The stock npm ``nacos`` SDK's register-and-read (``nacos_auth.js``) against ``addr`` (host:port)."""
+    node = shutil.which("node")
+    require(node is not None, "node is not installed")
+    require((NODE_DIR / "node_modules" / "nacos" / "package.json").is_file(),
+            f"the npm nacos SDK is not installed (npm ci in {NODE_DIR.relative_to(REPO)})")
+    assert node is not None
+    return [node, str(NODE_DIR / "nacos_auth.js"), addr, service, *credentials]
+
+
 # --- Java (grpc-java from Debian) --------------------------------------------------------------------
 
 def java_classpath() -> list[str]:

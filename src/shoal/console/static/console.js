@@ -1,5 +1,5 @@
 // Shoal console: one vanilla module, no build step, no third-party code.
-// Pages (hash routes): #/login, #/services, #/service, #/cluster, #/namespaces, and for admins
+// Pages (hash routes): #/init (the first admin's password, on a node without one), #/login, #/services, #/service, #/cluster, #/namespaces, and for admins
 // #/users, #/roles, #/permissions.
 // The token is kept as the Nacos console keeps it: localStorage "token" holds the login answer
 // (JSON with accessToken), and every request carries accessToken as a query parameter.
@@ -76,7 +76,13 @@ async function api(method, path, params = {}) {
   try { return JSON.parse(text); } catch { return text; }
 }
 
-function authOn() { return serverState && serverState.auth_enabled === "true"; }
+// Any API family behind a login (client, console or admin: Nacos 3.x's three switches).
+function authOn() {
+  return !!serverState && ["auth_enabled", "login_page_enabled", "auth_admin_enabled"].some((k) => serverState[k] === "true");
+}
+
+// Nacos 3.x's first visit: no admin yet, so the console asks for the admin's password.
+function needsAdmin() { return !!serverState && serverState.auth_admin_request === "true"; }
 
 function route() {
   const [path, qs] = location.hash.replace(/^#/, "").split("?");
@@ -98,6 +104,8 @@ function loginPage() {
     ev.preventDefault();
     try {
       const answer = await api("POST", "/nacos/v1/auth/login", { username: user.value, password: pass.value });
+      // An empty token: the client APIs are open and these credentials did not check out.
+      if (!answer.accessToken) throw new Error("unknown user!");
       localStorage.setItem("token", JSON.stringify(answer));
       flashBox.replaceChildren();
       location.hash = "#/services";
@@ -107,6 +115,39 @@ function loginPage() {
   });
   main.replaceChildren(form);
   user.focus();
+}
+
+// --- first admin (Nacos 3.x: the console sets the admin password on first visit) -----------------------
+function initPage() {
+  const pass = h("input", { id: "init-password", type: "password", autocomplete: "new-password", required: true });
+  const again = h("input", { id: "init-password-again", type: "password", autocomplete: "new-password", required: true });
+  const form = h("form", { class: "card login", id: "init-form" },
+    h("h1", {}, "Set the admin password"),
+    h("p", { class: "muted" }, "This node has no users yet. Choose the password of the admin user ",
+      h("strong", {}, "nacos"), "; every API needs a login until then."),
+    h("label", { for: "init-password" }, "Password"), pass,
+    h("label", { for: "init-password-again" }, "Password again"), again,
+    h("button", { class: "primary", id: "init-submit", type: "submit" }, "Create the admin"),
+    h("p", { class: "muted" }, "For local development only, a node can run open instead: ",
+      h("code", {}, "shoal server -D nacos.core.auth.enabled=false -D nacos.core.auth.admin.enabled=false "
+        + "-D nacos.core.auth.console.enabled=false")));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    if (pass.value !== again.value) { flash("The two passwords differ.", true); return; }
+    try {
+      const made = await api("POST", "/nacos/v3/auth/user/admin", { password: pass.value });
+      if (made.code !== 0) throw new ApiError(made.code, made.message);
+      const answer = await api("POST", "/nacos/v1/auth/login", { username: made.data.username, password: pass.value });
+      localStorage.setItem("token", JSON.stringify(answer));
+      serverState = { ...serverState, auth_admin_request: "false" };
+      flash(`Admin ${made.data.username} created; you are logged in.`);
+      location.hash = "#/services";
+    } catch (e) {
+      flash(`Could not create the admin: ${e.message}`, true);
+    }
+  });
+  main.replaceChildren(form);
+  pass.focus();
 }
 
 // --- namespaces ----------------------------------------------------------------------------------
@@ -647,9 +688,11 @@ async function render() {
     document.getElementById(id).hidden = !(authOn() && token() && isAdmin());
   }
   document.getElementById("nav-cluster").hidden = !isAdmin();
-  if (authOn() && !token() && path !== "/login") { location.hash = "#/login"; return; }
+  if (needsAdmin() && path !== "/init") { location.hash = "#/init"; return; }
+  if (authOn() && !token() && path !== "/login" && path !== "/init") { location.hash = "#/login"; return; }
   try {
-    if (path === "/login") loginPage();
+    if (path === "/init") initPage();
+    else if (path === "/login") loginPage();
     else if (path === "/service") await servicePage(q);
     else if (path === "/cluster") await clusterPage();
     else if (path === "/namespaces") await namespacesPage();

@@ -62,7 +62,8 @@ class AuthRoutes:
 
     async def login(self, request: web.Request, p: Params) -> web.Response:
         answer = await self.auth.login(p.text("username"), p.get("password") or "", request.remote or "unknown")
-        return json_text(dumps(answer), headers={"Authorization": f"Bearer {answer['accessToken']}"})
+        token = answer["accessToken"]
+        return json_text(dumps(answer), headers={"Authorization": f"Bearer {token}"} if token else None)
 
     async def create_admin(self, request: web.Request, p: Params) -> web.Response:
         return json_text(dumps(await self.auth.create_admin(p.get("password") or "")))

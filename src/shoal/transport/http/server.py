@@ -29,9 +29,9 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from shoal import __version__, kernels
-from shoal.auth.service import READ, AuthService, Identity, naming_resource
+from shoal.auth.service import ADMIN_APIS, CLIENT, CONSOLE, READ, AuthService, Identity, naming_resource
 from shoal.config import Config
-from shoal.errors import Forbidden, HttpStatus, NacosError
+from shoal.errors import HttpStatus, NacosError
 from shoal.logutil import RateLimitedLog
 from shoal.metrics import Metrics
 from shoal.model.keys import DEFAULT_GROUP, GROUP_SEPARATOR
@@ -50,6 +50,23 @@ log = logging.getLogger(__name__)
 
 #: Who a request carrying the cluster identity header is (it passes every check, as in Nacos).
 CLUSTER_IDENTITY = Identity("(cluster identity)", True)
+
+
+#: Path prefixes of the console's APIs (nacos.core.auth.console.enabled) and of the admin APIs
+#: (nacos.core.auth.admin.enabled); an admin-only route elsewhere is an admin API too, every other
+#: guarded route a client API (nacos.core.auth.enabled). docs/protocol.md §5.6.
+CONSOLE_PREFIXES = ("/nacos/v1/console/", "/nacos/v2/console/", "/nacos/v3/console/", "/nacos/v1/ns/catalog/",
+                    "/nacos/v2/ns/catalog/")
+ADMIN_PREFIXES = ("/nacos/v3/admin/", "/nacos/v1/auth/", "/nacos/v3/auth/")
+
+
+def api_family(path: str, requirement: str | None) -> str:
+    """Which of Nacos 3.x's switches guards a route."""
+    if path.startswith(CONSOLE_PREFIXES):
+        return CONSOLE
+    if requirement == ADMIN or path.startswith(ADMIN_PREFIXES):
+        return ADMIN_APIS
+    return CLIENT
 
 
 class BadHttpFilter(logging.Filter):
@@ -142,12 +159,13 @@ class HttpServer:
     def _route(self, method: str, path: str, handler: Handler, api: Api, auth: str | None = None,
                distro: bool = False) -> None:
         metrics, forwarder = self.metrics, self.forwarder
+        guarded = auth is not None and self.auth is not None and self.auth.guards(api_family(path, auth))
 
         async def serve(request: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
             try:
                 params = await read_params(request)
-                if auth is not None and self.auth is not None and self.auth.enabled:
+                if guarded and auth is not None:
                     await self._authorize(request, params, auth)
                 if distro and not persistent_write(params):  # CP writes need no owner: any node writes
                     tag = distro_tag(params)
@@ -206,7 +224,7 @@ class HttpServer:
         username, password = params.text("username"), params.get("password")
         if username and password:
             return await self.auth.identity_from_credentials(username, password, request.remote or "unknown")
-        raise Forbidden("user not found!")
+        raise self.auth.refusal()
 
     # --- small endpoints -----------------------------------------------------------------------
     async def liveness(self, request: web.Request, params: Params) -> web.Response:
@@ -233,7 +251,10 @@ class HttpServer:
             "standalone_mode": "cluster" if cluster else "standalone",
             "function_mode": "naming",
             "auth_enabled": str(self.config.auth_enabled).lower(),
-            "login_page_enabled": str(self.config.auth_enabled).lower(),
+            "login_page_enabled": str(self.config.auth_console_enabled).lower(),
+            "auth_admin_enabled": str(self.config.auth_admin_enabled).lower(),
+            # Nacos's console asks for the first admin's password while this is "true".
+            "auth_admin_request": str(self.auth is not None and self.auth.needs_first_admin()).lower(),
             "console_ui_enabled": "true",
             "shoal_transport": transport_name(self.config),
             "shoal_kernels": ",".join(f"{k}={v}" for k, v in sorted(kernels.implementation().items())),
