@@ -89,12 +89,13 @@ phases
 
 measurements
   ops/s         ops completed / (last worker end - first worker start).
-  server CPU    utime+stime of the server process (all threads) from /proc/<pid>/stat,
-                divided by SC_CLK_TCK, taken just before and after the phase:
-                server_cpu_s_per_1000_ops and ops_per_server_cpu_s.
+  server CPU    utime+stime of the server process and its live descendants (all threads)
+                from /proc/<pid>/stat, divided by SC_CLK_TCK, taken just before and after
+                the phase: server_cpu_s_per_1000_ops and ops_per_server_cpu_s.
   latency       client-observed request latency p50/p99/max in ms.
   client CPU    CPU seconds the generator processes used (they share the cores with the
-                server: on a 2-core box prefer few workers).
+                server: on a 2-core box prefer few workers, or --generator native);
+                client_over_server_cpu is that over the server's CPU in the phase.
 
 --compare-pure runs register (+ query and deregister) twice, once against a server started
 normally and once with SHOAL_NO_EXTENSIONS=1 (pure-Python kernels), and reports both
