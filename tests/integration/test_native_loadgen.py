@@ -24,9 +24,9 @@ PLAN = {"prefix": "native-svc", "services": SERVICES, "per_conn": SERVICES, "win
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    # a fast keep-alive scan, so the generator's connections are probed while the test runs
+    # a fast keep-alive scan, so the generator's connections are probed while the test runs; the
+    # transport is the suite's (native, and grpc.aio in ci/test.sh's SHOAL_REMOTE_TRANSPORT=grpcio pass)
     server = start_server(tmp_path_factory.mktemp("native-load"), [
-        "-D", "shoal.remote.transport=native",
         "-D", "nacos.remote.server.connection.keep-alive-ms=300",
         "-D", "nacos.remote.server.connection.check-interval-ms=200"])
     yield server
