@@ -151,7 +151,7 @@ class NativeProcess:
                       f"{self._path('connect.lat')} {p.get('timeout', 30.0)}")
         elif command in ("register", "deregister", "query"):
             plan = self.prepared.pop(command, None) or self.prepare(command, p)
-            self.send(f"run {plan} {p['window']} {p['duration']} {self._path('run.lat')}")
+            self.send(f"run {plan} {p['window']} {p['duration']} {self._path('run.lat')} {p.get('batch', 1)}")
         elif command in ("close_all", "exit"):
             self.send("close")
         else:

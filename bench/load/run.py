@@ -568,6 +568,7 @@ class Bench:
             "services": a.services,
             "per_conn": per_conn,
             "window": a.window,
+            "batch": a.native_batch,
             "duration": a.duration,
             "seed": a.seed,
         }
@@ -597,6 +598,7 @@ class Bench:
             "registrations_per_connection": per_conn,
             "instances_per_service": n_conns * per_conn / a.services,
             "window_per_connection": a.window,
+            "native_refill_batch": a.native_batch if isinstance(pool, native_gen.NativePool) else None,
             "in_flight_max": n_conns * a.window,
             "instance_metadata_keys": len(load_worker.INSTANCE_METADATA),
         }
@@ -1001,6 +1003,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--query-ops", type=int, default=40_000, help="ServiceQueryRequest ops in total (default 40000)")
     g.add_argument("--window", type=int, default=2, help="requests in flight per connection (default 2)")
+    g.add_argument(
+        "--native-batch",
+        type=int,
+        default=1,
+        help="--generator native: a connection sends new calls only once this many of its --window slots are "
+        "free, in one write (default 1: refill at every answer)",
+    )
     g.add_argument(
         "--duration", type=float, default=120.0, help="cap in seconds on every phase's op loop (default 120)"
     )

@@ -16,10 +16,12 @@
  *   connect HOST PORT COUNT HANDSHAKE_FILE LAT_FILE TIMEOUT_S
  *       opens COUNT more connections; HANDSHAKE_FILE holds one "plan" with 2 messages:
  *       ServerCheckRequest, ConnectionSetupRequest. Handshake times go to LAT_FILE (float64).
- *   run PLAN_FILE WINDOW MAX_S LAT_FILE
+ *   run PLAN_FILE WINDOW MAX_S LAT_FILE [BATCH]
  *       plan: u32 n_conns, then per connection u32 n_msgs and per message u32 len + bytes
  *       (little endian). Connection i (in connect order) sends its list, WINDOW in flight;
  *       after MAX_S seconds no new call starts (truncated). Latencies go to LAT_FILE.
+ *       BATCH (default 1): a connection sends new calls only once BATCH of its WINDOW slots
+ *       are free, all in one write (fewer syscalls per call on both sides).
  *   close
  *       closes every connection (GOAWAY) and answers; EOF on stdin does the same and exits.
  */
@@ -114,6 +116,7 @@ static msg_t hs_check, hs_setup;
 static uint8_t *hs_blob;
 static call_t *free_calls;
 static int window = 1;
+static int batch = 1;          /* refill a connection only when this many of its slots are free */
 static int running;            /* a `run` is in progress */
 static int stop_new;           /* deadline passed: start no new call */
 static uint64_t ops_ok, ops_done;
@@ -334,6 +337,7 @@ static void submit_unary(conn_t *c, int kind, const uint8_t *req, size_t len) {
 
 static void refill(conn_t *c) {
     if (c->state != C_READY || !running) return;
+    if (c->inflight > window - batch) return; /* wait until a batch of slots is free: one write */
     while (c->inflight < window && c->cursor < c->n_ops && !stop_new) {
         msg_t *m = &c->ops[c->cursor++];
         submit_unary(c, K_OP, m->p, m->len);
@@ -671,12 +675,13 @@ static void cmd_connect(const char *host, int port, int count, const char *hs_pa
     fflush(stdout);
 }
 
-static void cmd_run(const char *plan_path, int win, double max_s, const char *lat_path) {
+static void cmd_run(const char *plan_path, int win, double max_s, const char *lat_path, int bat) {
     size_t len;
     uint32_t n, *counts;
     uint8_t *blob = read_file(plan_path, &len);
     msg_t **lists = parse_plan(blob, len, &n, &counts);
     window = win < 1 ? 1 : win;
+    batch = bat < 1 ? 1 : bat > window ? window : bat;
     ops_ok = ops_done = 0;
     lat_n = 0;
     uint64_t planned = 0;
@@ -794,12 +799,12 @@ int main(void) {
         while ((nl = memchr(line, '\n', have))) {
             *nl = 0;
             char a[1024], b[1024], c[1024];
-            int port, count, win;
+            int port, count, win, bat = 1;
             double t;
             if (sscanf(line, "connect %1023s %d %d %1023s %1023s %lf", a, &port, &count, b, c, &t) == 6)
                 cmd_connect(a, port, count, b, c, t);
-            else if (sscanf(line, "run %1023s %d %lf %1023s", a, &win, &t, b) == 4)
-                cmd_run(a, win, t, b);
+            else if (sscanf(line, "run %1023s %d %lf %1023s %d", a, &win, &t, b, &bat) >= 4)
+                cmd_run(a, win, t, b, bat);
             else if (strncmp(line, "close", 5) == 0)
                 cmd_close();
             else { printf("{\"error\":\"unknown command\"}\n"); fflush(stdout); }
