@@ -151,7 +151,8 @@ class NativeProcess:
                       f"{self._path('connect.lat')} {p.get('timeout', 30.0)}")
         elif command in ("register", "deregister", "query"):
             plan = self.prepared.pop(command, None) or self.prepare(command, p)
-            self.send(f"run {plan} {p['window']} {p['duration']} {self._path('run.lat')} {p.get('batch', 1)}")
+            self.send(f"run {plan} {p['window']} {p['duration']} {self._path('run.lat')} {p.get('batch', 1)} "
+                      f"{p.get('coalesce_us', 0)}")
         elif command in ("close_all", "exit"):
             self.send("close")
         else:

@@ -569,6 +569,7 @@ class Bench:
             "per_conn": per_conn,
             "window": a.window,
             "batch": a.native_batch,
+            "coalesce_us": a.native_coalesce_us,
             "duration": a.duration,
             "seed": a.seed,
         }
@@ -599,6 +600,7 @@ class Bench:
             "instances_per_service": n_conns * per_conn / a.services,
             "window_per_connection": a.window,
             "native_refill_batch": a.native_batch if isinstance(pool, native_gen.NativePool) else None,
+            "native_coalesce_us": a.native_coalesce_us if isinstance(pool, native_gen.NativePool) else None,
             "in_flight_max": n_conns * a.window,
             "instance_metadata_keys": len(load_worker.INSTANCE_METADATA),
         }
@@ -1009,6 +1011,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="--generator native: a connection sends new calls only once this many of its --window slots are "
         "free, in one write (default 1: refill at every answer)",
+    )
+    g.add_argument(
+        "--native-coalesce-us",
+        type=int,
+        default=0,
+        help="--generator native: sleep this many microseconds after each round of events, so answers pile up "
+        "and one wake-up serves several (default 0)",
     )
     g.add_argument(
         "--duration", type=float, default=120.0, help="cap in seconds on every phase's op loop (default 120)"

@@ -16,12 +16,14 @@
  *   connect HOST PORT COUNT HANDSHAKE_FILE LAT_FILE TIMEOUT_S
  *       opens COUNT more connections; HANDSHAKE_FILE holds one "plan" with 2 messages:
  *       ServerCheckRequest, ConnectionSetupRequest. Handshake times go to LAT_FILE (float64).
- *   run PLAN_FILE WINDOW MAX_S LAT_FILE [BATCH]
+ *   run PLAN_FILE WINDOW MAX_S LAT_FILE [BATCH [COALESCE_US]]
  *       plan: u32 n_conns, then per connection u32 n_msgs and per message u32 len + bytes
  *       (little endian). Connection i (in connect order) sends its list, WINDOW in flight;
  *       after MAX_S seconds no new call starts (truncated). Latencies go to LAT_FILE.
  *       BATCH (default 1): a connection sends new calls only once BATCH of its WINDOW slots
- *       are free, all in one write (fewer syscalls per call on both sides).
+ *       are free, all in one write (fewer syscalls per call on both sides). COALESCE_US
+ *       (default 0): sleep that long after each round of events, so answers pile up and one
+ *       wake-up, read and write serve several (fewer context switches per call).
  *   close
  *       closes every connection (GOAWAY) and answers; EOF on stdin does the same and exits.
  */
@@ -675,7 +677,7 @@ static void cmd_connect(const char *host, int port, int count, const char *hs_pa
     fflush(stdout);
 }
 
-static void cmd_run(const char *plan_path, int win, double max_s, const char *lat_path, int bat) {
+static void cmd_run(const char *plan_path, int win, double max_s, const char *lat_path, int bat, int coalesce_us) {
     size_t len;
     uint32_t n, *counts;
     uint8_t *blob = read_file(plan_path, &len);
@@ -721,6 +723,10 @@ static void cmd_run(const char *plan_path, int win, double max_s, const char *la
             break;
         }
         poll_once(100);
+        if (coalesce_us > 0) {
+            struct timespec ts = {.tv_sec = coalesce_us / 1000000, .tv_nsec = (coalesce_us % 1000000) * 1000L};
+            nanosleep(&ts, NULL);
+        }
     }
     running = 0;
     double t_end = now_wall(), cpu = cpu_self() - cpu0;
@@ -799,12 +805,12 @@ int main(void) {
         while ((nl = memchr(line, '\n', have))) {
             *nl = 0;
             char a[1024], b[1024], c[1024];
-            int port, count, win, bat = 1;
+            int port, count, win, bat = 1, co = 0;
             double t;
             if (sscanf(line, "connect %1023s %d %d %1023s %1023s %lf", a, &port, &count, b, c, &t) == 6)
                 cmd_connect(a, port, count, b, c, t);
-            else if (sscanf(line, "run %1023s %d %lf %1023s %d", a, &win, &t, b, &bat) >= 4)
-                cmd_run(a, win, t, b, bat);
+            else if (sscanf(line, "run %1023s %d %lf %1023s %d %d", a, &win, &t, b, &bat, &co) >= 4)
+                cmd_run(a, win, t, b, bat, co);
             else if (strncmp(line, "close", 5) == 0)
                 cmd_close();
             else { printf("{\"error\":\"unknown command\"}\n"); fflush(stdout); }
