@@ -31,6 +31,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -634,7 +635,16 @@ static void cmd_connect(const char *host, int port, int count, const char *hs_pa
     free(l[0]); free(l); free(counts);
     snprintf(authority, sizeof authority, "%s:%d", host, port);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, host, &sa.sin_addr);
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) { /* a name: its first IPv4 address */
+        struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+        if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) {
+            printf("{\"error\":\"cannot resolve %s\"}\n", host);
+            fflush(stdout);
+            return;
+        }
+        sa.sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+        freeaddrinfo(res);
+    }
     double t_wall = now_wall(), deadline = now_mono() + timeout_s;
     int first = n_conns;
     lat_n = 0;
