@@ -28,7 +28,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import worker as load_worker  # a sibling: run.py is run as a script, so its folder is on the path
+import native_gen  # siblings: run.py is run as a script, so its folder is on the path
+import worker as load_worker
 
 from shoal.testing import OPEN, free_port_block
 
@@ -88,12 +89,13 @@ phases
 
 measurements
   ops/s         ops completed / (last worker end - first worker start).
-  server CPU    utime+stime of the server process (all threads) from /proc/<pid>/stat,
-                divided by SC_CLK_TCK, taken just before and after the phase:
-                server_cpu_s_per_1000_ops and ops_per_server_cpu_s.
+  server CPU    utime+stime of the server process and its live descendants (all threads)
+                from /proc/<pid>/stat, divided by SC_CLK_TCK, taken just before and after
+                the phase: server_cpu_s_per_1000_ops and ops_per_server_cpu_s.
   latency       client-observed request latency p50/p99/max in ms.
   client CPU    CPU seconds the generator processes used (they share the cores with the
-                server: on a 2-core box prefer few workers).
+                server: on a 2-core box prefer few workers, or --generator native);
+                client_over_server_cpu is that over the server's CPU in the phase.
 
 --compare-pure runs register (+ query and deregister) twice, once against a server started
 normally and once with SHOAL_NO_EXTENSIONS=1 (pure-Python kernels), and reports both
@@ -270,11 +272,10 @@ class Server:
 
     # --- /proc --------------------------------------------------------------------------------
     def cpu_s(self) -> float | None:
+        """utime + stime of the node: its process and every live descendant (all threads)."""
         if self.pid is None:
             return None
-        with open(f"/proc/{self.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+        return sum(_proc_cpu_s(pid) for pid in _proc_tree(self.pid))
 
     def status(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -299,6 +300,28 @@ class Server:
             return None
         with open(f"/proc/{self.pid}/maps") as f:
             return any("shoal/_ext/" in line for line in f)
+
+
+def _proc_cpu_s(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:  # gone since it was listed
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def _proc_tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants (from /proc/<pid>/task/<tid>/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with contextlib.suppress(OSError), open(f"/proc/{p}/task/{tid}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+    return out
 
 
 # --- the worker processes ------------------------------------------------------------------------
@@ -426,6 +449,8 @@ def rate_phase(
                 "server_cpu_utilisation": round(cpu / wall, 3) if wall > 0 else None,
                 "server_cpu_s_per_1000_ops": round(cpu / ops * 1000, 4) if ops else None,
                 "ops_per_server_cpu_s": round(ops / cpu, 1) if cpu > 0 else None,
+                # the generator's CPU per op as a share of the node's (issue 21: <= 1/8 for writes)
+                "client_over_server_cpu": round(out["client_cpu_s"] / cpu, 4) if cpu > 0 else None,
             }
         )
     if extra:
@@ -446,9 +471,10 @@ def summarise_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     key = "ops_per_server_cpu_s" if runs[0].get("ops_per_server_cpu_s") is not None else "ops_per_s"
     ordered = sorted(runs, key=lambda r: r.get(key) or 0)
     out = dict(ordered[(len(ordered) - 1) // 2])
-    heads = ("ops", "ops_per_s", "ops_per_server_cpu_s", "server_cpu_s_per_1000_ops", "server_cpu_utilisation")
+    heads = ("ops", "ops_per_s", "ops_per_server_cpu_s", "server_cpu_s_per_1000_ops", "server_cpu_utilisation",
+             "client_cpu_s", "client_over_server_cpu")
     out["runs"] = [{k: r.get(k) for k in heads} | {"latency_p99_ms": r["latency_ms"]["p99"]} for r in runs]
-    for k in ("ops_per_s", "ops_per_server_cpu_s", "server_cpu_s_per_1000_ops"):
+    for k in ("ops_per_s", "ops_per_server_cpu_s", "server_cpu_s_per_1000_ops", "client_over_server_cpu"):
         values = sorted(r[k] for r in runs if r.get(k) is not None)
         if values:
             mid = len(values) // 2
@@ -465,7 +491,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.server: Server | None = None
-        self.pool: Pool | None = None
+        self.pool: Pool | native_gen.NativePool | None = None
         self.servers_started: list[dict[str, Any]] = []
 
     # servers and pools
@@ -506,9 +532,13 @@ class Bench:
             log(f"server stopped (exit {code})")
         self.server = None
 
-    def open_pool(self) -> Pool:
+    def open_pool(self, generator: str | None = None) -> Pool | native_gen.NativePool:
         assert self.server is not None
-        self.pool = Pool(self.args.workers + 1, self.server.target)  # +1: publisher / verifier / pinger
+        if (generator or self.args.generator) == "native":
+            # loaders in C; the verifier (index --workers) stays a Python worker
+            self.pool = native_gen.NativePool(self.args.workers, self.server.target, Pool(1, self.server.target))
+        else:
+            self.pool = Pool(self.args.workers + 1, self.server.target)  # +1: publisher / verifier / pinger
         return self.pool
 
     def close_pool(self, grace_s: float = 15.0) -> None:
@@ -539,6 +569,8 @@ class Bench:
             "services": a.services,
             "per_conn": per_conn,
             "window": a.window,
+            "batch": a.native_batch,
+            "coalesce_us": a.native_coalesce_us,
             "duration": a.duration,
             "seed": a.seed,
         }
@@ -568,6 +600,8 @@ class Bench:
             "registrations_per_connection": per_conn,
             "instances_per_service": n_conns * per_conn / a.services,
             "window_per_connection": a.window,
+            "native_refill_batch": a.native_batch if isinstance(pool, native_gen.NativePool) else None,
+            "native_coalesce_us": a.native_coalesce_us if isinstance(pool, native_gen.NativePool) else None,
             "in_flight_max": n_conns * a.window,
             "instance_metadata_keys": len(load_worker.INSTANCE_METADATA),
         }
@@ -583,6 +617,8 @@ class Bench:
                 if phase == "query":
                     params["ops"] = max(1, a.query_ops // a.workers)
                     params["seed"] = a.seed + rep
+                if isinstance(pool, native_gen.NativePool):
+                    pool.prepare(self.loaders(), phase, params)  # the plan is built outside the measurement
                 cpu0 = self.cpu()
                 results = pool.call(self.loaders(), phase, params, a.duration + 120, server)
                 cpu1 = self.cpu()
@@ -843,10 +879,51 @@ def compare_transports(bench: Bench, rate_names: list[str]) -> dict[str, Any]:
     return out
 
 
+GENERATORS = ("native", "python")
+
+
+def compare_generators(bench: Bench, rate_names: list[str]) -> dict[str, Any]:
+    """--generator both: the rate phases with the native and the Python generator, each round on a
+    fresh node per generator, rounds interleaved; each one's medians and a side-by-side table."""
+    a = bench.args
+    repeat, a.repeat = a.repeat, 1
+    rounds: dict[str, list[dict[str, Any]]] = {g: [] for g in GENERATORS}
+    try:
+        for rep in range(repeat):
+            for gen in GENERATORS:
+                log(f"generator round {rep + 1} of {repeat}: {gen}")
+                bench.open_server()
+                try:
+                    bench.open_pool(gen)
+                    rounds[gen].append(bench.rate_phases(rate_names))
+                finally:
+                    bench.close_pool()
+                    bench.close_server()
+    finally:
+        a.repeat = repeat
+    out: dict[str, Any] = {}
+    table: dict[str, dict[str, Any]] = {}
+    for gen, runs in rounds.items():
+        merged = {name: summarise_runs([r[name] for r in runs if name in r]) for name in rate_names}
+        merged["connections"] = [r["connections"] for r in runs]
+        out[gen] = merged
+        for name in rate_names:
+            row = table.setdefault(name, {})
+            for key in ("ops_per_s", "ops_per_server_cpu_s", "client_over_server_cpu"):
+                row[f"{gen}_{key}"] = _median_or_single(merged[name], key)
+    out["table"] = table
+    out["note"] = "client_over_server_cpu: the generator's CPU seconds over the node's in the same phase"
+    return out
+
+
 def targets(report: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     phases = report.get("phases", {})
-    rates = phases.get("rates", {}) or phases.get("compare_transports", {}).get("native", {})
+    rates = (
+        phases.get("rates", {})
+        or phases.get("compare_transports", {}).get("native", {})
+        or phases.get("compare_generators", {}).get("native", {})
+    )
     for name in ("register", "query"):
         phase = rates.get(name, {})
         got = _median_or_single(phase, "ops_per_server_cpu_s")
@@ -909,7 +986,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g = p.add_argument_group("load shape")
     g.add_argument(
-        "--phases", default=",".join(PHASES), help=f"comma list of phases to run, in order (default {','.join(PHASES)})"
+        "--phases",
+        default=None,
+        help=f"comma list of phases to run, in order (default {','.join(PHASES)}; register,query,deregister "
+        "with --generator native/both)",
     )
     g.add_argument(
         "--workers", type=int, default=2, help="generator processes (default 2; they share the cores with the server)"
@@ -927,6 +1007,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--query-ops", type=int, default=40_000, help="ServiceQueryRequest ops in total (default 40000)")
     g.add_argument("--window", type=int, default=2, help="requests in flight per connection (default 2)")
     g.add_argument(
+        "--native-batch",
+        type=int,
+        default=1,
+        help="--generator native: a connection sends new calls only once this many of its --window slots are "
+        "free, in one write (default 1: refill at every answer)",
+    )
+    g.add_argument(
+        "--native-coalesce-us",
+        type=int,
+        default=0,
+        help="--generator native: sleep this many microseconds after each round of events, so answers pile up "
+        "and one wake-up serves several (default 0)",
+    )
+    g.add_argument(
         "--duration", type=float, default=120.0, help="cap in seconds on every phase's op loop (default 120)"
     )
     g.add_argument("--connect-concurrency", type=int, default=100, help="handshakes in flight per worker (default 100)")
@@ -938,6 +1032,14 @@ def build_parser() -> argparse.ArgumentParser:
         "and the medians (default 1; use 3+ on a shared box)",
     )
     g.add_argument("--seed", type=int, default=1, help="seed of the query service choice")
+    g.add_argument(
+        "--generator",
+        choices=["python", "native", "both"],
+        default="python",
+        help="who drives register/query/deregister: python (grpc.aio worker processes), native (one "
+        "C/libnghttp2 process per --workers, native/nacos_load.c, compiled on first use; the rate phases "
+        "only), or both (each round on a fresh node per generator, side by side) (default python)",
+    )
     g = p.add_argument_group("push latency")
     g.add_argument("--push-subscribers", type=int, default=100, help="subscriber connections (default 100)")
     g.add_argument(
@@ -999,6 +1101,8 @@ def _keep_alive_s(server_args: Sequence[str]) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.phases is None:
+        args.phases = ",".join(PHASES) if args.generator == "python" else "register,query,deregister"
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     unknown = [p for p in phases if p not in PHASES]
     if unknown:
@@ -1009,6 +1113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.idle_hold = _keep_alive_s(args.server_arg) + 15.0
     if args.addr and (args.compare_pure or args.compare_transports):
         build_parser().error("--compare-pure and --compare-transports start their own servers; drop --addr")
+    if args.generator != "python" and any(p in ("push", "idle") for p in phases):
+        build_parser().error("--generator native/both drives register, query and deregister only")
+    if args.generator == "both" and (args.compare_pure or args.compare_transports):
+        build_parser().error("--generator both is its own comparison; use native or python with --compare-*")
     if args.compare_pure and args.compare_transports:
         build_parser().error("choose one of --compare-pure and --compare-transports")
     allowed = (*TRANSPORT_TARGETS, BASELINE) if args.baseline_src else TRANSPORT_TARGETS
@@ -1049,7 +1157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 0
     try:
         rate_names = [p for p in phases if p in ("register", "query", "deregister")]
-        if args.compare_transports:
+        if args.generator == "both":
+            report["phases"]["compare_generators"] = compare_generators(bench, rate_names or ["register", "query"])
+        elif args.compare_transports:
             report["phases"]["compare_transports"] = compare_transports(bench, rate_names or ["register", "query"])
         elif args.compare_pure:
             compare: dict[str, Any] = {}

@@ -51,6 +51,42 @@ def service_name(prefix: str, k: int) -> str:
     return f"{prefix}-{k:05d}"
 
 
+#: one request of a plan: (Payload metadata.type, JSON body)
+Op = tuple[str, bytes]
+
+
+def register_plan(
+    p: dict[str, Any], kind: str, first_global: int, n_conns: int, registered: list[list[int]] | None = None
+) -> list[list[Op]]:
+    """Per connection, its InstanceRequests: connection g (global index) has one instance (ip from g,
+    port 8080) and registers it into ``per_conn`` services; deregister undoes ``registered[ci]``
+    (the services that connection registered) or, without it, every service register would use."""
+    plan: list[list[Op]] = []
+    for ci in range(n_conns):
+        g = first_global + ci
+        inst = nc.instance(conn_ip(g), 8080, INSTANCE_METADATA)
+        ops: list[Op] = []
+        if kind == "registerInstance" or registered is None:
+            services: list[int] = [(g * p["per_conn"] + j) % p["services"] for j in range(p["per_conn"])]
+        else:
+            services = registered[ci]
+        for k in services:
+            body = nc.instance_request(kind, service_name(p["prefix"], k), inst)
+            ops.append(("InstanceRequest", _dumps(body).encode()))
+        plan.append(ops)
+    return plan
+
+
+def query_plan(p: dict[str, Any], index: int, n_conns: int) -> list[list[Op]]:
+    """``p["ops"]`` ServiceQueryRequests for random services (seeded by seed and worker index),
+    spread evenly over ``n_conns`` connections."""
+    rng = random.Random(p["seed"] * 1000 + index)
+    n = n_conns
+    per_conn = [p["ops"] // n + (1 if i < p["ops"] % n else 0) for i in range(n)] if n else []
+    bodies = [_dumps(nc.query_request(service_name(p["prefix"], k))).encode() for k in range(p["services"])]
+    return [[("ServiceQueryRequest", bodies[rng.randrange(p["services"])]) for _ in range(m)] for m in per_conn]
+
+
 class Worker:
     def __init__(self, index: int, target: str) -> None:
         self.index = index
@@ -203,18 +239,7 @@ class Worker:
         }
 
     def _register_plan(self, p: dict[str, Any], kind: str) -> list[list[tuple[str, bytes]]]:
-        plan: list[list[tuple[str, bytes]]] = []
-        for ci in range(len(self.conns)):
-            g = self.first_global + ci
-            inst = nc.instance(conn_ip(g), 8080, INSTANCE_METADATA)
-            ops: list[tuple[str, bytes]] = []
-            services = range(p["per_conn"]) if kind == "registerInstance" else self.registered[ci]
-            for j in services:
-                k = (g * p["per_conn"] + j) % p["services"] if kind == "registerInstance" else j
-                body = nc.instance_request(kind, service_name(p["prefix"], k), inst)
-                ops.append(("InstanceRequest", _dumps(body).encode()))
-            plan.append(ops)
-        return plan
+        return register_plan(p, kind, self.first_global, len(self.conns), self.registered)
 
     async def register(self, p: dict[str, Any]) -> dict[str, Any]:
         plan = self._register_plan(p, "registerInstance")
@@ -235,11 +260,7 @@ class Worker:
         return result
 
     async def query(self, p: dict[str, Any]) -> dict[str, Any]:
-        rng = random.Random(p["seed"] * 1000 + self.index)
-        n = len(self.conns)
-        per_conn = [p["ops"] // n + (1 if i < p["ops"] % n else 0) for i in range(n)] if n else []
-        bodies = [_dumps(nc.query_request(service_name(p["prefix"], k))).encode() for k in range(p["services"])]
-        plan = [[("ServiceQueryRequest", bodies[rng.randrange(p["services"])]) for _ in range(m)] for m in per_conn]
+        plan = query_plan(p, self.index, len(self.conns))
         return await self._run_ops(plan, p["window"], p["duration"])
 
     async def verify(self, p: dict[str, Any]) -> dict[str, Any]:
