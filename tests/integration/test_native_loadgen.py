@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import ServerProcess, http_get, kill, poll_until, start_server
+from shoal.testing import OPEN, ServerProcess, http_get, kill, poll_until, start_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "load"))
 import native_gen  # bench/load's modules import their siblings by bare name
@@ -28,7 +28,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     # transport is the suite's (native, and grpc.aio in ci/test.sh's SHOAL_REMOTE_TRANSPORT=grpcio pass)
     server = start_server(tmp_path_factory.mktemp("native-load"), [
         "-D", "nacos.remote.server.connection.keep-alive-ms=300",
-        "-D", "nacos.remote.server.connection.check-interval-ms=200"])
+        "-D", "nacos.remote.server.connection.check-interval-ms=200"], auth=OPEN)
     yield server
     kill(server)
 
