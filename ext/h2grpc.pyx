@@ -21,7 +21,7 @@ buffering it; a compressed message is answered UNIMPLEMENTED (we never offer com
 Both end the stream; its later DATA is dropped. PING, SETTINGS and flow control are
 nghttp2's (window updates follow consumption automatically).
 
-Abuse limits (issue 10 item 3), each a constructor argument:
+Abuse limits (docs/native-transport.md), each a constructor argument:
 
 * ``max_concurrent_streams`` and ``max_header_list`` are advertised in our SETTINGS; a stream
   over the first is refused by nghttp2 (REFUSED_STREAM while the peer has not ACKed our
@@ -83,7 +83,7 @@ UNAVAILABLE = 14
 # packed there, handed to us and copied out (``output_parts`` copies every piece at once, and the
 # header of a NO_COPY DATA frame in ``_send_data``) before the next one is packed, and once
 # mem_send has returned 0 the session holds nothing in it. Touched, that is a 4 KB page per
-# connection (a fifth of an idle connection's memory: issue 10 wants <= 20 KB each at 10,000).
+# connection (a fifth of an idle connection's memory, which docs/native-transport.md bounds at 20 KB).
 # So all sessions get the same static buffer through nghttp2's allocator hooks: sessions are only
 # driven while holding the GIL and no Python code runs inside mem_send, so only one session uses
 # it at a time (``output_parts`` refuses to be re-entered, and a session whose mem_send failed,
@@ -493,7 +493,7 @@ cdef class H2Session:
             raise MemoryError()
         nghttp2_option_set_max_reserved_remote_streams(opt, 0)
         nghttp2_option_set_max_send_header_block_length(opt, 64 * 1024)
-        # Memory per idle connection (issue 10: 10,000 of them at <= 20 KB each): our response headers
+        # Memory per idle connection (at most 20 KB each at 10,000, docs/native-transport.md): our response headers
         # are few and short, so no HPACK dynamic table for them (about 200 bytes a connection, for
         # about 25 more header bytes an answer); and no closed streams kept for RFC 7540
         # priorities, which we never use (about 250 bytes a connection).

@@ -6,7 +6,7 @@
                                                                     [--partitions 1 2 4]
     .venv/bin/python bench/analytics/bench_analytics.py all
 
-Targets (issue 6): export of 1,000,000 instances <= 2 s with the event loop never blocked > 50 ms;
+Targets: export of 1,000,000 instances <= 2 s with the event loop never blocked > 50 ms;
 consistency over 3 x 1,000,000 rows in local mode; ``simulate --nodes 1000 --clients 10000000`` <= 5
 min, with rows/s at 1, 2 and 4 partitions. Results are printed and appended as JSON lines to
 bench/results/analytics.jsonl (git-ignored).

@@ -1,4 +1,4 @@
-"""Persistent registrations on three real nodes with managed etcd members (issue 12's bench).
+"""Persistent registrations on three real nodes with managed etcd members.
 
 Starts three ``shoal server`` processes with ``--members`` (each runs its etcd member), then:
 

@@ -10,7 +10,7 @@ turn, a fresh standalone ``shoal server`` on free 127.0.0.1 ports and two phases
   first NotifySubscriberRequest listing that port reached a subscriber, minus the writer's ack
   (``from_ack``) and minus the moment the request was written (``from_send``). The first
   ``--warmup`` changes are not counted (a state skipped by coalescing counts as received with
-  the next newer one). This is issue 10's "push p99 ≤ 10 ms on a quiet box". With a delay of 0
+  the next newer one). Its target is push p99 ≤ 10 ms on a quiet box. With a delay of 0
   the push can overtake the writer's own ack, so ``from_ack`` may be negative.
 * **storm** (``--storm-seconds`` > 0): ``--storm-writers`` connections register and deregister
   their own instances of one service back to back while ``--storm-subscribers`` connections

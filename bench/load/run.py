@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PHASES = ("register", "query", "deregister", "push", "idle")
-TARGETS = {  # from issue 10 (the native transport): measured on the 2-core box
+TARGETS = {  # the native transport's targets: measured on the 2-core box
     "register_ops_per_server_cpu_s": 12_000.0,
     "query_ops_per_server_cpu_s": 15_000.0,
     "push_latency_p99_ms": 10.0,  # on a quiet box
@@ -449,7 +449,7 @@ def rate_phase(
                 "server_cpu_utilisation": round(cpu / wall, 3) if wall > 0 else None,
                 "server_cpu_s_per_1000_ops": round(cpu / ops * 1000, 4) if ops else None,
                 "ops_per_server_cpu_s": round(ops / cpu, 1) if cpu > 0 else None,
-                # the generator's CPU per op as a share of the node's (issue 21: <= 1/8 for writes)
+                # the generator's CPU per op as a share of the node's (<= 1/8 for writes)
                 "client_over_server_cpu": round(out["client_cpu_s"] / cpu, 4) if cpu > 0 else None,
             }
         )

@@ -616,7 +616,7 @@ async def test_copies_of_agreeing_buckets_are_renewed_without_touching_each_copy
     assert b.distro.processor.expire(expired_after) == 0
 
 
-# --- body shapes (issue 11 item 4): a body without its type's shape is a 502 before any handler ---
+# --- body shapes: a body without its type's shape is a 502 before any handler ---
 DEEP = b'{"a":' * 50_000 + b"1" + b"}" * 50_000
 BAD_BODIES = [
     ("DistroSnapshotRequest", b"[1, 2, 3]"),

@@ -1,6 +1,6 @@
 """The ip:port handoff (docs/protocol.md §6.3): exactly one node holds each ip:port client
 natively — the responsible one once it has it — whatever order members leave, come back and
-writes arrive in (issue 11 items 2 and 3)."""
+writes arrive in."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ async def test_a_write_handled_by_a_node_not_responsible_is_taken_over_by_the_re
 
 
 async def test_clients_registered_while_their_owner_was_down_are_handed_to_it_when_it_returns() -> None:
-    """Issue 11 item 3: once the owner is back the survivors hand over what they took in meanwhile
+    """Once the owner is back the survivors hand over what they took in meanwhile
     (before, they turned their clients into copies of an owner that never had them)."""
     cluster = SimCluster(3)
     a, b, c = cluster[0], cluster[1], cluster[2]

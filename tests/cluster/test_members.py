@@ -58,7 +58,7 @@ def test_auth_in_a_cluster_requires_a_cluster_identity() -> None:
                         cluster_identity_key="k", cluster_identity_value="v").validate()
 
 
-# --- a peer's state follows our own calls to it (issue 11 items 2 and 7) -----------------------------
+# --- a peer's state follows our own calls to it -----------------------------
 def _report_body(node_address: str) -> bytes:
     return b'{"node":{"address":"' + node_address.encode() + b'"}}'
 

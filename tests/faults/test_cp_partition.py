@@ -1,4 +1,4 @@
-"""Issue 12: the minority side of a partition refuses CP writes with a clear error, keeps serving
+"""The minority side of a partition refuses CP writes with a clear error, keeps serving
 reads and AP traffic, and agrees with the others again after healing.
 
 Three nodes on 127.0.0.2-4, in both etcd modes: each node with its managed etcd member (client

@@ -1,4 +1,4 @@
-"""Issue 11 item 4: garbage input is answered cleanly, without tracebacks or lasting memory growth.
+"""Garbage input is answered cleanly, without tracebacks or lasting memory growth.
 
 Each kind of garbage is sent ``ROUNDS`` times to node A of a two-node cluster (the cluster port
 only listens in a cluster). Expected for every kind: a clean answer (a gRPC status other than

@@ -1,4 +1,4 @@
-"""Issue 22 item 3: memory after a burst of large garbage comes back.
+"""Memory after a burst of large garbage comes back.
 
 One node of a two-node cluster gets ``BURST_S`` seconds of mixed garbage from several clients
 at once: random and truncated protobuf, JSON that is no request, random HTTP/2 frames, gRPC

@@ -1,4 +1,4 @@
-"""The peer that comes back lists no ghosts (issue 22 item 1).
+"""The peer that comes back lists no ghosts.
 
 Three real nodes; real nacos-sdk-python clients on A and B, one instance each. Peer P is taken
 away — SIGSTOP, or an iptables blackhole — long enough for A and B to mark it DOWN (from then on

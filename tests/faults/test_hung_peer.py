@@ -1,5 +1,5 @@
-"""Issue 11 item 2: a SIGSTOPped peer must not make HTTP writes forwarded to it fail; issue 22
-item 2: nor make them slow (write p99 during the pause <= 200 ms, on HTTP and gRPC)."""
+"""A SIGSTOPped peer must not make HTTP writes forwarded to it fail, nor make them slow (write p99
+during the pause <= 200 ms, on HTTP and gRPC)."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def test_writes_for_a_hung_owner_succeed(fault_cluster: Callable[..., FaultClust
     assert logs == 0
 
 
-# --- issue 22 item 2: writes stay fast while a peer hangs ---------------------------------------
+# --- writes stay fast while a peer hangs ---------------------------------------
 PAUSE_S = 20.0  # the issue paused for 40 s; half keeps the suite short with the same transition
 HTTP_RATE = 50  # HTTP writes a second, started on schedule whatever the earlier ones take (open loop)
 WRITE_P99_S = 0.2  # the issue's bound for the write p99 during the pause, on both transports

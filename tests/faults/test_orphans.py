@@ -1,4 +1,4 @@
-"""Issue 11 item 3: ip:port instances registered while their responsible node was stopped.
+"""Ip:port instances registered while their responsible node was stopped.
 
 Expected: at every moment exactly one healthy member runs the beat check of every ip:port
 client, so once C is back the instances that never beat are removed within their delete

@@ -1,4 +1,4 @@
-"""Issue 11 item 5: SIGTERM while a starting node waits for a snapshot from an unreachable peer."""
+"""SIGTERM while a starting node waits for a snapshot from an unreachable peer."""
 
 from __future__ import annotations
 

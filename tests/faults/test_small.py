@@ -1,4 +1,4 @@
-"""Issue 11 item 7: beat-expiry log figures, log noise about a down peer, and a restarted peer's flap."""
+"""Beat-expiry log figures, log noise about a down peer, and a restarted peer's flap."""
 
 from __future__ import annotations
 

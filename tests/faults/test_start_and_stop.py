@@ -1,4 +1,4 @@
-"""A managed-etcd cluster started and stopped together raises no false alarm (issue 22 item 4).
+"""A managed-etcd cluster started and stopped together raises no false alarm.
 
 Three real nodes, each with its managed etcd member (the default CP mode of a cluster). While
 the members start, a node's seven CP views cannot read yet: that is said once, at INFO, never as

@@ -1,4 +1,4 @@
-"""Issue 12, "How it is shown", for both etcd modes on three real nodes: a persistent instance
+""""How it is shown", for both etcd modes on three real nodes: a persistent instance
 written on A is listed on B and C within a second (external three-member etcd), and one etcd
 member killed does not stop persistent writes on any live node; the member comes back and
 catches up (managed: the node's supervisor restarts it; external: restarted by hand)."""

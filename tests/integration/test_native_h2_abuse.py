@@ -1,4 +1,4 @@
-"""HTTP/2 abuse against a real node on the native transport (issue 10 item 3): rapid reset,
+"""HTTP/2 abuse against a real node on the native transport: rapid reset,
 PING/SETTINGS floods, too many SETTINGS entries, CONTINUATION floods, oversized header lists,
 too many streams, unfinished messages past the read buffer, no preface, and garbage.
 

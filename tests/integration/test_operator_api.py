@@ -1,4 +1,4 @@
-"""The operator write API (issue 14 item 6) against real processes: switches set on one node
+"""The operator write API against real processes: switches set on one node
 change another node's behaviour and survive a restart; the v2 health route, the metadata batch
 routes, PATCH v2 instance and the ``/ops`` aliases, with their bad input."""
 

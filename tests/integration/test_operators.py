@@ -1,4 +1,4 @@
-"""A Nacos operator's deployment moved over (issue 14): their application.properties, the Docker
+"""A Nacos operator's deployment moved over: their application.properties, the Docker
 image's environment, JSON and rotated logs, the access log, and ``shoal status`` on real nodes."""
 
 from __future__ import annotations

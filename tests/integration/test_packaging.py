@@ -1,4 +1,4 @@
-"""`python -m build` makes a wheel that carries the compiled kernels (issue 14, item 3): users who
+"""`python -m build` makes a wheel that carries the compiled kernels: users who
 install it need neither Cython nor a compiler. The wheel is built as users build it, through the
 sdist, from a copy of the source tree (the tree under test is left untouched)."""
 

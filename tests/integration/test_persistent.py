@@ -1,4 +1,4 @@
-"""Persistent instances on the CP store (issue 12) with real processes: the 1.x HTTP client,
+"""Persistent instances on the CP store with real processes: the 1.x HTTP client,
 raw gRPC PersistentInstanceRequest, service creation then registration, three nodes on their
 managed etcd members (visibility, health checks with pushes, a full restart)."""
 

@@ -1,5 +1,5 @@
 """Rebalancing at the issue's scale: three nodes, 300 connections all on one node after the other
-two restart (issue 15).
+two restart.
 
 The 300 connections are raw gRPC channels in this process (:class:`MovingClient`), a third of
 them Python-like (closed by the server, they reconnect to a random server of their list), the

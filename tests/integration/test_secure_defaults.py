@@ -255,7 +255,7 @@ def test_npm_nacos_with_credentials_works_and_without_gets_the_403(default_node:
     assert (out["registered"], out["status"]) == (False, 403)
 
 
-# --- Nacos 3.3 clients configured with credentials, against a node with auth off (issue 24.7) -------
+# --- Nacos 3.3 clients configured with credentials, against a node with auth off -------
 def login_as_a_3_3_client(node: ServerProcess, username: str, password: str) -> tuple[int, dict[str, Any]]:
     """The Nacos 3.3 Java client's login (no Java SDK runs here, so its sequence over plain HTTP):
     ``/nacos/v3/auth/user/login`` first, ``/nacos/v1/auth/users/login`` only when that is a 404."""
@@ -279,7 +279,7 @@ def test_the_3_3_login_sequence_on_a_node_with_auth_on_and_off(nodes: Callable[.
     assert status_of(open_node, "GET", "/nacos/v1/ns/instance/list", SVC) == 200
 
 
-# --- stock SDKs configured with credentials, against a node with auth off (issue 24.7) --------------
+# --- stock SDKs configured with credentials, against a node with auth off --------------
 async def test_clients_with_credentials_keep_working_against_an_open_node(
         nodes: Callable[..., ServerProcess], nacos_v1: ModuleType, tmp_path: Path) -> None:  # noqa: F811
     """An SDK configured with a username and password logs in first; on a node with auth off

@@ -169,7 +169,7 @@ def test_goaway_and_bad_preface() -> None:
         h2grpc.H2Session().feed(b"GET / HTTP/1.1\r\n\r\n" + b"\0" * 40)
 
 
-# --- abuse limits (issue 10 item 3): raw frames fed straight to the session -------------------
+# --- abuse limits: raw frames fed straight to the session -------------------
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, CONTINUATION = 1, 3, 4, 6, 7, 9
 END_STREAM, END_HEADERS = 1, 4
@@ -297,7 +297,7 @@ def test_unfinished_messages_share_one_bounded_read_buffer() -> None:
 
 
 def test_a_large_answer_is_written_from_the_message_itself_not_a_copy() -> None:
-    # issue 10: the query answer (~37 KB) must reach the socket without being copied into frames
+    # the query answer (~37 KB) must reach the socket without being copied into frames
     pair = Pair()
     sid = pair.open()
     pair.client.send_data(sid, frame(b"q"), end_stream=True)

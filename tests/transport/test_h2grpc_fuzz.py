@@ -1,4 +1,4 @@
-"""Arbitrary bytes, split at arbitrary points, fed to one h2grpc session (issue 20 item 6).
+"""Arbitrary bytes, split at arbitrary points, fed to one h2grpc session.
 
 Whatever arrives, a session must: never crash the process, let no exception out of ``feed`` or
 ``output_parts`` other than ``H2Error`` (the owner then closes the connection), never raise

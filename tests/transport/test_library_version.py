@@ -1,4 +1,4 @@
-"""The libnghttp2 version contract (issue 20 item 6, docs/native-transport.md "Library version").
+"""The libnghttp2 version contract (docs/native-transport.md "Library version").
 
 A real process that loads a libnghttp2 reporting another version (a shim preloaded in front of
 the real library answers ``nghttp2_version()``) refuses to import the extension with a message

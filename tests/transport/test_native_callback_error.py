@@ -1,5 +1,5 @@
 """A native connection whose session callback raises logs the error with its traceback and closes
-(issue 20 item 6): before, nghttp2 got a bare failure code and the connection ended without a trace.
+(docs/native-transport.md): before, nghttp2 got a bare failure code and the connection ended without a trace.
 
 One real NativeGrpcServer on loopback and a real h2 client over a socket; the bug is simulated by
 corrupting the connection's stream table, which is what a bug in the callbacks would do.

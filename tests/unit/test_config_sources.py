@@ -1,4 +1,4 @@
-"""Operators' configuration sources (issue 14, item 1): a Nacos application.properties in full Java
+"""Operators' configuration sources: a Nacos application.properties in full Java
 syntax with Spring placeholders, the Nacos Docker image's environment, typos reported all at once."""
 
 from __future__ import annotations

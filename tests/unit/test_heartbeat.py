@@ -98,7 +98,7 @@ def test_no_beat_turns_unhealthy_after_15s_and_is_removed_after_30s(registry: Re
 async def test_a_round_after_this_node_was_stopped_restarts_the_windows_instead_of_judging(
         registry: Registry) -> None:
     """A node woken from SIGSTOP did not see the beats its peers took meanwhile: it must not
-    remove every instance at once (issue 11 item 2)."""
+    remove every instance at once."""
     register(registry)
     check = checker(registry)
     await check.tick()

@@ -388,7 +388,7 @@ async def test_bad_form_body_and_file_fields_are_400(http: Http) -> None:
     assert resp.status == 400 and "serviceName" in await resp.text()
 
 
-# --- hostile input (issue 11 item 4): a clear 4xx, no 500, no traceback ----------------------------
+# --- hostile input: a clear 4xx, no 500, no traceback ----------------------------
 DEEP = '{"a":' * 50_000 + "1" + "}" * 50_000
 NESTED = "[" * 1_000 + "1" + "]" * 1_000  # parses (orjson allows 1,024 levels), but str() of it recurses
 HOSTILE_INPUTS = [
@@ -499,7 +499,7 @@ def _fallback(owner: str) -> Callable[[Registry], Any]:
 
 
 async def test_a_write_the_owner_does_not_take_is_handled_here_in_a_cluster(make_http: Factory) -> None:
-    """Issue 11 item 2: an owner that cannot be reached costs no client a failure (docs/protocol.md §5.5)."""
+    """An owner that cannot be reached costs no client a failure (docs/protocol.md §5.5)."""
     owner = "127.0.0.1:1"  # refuses
     http: Http = await make_http(ForwardAllTo(owner), _fallback(owner))
     fallback = http.server.forwarder.fallback

@@ -1,4 +1,4 @@
-"""Log plumbing (issue 14, item 4): JSON lines, collapsed repeats, a queue that never blocks."""
+"""Log plumbing: JSON lines, collapsed repeats, a queue that never blocks."""
 
 from __future__ import annotations
 

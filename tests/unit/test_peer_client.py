@@ -1,4 +1,4 @@
-"""The gRPC peer transport's error texts (issue 11 item 7: a down peer is logged briefly)."""
+"""The gRPC peer transport's error texts (a down peer is logged briefly)."""
 
 from __future__ import annotations
 

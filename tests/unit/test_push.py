@@ -225,7 +225,7 @@ async def test_pushes_of_no_hosts_are_counted_as_empty() -> None:
 
 
 async def test_default_window_pushes_at_once_and_still_merges_a_burst() -> None:
-    """The default pushTaskDelay adds no wait (issue 10: push p99 <= 10 ms); changes made before
+    """The default pushTaskDelay adds no wait (push p99 <= 10 ms); changes made before
     the engine runs still travel in one push, and changes while a push is unacknowledged in one more."""
     registry = make_registry()  # the default push_task_delay_ms
     sender = FakeSender()

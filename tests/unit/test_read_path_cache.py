@@ -1,4 +1,4 @@
-"""The read path's caches (issue 10): a query does not re-select or re-encode what did not change,
+"""The read path's caches: a query does not re-select or re-encode what did not change,
 and every change is still seen by the next read."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ metadata (the instance's own value was applied when it was tracked):
 Both publish the model events, so subscribers (gRPC ones included) are pushed and Distro syncs
 the client. A round that comes far too late (the node was stopped, e.g. SIGSTOP, or its loop
 stalled: more than ``STALL_GRACE_MS`` past the interval) judges nothing: beats sent meanwhile went
-to the nodes that stood in for it, so every beat window restarts instead (issue 11 item 2).
+to the nodes that stood in for it, so every beat window restarts instead (docs/protocol.md §5.5).
 The same round releases empty ip:port clients this node is responsible for once
 they have been idle for ``nacos.naming.client.expired.time`` (IpPortBasedClient.isExpire).
 """

@@ -1,4 +1,4 @@
-"""Persistent instances and cluster-wide service metadata on the CP store (issue 12).
+"""Persistent instances and cluster-wide service metadata on the CP store (docs/architecture.md §3.5).
 
 Nacos keeps both in JRaft (``PersistentClientOperationServiceImpl``, ``ServiceMetadata`` /
 ``ClusterMetadata`` in ``NamingMetadataManager``); Shoal keeps them in the CP store

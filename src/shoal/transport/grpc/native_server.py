@@ -10,7 +10,7 @@ bounded (``shoal.remote.outbound-queue-bytes``) and a peer that reads nothing fo
 ``shoal.remote.write-stall-timeout-ms`` is ejected. A stop sends GOAWAY, lets running calls
 finish within the grace time, then closes every socket.
 
-HTTP/2 abuse (issue 10 item 3) is bounded per connection by ``shoal.remote.h2.*`` (see
+HTTP/2 abuse (docs/native-transport.md) is bounded per connection by ``shoal.remote.h2.*`` (see
 :func:`session_limits`): nghttp2's options for concurrent streams, the rapid-reset token
 bucket, unsent PING/SETTINGS ACKs and SETTINGS entries; the session's own count of
 CONTINUATION frames and its read-buffer budget; here, a connection that has not sent the

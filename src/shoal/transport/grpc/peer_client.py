@@ -9,7 +9,7 @@ hands it to the DistroProtocol, which never sees gRPC. Bodies travel as bytes in
 Logging: one WARNING when a peer stops answering (unavailable or timed out), DEBUG while it
 stays so, one INFO when a call to it succeeds again. A channel whose call failed UNAVAILABLE is
 replaced, so the next call connects at once instead of failing against a channel still in its
-reconnect back-off (which made a restarted peer look refused, issue 11 item 7).
+reconnect back-off (which made a restarted peer look refused).
 """
 
 from __future__ import annotations

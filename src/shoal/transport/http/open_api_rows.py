@@ -1,4 +1,4 @@
-"""The remaining Nacos 2.x Open API rows (issue 24 item 6; docs/protocol.md §5.2 and §5.3).
+"""The remaining Nacos 2.x Open API rows (docs/protocol.md §5.2 and §5.3).
 
 * naming, v1 (InstanceController, ServiceController, HealthController, OperatorController and
   its ``/ops`` alias): ``GET instance/statuses`` (``key``: ``[namespace##]group@@service``,

@@ -1,4 +1,4 @@
-"""The operator write API (issue 14 item 6), as Nacos 2.x maps it.
+"""The operator write API, as Nacos 2.x maps it (docs/protocol.md, "Switches").
 
 - switches (OperatorController / OperatorControllerV2): ``GET|PUT /nacos/v1/ns/operator/switches``,
   its alias ``/nacos/v1/ns/ops/switches``, and ``/nacos/v2/ns/operator/switches``; ``PUT`` takes

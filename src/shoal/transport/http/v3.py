@@ -1,4 +1,4 @@
-"""The Nacos 3.x HTTP surface (issue 15 item 1; docs/protocol.md §5.7): the route table, the
+"""The Nacos 3.x HTTP surface (docs/protocol.md §5.7): the route table, the
 shared wrappers, and the client (OPEN_API) and auth routes. The admin routes are in
 :mod:`shoal.transport.http.v3_naming` (``/nacos/v3/admin/ns``) and
 :mod:`shoal.transport.http.v3_core` (``/nacos/v3/admin/core``).
