@@ -37,6 +37,9 @@ def test_only_what_two_rounds_show_is_reported() -> None:
     result = persistent(first, second)
     assert set(result.disagree) == {"y"} and result.unanswered == ["C"]
     assert persistent(compare({"A": {}, "B": None}), compare({"A": {}, "B": {}})).agree
+    # B was paused in the first round and answers a stale list in the second: reported
+    late = persistent(compare({"A": {"x": s1}, "B": None}), compare({"A": {"x": s1}, "B": {}}))
+    assert late.disagree == {"x": {s1: ["A"], ABSENT: ["B"]}} and late.unanswered == []
 
 
 def test_parse_digests_refuses_what_is_not_a_digest_map() -> None:

@@ -130,7 +130,11 @@ def parse_digests(data: Any) -> dict[str, Digest] | None:
 
 def persistent(first: Comparison, second: Comparison) -> Comparison:
     """What both rounds show: the second round's groups of the services that disagreed in both,
-    and the members that answered neither time."""
-    second.disagree = {name: groups for name, groups in second.disagree.items() if name in first.disagree}
+    and the members that answered neither time. A member that did not answer the first round
+    has nothing to confirm its second answer against: what the second round shows is kept when
+    such a member is in it (a paused node resumed with a stale list is not called in agreement)."""
+    late = set(first.unanswered) - set(second.unanswered)
+    second.disagree = {name: groups for name, groups in second.disagree.items()
+                       if name in first.disagree or late}
     second.unanswered = [m for m in second.unanswered if m in first.unanswered]
     return second
