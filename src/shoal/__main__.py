@@ -83,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     status_cli.register(sub)
 
+    from shoal import check_cli
+
+    check_cli.register(sub)
+
     try:  # analytics needs the optional PySpark extra; the server must not require it
         from shoal.analytics import cli as analytics_cli
     except ImportError:

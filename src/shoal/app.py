@@ -40,6 +40,7 @@ from shoal.node_metrics import watch_node
 from shoal.push.fuzzy import FuzzyNotifier
 from shoal.push.service import PushService
 from shoal.service_layer import instance_ids
+from shoal.service_layer.digests import ServiceDigests
 from shoal.service_layer.fuzzy import FuzzyWatchContext
 from shoal.service_layer.lock import LockService
 from shoal.service_layer.namespaces import NamespaceService
@@ -59,6 +60,7 @@ from shoal.transport.grpc.server import SdkServer
 from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http import disabled_modules
 from shoal.transport.http.auth_routes import AuthRoutes
+from shoal.transport.http.consistency import ConsistencyCheck, ConsistencyRoutes, DisagreementGauge
 from shoal.transport.http.console_api import ClusterFiguresRoutes, ConsoleRoutes
 from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import Forwarder, MemberList
@@ -279,6 +281,12 @@ class Node:
         self.loader = ServerLoader(config, net.connections, net.sdk, self.address, self._member_addresses,
                                    self.loader_peers, self.is_serving, clock.monotonic_ms,
                                    on_move=self.naming.moved.mark, kept=lambda: len(self.naming.moved.kept))
+        # Which node is stale (issue 23 item 4): this node's digests, the members' comparison, its gauge.
+        self.digests = ServiceDigests(self.services, self.storage)
+        self.disagreements = DisagreementGauge()
+        self.metrics.registry.register(self.disagreements)
+        self.consistency = ConsistencyCheck(config, self.digests, self.address, self._member_addresses,
+                                            self.tls.http, self.disagreements)
         self.periodics = self._periodics()
 
         # --- the HTTP routes, all installed here, one way (transport/http/routes.py) ---------------
@@ -305,6 +313,9 @@ class Node:
             periodics.append(Periodic("arrow-export", config.export_interval_ms, self._export_periodically))
         if config.rebalance_grace_ms > 0:  # moved clients kept listed until they are back (beyond Nacos)
             periodics.append(Periodic("moved-client-grace", min(500, config.rebalance_grace_ms), self._release_moved))
+        if config.consistency_check_interval_ms:
+            periodics.append(Periodic("consistency-check", config.consistency_check_interval_ms,
+                                      self.consistency.tick))
         if config.rebalance_enabled:
             periodics.append(Periodic("rebalance", config.rebalance_interval_ms, self.loader.rebalance_tick))
         return periodics
@@ -334,6 +345,7 @@ class Node:
             # the console's cluster page: every member's Distro figures as this node sees them
             *ClusterFiguresRoutes(config, self.distro, self.clients).routes(),
             *loader.routes(ADMIN),
+            *ConsistencyRoutes(self.digests, self.consistency).routes(ADMIN),
             *v3_core.routes(ADMIN),
             *V3Routes(self.naming, naming, self.auth).routes(ADMIN, IDENTITY),
             *v3_naming.routes(ADMIN),
@@ -405,6 +417,7 @@ class Node:
         await self.fuzzy_notifier.stop()
         if self.loader_peers is not None:
             await self.loader_peers.stop()
+        await self.consistency.stop()
         await self.http.stop()
         if self.dns is not None:
             await self.dns.stop()

@@ -517,6 +517,21 @@ class Config:
         check=positive,
     )
 
+    # --- consistency check (issue 23 item 4) ----------------------------------------------------
+    consistency_recheck_ms: int = _setting(
+        1000, "shoal.consistency.recheck-ms",
+        "A difference between members' digests is reported only if it shows again this much later.",
+        check=non_negative,
+    )
+    consistency_peer_timeout_ms: int = _setting(
+        2000, "shoal.consistency.peer-timeout-ms", "How long a member's digests are waited for.", check=positive
+    )
+    consistency_check_interval_ms: int = _setting(
+        0, "shoal.consistency.check-interval-ms",
+        "Period of the members' digest comparison behind shoal_consistency_disagreements (0 = only on request).",
+        check=non_negative,
+    )
+
     # --- Distro and membership timings ---------------------------------------------------------
     member_report_timeout_ms: int = _setting(
         3000, "shoal.member.report-timeout-ms", "Timeout of one member report to a peer.", check=positive

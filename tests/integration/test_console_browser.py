@@ -269,6 +269,7 @@ def test_cluster_page_shows_three_members(tmp_path: Path, browser: Browser) -> N
         browser.wait_text("#settings", "nacos.core.protocol.distro.data.verify.intervalMs")
         owned = [int(browser.text_of(f'tr[data-member="{cluster.addr(i)}"] .clients-owned')) for i in range(3)]
         assert sum(owned) == 30, owned
+        browser.wait_text("#consistency", "All 3 members agree on 1 service.")  # issue 23 item 4
         browser.screenshot("07-cluster-3-nodes", full_page=True)
     finally:
         cluster.kill_all()

@@ -656,6 +656,7 @@ async function clusterPage() {
     h("h2", {}, "This node: registry figures"),
     h("div", { class: "card grid", id: "node-figures" }, h("span", { class: "muted" }, "loading…")));
   if (figures) refreshMembers(document.querySelector("#members tbody"));
+  (document.getElementById("verify-totals") || document.getElementById("members")).after(...consistencyPanel());
   const registry = [];
   try {
     const m = await api("GET", "/nacos/v1/ns/operator/metrics", { onlyStatus: false });
@@ -670,6 +671,36 @@ async function clusterPage() {
     }
   } catch (e) { registry.push(["prometheus", e.message]); }
   document.getElementById("node-figures")?.replaceChildren(...registry.map(pair).flat());
+}
+
+// --- cluster: consistency panel (issue 23 item 4) -------------------------------------------------
+// Asks this node to compare every member's digest of each service (GET /nacos/v1/shoal/consistency);
+// a difference is reported only when it shows again a moment later (a write in flight is not one).
+function consistencyPanel() {
+  const out = h("div", { class: "card", id: "consistency" }, h("span", { class: "muted" }, "checking…"));
+  const run = async () => {
+    out.replaceChildren(h("span", { class: "muted" }, "checking…"));
+    let r;
+    try { r = await api("GET", "/nacos/v1/shoal/consistency"); } catch (e) {
+      out.replaceChildren(h("span", { class: "bad" }, `Consistency check: ${e.message}`)); return;
+    }
+    const n = r.members.length, plural = (k, w) => `${k} ${w}${k === 1 ? "" : "s"}`;
+    if (r.agree) {
+      out.replaceChildren(h("span", { class: "good" }, `All ${plural(n, "member")} agree on ${plural(r.services, "service")}.`));
+      return;
+    }
+    out.replaceChildren(
+      ...r.unanswered.map((m) => h("div", { class: "bad", dataset: { member: m } }, `${m} does not answer`)),
+      r.disagree.length ? h("table", { id: "disagreements" }, h("thead", {}, h("tr", {}, h("th", {}, "Service"),
+        h("th", {}, "Members and what they hold"))), h("tbody", {}, r.disagree.map((d) => h("tr", { dataset: { service: d.service } },
+        h("td", { class: "mono" }, d.service),
+        h("td", {}, d.groups.map((g) => h("div", {}, `${g.members.join(", ")}: `,
+          g.digest === "absent" ? h("span", { class: "bad" }, "not there") : `${plural(g.instances, "instance")} (${g.digest})`))))))) : "",
+      h("p", { class: "muted small" }, `${n - r.unanswered.length} of ${n} members answered; `
+        + `they disagree on ${r.disagree.length} of ${plural(r.services, "service")}.`));
+  };
+  run();
+  return [h("h2", {}, "Consistency"), out, h("button", { type: "button", id: "consistency-check", onclick: run }, "Check again")];
 }
 
 function fmt(v) {
