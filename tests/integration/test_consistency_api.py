@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from shoal.testing.http import call, http_get
-from shoal.testing.procs import ServerProcess, start_server
+from shoal.testing.procs import SECURE, ServerProcess, start_server
 from shoal.testing.wait import poll_until
 
 pytestmark = pytest.mark.integration
