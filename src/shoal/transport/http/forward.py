@@ -134,7 +134,8 @@ class Forwarder:
         for owner, deadlines in self._waiting.items():
             if deadlines and not fallback.answering(owner):
                 for deadline in deadlines:
-                    deadline.reschedule(now)
+                    if not deadline.expired():  # one that expired meanwhile is already on its way out
+                        deadline.reschedule(now)
 
     @contextlib.asynccontextmanager
     async def _deadline(self, owner: str) -> AsyncIterator[None]:
