@@ -143,8 +143,8 @@ def test_v2_ops_aliases_of_the_operator_routes(node: ServerProcess) -> None:
     switches = ok(call_json("GET", node.url("/nacos/v2/ns/ops/switches")))
     assert switches == ok(call_json("GET", node.url("/nacos/v2/ns/operator/switches")))
     assert ok(call_json("PUT", node.url("/nacos/v2/ns/ops/switches"),
-                        data={"entry": "distroThreshold", "value": "0.6"})) == "ok"
-    assert ok(call_json("GET", node.url("/nacos/v2/ns/operator/switches")))["distroThreshold"] == 0.6
+                        data={"entry": "defaultPushCacheMillis", "value": "12000"})) == "ok"
+    assert ok(call_json("GET", node.url("/nacos/v2/ns/operator/switches")))["defaultPushCacheMillis"] == 12000
     assert ok(call_json("GET", node.url("/nacos/v2/ns/ops/metrics"))) == {"status": "UP"}
     assert ok(call_json("PUT", node.url("/nacos/v2/ns/ops/log"),
                         data={"logName": "naming-push", "logLevel": "INFO"})) == "ok"
@@ -266,7 +266,7 @@ ADMIN_ROWS = (
     ("GET", "/nacos/v1/core/cluster/self", {}),
     ("GET", "/nacos/v2/core/cluster/node/self/health", {}),
     ("GET", "/nacos/v2/core/ops/ids", {}),
-    ("PUT", "/nacos/v2/ns/ops/switches", {"entry": "distroThreshold", "value": "0.7"}),
+    ("PUT", "/nacos/v2/ns/ops/switches", {"entry": "defaultPushCacheMillis", "value": "11000"}),
     ("POST", "/nacos/v2/core/ops/raft", {}),
 )
 
