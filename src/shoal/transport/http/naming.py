@@ -9,7 +9,7 @@ model as the gRPC clients (each sees the other's instances, and both are pushed)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -25,6 +25,8 @@ from shoal.transport.http.api import dumps, json_text, ok_text, v2_ok
 from shoal.transport.http.params import Params
 
 Handler = Callable[[web.Request, Params], Any]
+#: Forwarder.forward: the owner's answer, or None when this node is to handle the request itself.
+Forward = Callable[[web.Request, str, str], Awaitable[web.Response | None]]
 _SELECTOR_NONE = {"type": "none", "contextType": "NONE"}
 
 
@@ -32,11 +34,12 @@ class NamingRoutes:
     """The naming endpoints; each handler takes the request and its parsed parameters."""
 
     def __init__(self, config: Config, naming: NamingService, is_serving: Callable[[], bool],
-                 owner_of: Callable[[str], str | None]) -> None:
+                 owner_of: Callable[[str], str | None], forward: Forward | None = None) -> None:
         self.config = config
         self.naming = naming
         self.is_serving = is_serving
         self.owner_of = owner_of  # Responsibility.owner_of: None = this node handles the ip:port
+        self.forward = forward
         self.persistent: PersistentNaming | None = None  # the CP use cases, when the node has a store
 
     def _cp(self) -> PersistentNaming:
@@ -75,12 +78,31 @@ class NamingRoutes:
         else:
             await self._cp().deregister(service, ip, port, p.cluster())
 
+    async def _at_publisher(self, request: web.Request, service: ServiceKey, p: Params) -> web.Response | None:
+        """An edit of an ephemeral instance goes to the node holding its publisher's authoritative
+        copy: a connection client's node, whatever the ip:port hashes to (the routes are not
+        forwarded by ip:port up front for that reason), else the node responsible for the
+        ip:port. The owner's answer, or None when the edit is to be applied here."""
+        if self.forward is None or persistent_write(p):
+            return None
+        tag = distro_tag(p)
+        owner = self.naming.edited_at(service, p.required("ip"), p.port(), p.cluster())
+        if owner is None:  # no publisher known here: the ip:port's responsible node, as other writes
+            owner = self.owner_of(tag)
+        return await self.forward(request, owner, tag) if owner else None
+
     async def v1_update(self, request: web.Request, p: Params) -> web.Response:
-        await self._update(p.v1_service(), p)
+        service = p.v1_service()
+        if (answer := await self._at_publisher(request, service, p)) is not None:
+            return answer
+        await self._update(service, p)
         return ok_text()
 
     async def v2_update(self, request: web.Request, p: Params) -> web.Response:
-        await self._update(p.v2_service(), p)
+        service = p.v2_service()
+        if (answer := await self._at_publisher(request, service, p)) is not None:
+            return answer
+        await self._update(service, p)
         return v2_ok('"ok"')
 
     async def _update(self, service: ServiceKey, p: Params) -> None:
@@ -103,6 +125,8 @@ class NamingRoutes:
             await self.persistent.update(service, ip, port, p.cluster(), weight=p.weight(None),
                                          enabled=p.enabled(None), metadata=p.metadata())
             return ok_text()
+        if (answer := await self._at_publisher(request, service, p)) is not None:
+            return answer
         self.naming.update_instance(service, ip, port, p.cluster(), weight=p.weight(None), enabled=p.enabled(None),
                                     metadata=p.metadata())
         return ok_text()

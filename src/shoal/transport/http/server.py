@@ -118,7 +118,8 @@ class HttpServer:
         route("GET", "/nacos/v1/core/cluster/nodes", self.cluster_nodes, Api.CORE, ADMIN)
         route("GET", "/nacos/v2/core/cluster/node/list", self.cluster_nodes_v2, Api.V2, ADMIN)
         if naming is not None:
-            self.naming_routes = NamingRoutes(config, naming, status.is_serving, self.forwarder.owner_of)
+            self.naming_routes = NamingRoutes(config, naming, status.is_serving, self.forwarder.owner_of,
+                                              self.forwarder.forward)
             self._naming_routes(self.naming_routes)
             self._console_routes(ConsoleRoutes(naming))
             if config.prometheus_sd_enabled:
@@ -138,11 +139,11 @@ class HttpServer:
         ):
             route("POST", f"{base}/instance", register, api, WRITE, distro=True)
             route("DELETE", f"{base}/instance", deregister, api, WRITE, distro=True)
-            route("PUT", f"{base}/instance", update, api, WRITE, distro=True)
+            route("PUT", f"{base}/instance", update, api, WRITE)  # routed by the handler, to the publisher
             route("GET", f"{base}/instance", detail, api, READ)
             route("GET", f"{base}/instance/list", listing, api, READ)
             route("PUT", f"{base}/instance/beat", n.beat, api, WRITE, distro=True)
-        route("PATCH", "/nacos/v1/ns/instance", n.v1_patch, Api.V1, WRITE, distro=True)
+        route("PATCH", "/nacos/v1/ns/instance", n.v1_patch, Api.V1, WRITE)  # routed by the handler, as PUT
         for api, base, create, delete, update, detail, listing in (
             (Api.V1, "/nacos/v1/ns", n.v1_service_create, n.v1_service_delete, n.v1_service_update,
              n.v1_service_detail, n.v1_service_list),
