@@ -54,6 +54,16 @@ def expirations(cluster: FaultCluster, services: Iterable[str] = ()) -> dict[str
     return out
 
 
+def quiet_client_noise(loop: asyncio.AbstractEventLoop, counter: dict[str, int]) -> None:
+    """Count, instead of printing, what the SDK clients' grpc.aio streams leave behind when they
+    are shut down mid-call (``Task was destroyed but it is pending``, ``aclose()`` races): the
+    load generator's noise, not the nodes'."""
+    def handler(_loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        counter["client_loop_errors"] = counter.get("client_loop_errors", 0) + 1
+
+    loop.set_exception_handler(handler)
+
+
 def http_url(cluster: FaultCluster, i: int, path: str) -> str:
     return str(cluster.nodes[i].url(path))
 

@@ -34,13 +34,15 @@ import aiohttp
 from shoal.testing.faults import rss_kb
 from shoal.testing.nodes import FAST_MEMBERS
 
-from bench.faults.load import Churn, HttpInstances, Observer, SdkInstances, expirations
+from bench.faults.load import Churn, HttpInstances, Observer, SdkInstances, expirations, quiet_client_noise
 from shoal.testing import FaultCluster, poll_until
 
 HTTP_SVC, SDK_SVC = "live-http", "live-grpc"
 
 
 async def drive(cluster: FaultCluster, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    noise: dict[str, int] = {}
+    quiet_client_noise(asyncio.get_running_loop(), noise)
     connector = aiohttp.TCPConnector(limit=max(64, args.writers * 2))
     async with aiohttp.ClientSession(connector=connector) as session:
         stop = asyncio.Event()
@@ -70,7 +72,7 @@ async def drive(cluster: FaultCluster, args: argparse.Namespace, tmp: Path) -> d
             "writes": churn.stats.summary(seconds), "beats": http.stats.summary(seconds),
             "observer": {"polls": observer.polls, "errors": observer.errors,
                          "missing_polls": len(observer.missing), "missing": observer.missing[:50]},
-            "rss_mb": rss}
+            "rss_mb": rss, "client_loop_errors": noise.get("client_loop_errors", 0)}
 
 
 def main(argv: list[str] | None = None) -> int:

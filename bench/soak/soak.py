@@ -6,7 +6,7 @@ Load (one asyncio loop, real clients):
 * live clients that must never be lost: ``--http`` ip:port instances beating every 5 s and
   ``--sdk`` nacos-sdk-python 3.x gRPC clients owning one instance each;
 * connection churn: ``--churners`` loops that open a real SDK client on some node, register one
-  instance or a batch of three (``batch_register_instance``), keep it a few seconds and shut it
+  instance or a batch of three (``batch_register_instances``), keep it a few seconds and shut it
   down (its instances must then disappear everywhere: those left over are ghosts);
 * ``--writers`` closed-loop HTTP register/deregister writers;
 * subscribers (SDK ``subscribe`` on the live and churned services) and console reads
@@ -45,7 +45,7 @@ import aiohttp
 from shoal.testing.faults import Partition, PartitionUnavailable, freeze, kill9, rss_kb, thaw, tracebacks
 from shoal.testing.nodes import FAST_MEMBERS
 
-from bench.faults.load import Churn, HttpInstances, SdkInstances, expirations, percentile
+from bench.faults.load import Churn, HttpInstances, SdkInstances, expirations, percentile, quiet_client_noise
 from shoal.testing import FaultCluster, metric_values, poll_until
 
 HTTP_SVC, SDK_SVC, CONN_SVC, BATCH_SVC = "soak-http", "soak-grpc", "soak-conn", "soak-batch"
@@ -62,6 +62,7 @@ class Soak:
         self.closed: dict[tuple[str, int], float] = {}  #: instance → when its client shut down
         self.churned = 0
         self.churn_errors = 0
+        self.churn_error_kinds: dict[str, int] = {}
         self.pushes = 0
         self.console_reads = 0
         self.console_errors = 0
@@ -71,6 +72,7 @@ class Soak:
         self.push_prev: dict[int, dict[float, float]] = {}
         self.partition: Partition | None = None
         self.partition_note = ""
+        self.noise: dict[str, int] = {}
 
     def now(self) -> float:
         return round(time.monotonic() - self.t0, 1)
@@ -91,14 +93,14 @@ class Soak:
         rnd = random.Random(c)
         while not self.stop.is_set():
             n += 1
-            base = (c * 100_000 + n) % 60_000
+            base = c * 15_000 + n % 15_000  # each churner its own addresses
             batch = n % 3 == 0
             mine = [(f"10.80.{base // 250}.{base % 250 + 1}", 9200 + k) for k in range(3 if batch else 1)]
             client = None
             try:
                 client = await asyncio.wait_for(self.sdk.client(c + n), 20)
                 if batch:
-                    ok = await client.batch_register_instance(BatchRegisterInstanceParam(
+                    ok = await client.batch_register_instances(BatchRegisterInstanceParam(
                         service_name=BATCH_SVC,
                         instances=[RegisterInstanceParam(service_name=BATCH_SVC, ip=ip, port=port)
                                    for ip, port in mine]))
@@ -324,6 +326,7 @@ class Soak:
             self.partition = Partition().open()
         except PartitionUnavailable as exc:
             self.partition_note = str(exc)
+        quiet_client_noise(asyncio.get_running_loop(), self.noise)
         connector = aiohttp.TCPConnector(limit=128)
         try:
             async with aiohttp.ClientSession(connector=connector) as session:
@@ -353,8 +356,10 @@ class Soak:
                 self.partition.close()
         return {"seconds": round(seconds, 1), "final": {"lost": final[0], "ghosts": final[1], "detail": final[2]},
                 "load": {"writes": self.writes.stats.summary(seconds), "beats": self.http.stats.summary(seconds),
-                         "churned_clients": self.churned, "churn_errors": self.churn_errors, "pushes": self.pushes,
+                         "churned_clients": self.churned, "churn_errors": self.churn_errors,
+                         "churn_error_kinds": self.churn_error_kinds, "pushes": self.pushes,
                          "console_reads": self.console_reads, "console_errors": self.console_errors,
+                         "client_loop_errors": self.noise.get("client_loop_errors", 0),
                          "live_http": len(self.http.live), "live_sdk": len(self.sdk.live)},
                 "faults": self.faults, "timeline": self.timeline,
                 "partition_unavailable": self.partition_note or None}
