@@ -323,7 +323,7 @@ class Node:
     def _routes(self) -> list[Route]:
         """Every HTTP route of the node: each route module's table."""
         config, http = self.config, self.http
-        naming = NamingRoutes(config, self.naming, self.is_serving, http.forwarder.owner_of)
+        naming = NamingRoutes(config, self.naming, self.is_serving, http.forwarder.owner_of, http.forwarder.forward)
         operator = OperatorRoutes(self.naming, self.switches, http.forwarder)
         loader = LoaderRoutes(self.loader, self.sdk_connections)
         auth = AuthRoutes(self.auth)
