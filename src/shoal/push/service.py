@@ -9,7 +9,7 @@ while that service's push is unacknowledged marks it dirty and the newest data i
 the ack comes back, so a slow subscriber costs a bounded amount of memory and never receives
 stale data after fresh data.
 
-Three more rules, per subscriber and service (docs/protocol.md §3.5):
+Three more rules, per subscriber and service (docs/protocol.md §3.8):
 
 * **No push for nothing.** The engine keeps a digest of the last ServiceInfo each subscriber
   acknowledged (everything but ``lastRefTime``); a push whose content equals it is not sent,

@@ -85,7 +85,7 @@ def subscriber_json(row: SubscriberRow) -> dict[str, Any]:
 
 
 def push_lag_json(row: SubscriberRow) -> dict[str, Any]:
-    """The subscriber's push lag (docs/protocol.md §3.5): change → ack of its last ack and p99
+    """The subscriber's push lag (docs/protocol.md §3.8): change → ack of its last ack and p99
     of its recent ones (ms, null before the first), how many acks that p99 covers, services
     with an unacked change on its connection, and how long this service's change has waited."""
     lag = row.push
