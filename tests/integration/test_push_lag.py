@@ -160,10 +160,13 @@ def test_a_subscriber_that_stops_reading_shows_growing_lag_before_it_is_ejected(
     stalled.nacos_call("SubscribeServiceRequest", subscribe_body(SERVICE))  # from now on it never reads
     publisher = H2Client(server.grpc_port)
     publisher.connect()
+
+    def reader_has(port: int) -> bool:
+        return any(h[1] == port for p in reader.pump()[-1:] for h in hosts(p))
+
     for port in (1, 2, 3):
         assert publisher.nacos_call("InstanceRequest", register_body(SERVICE, port=port))[1]["resultCode"] == 200
-        poll_until(lambda port=port: any(h[1] == port for p in reader.pump()[-1:] for h in hosts(p)), 10,
-                   what=f"the reader to get port {port}")
+        poll_until(lambda: reader_has(port), 10, what=f"the reader to get port {port}")  # noqa: B023 - awaited here
 
     def entries() -> dict[str, dict[str, Any]]:
         out = call_json("GET", server.url("/nacos/v2/ns/client/service/subscriber/list"), {"serviceName": SERVICE})
