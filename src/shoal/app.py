@@ -266,7 +266,7 @@ class Node:
 
         # --- the loops over them ------------------------------------------------------------------
         self.push = PushService(self.live, clock, self.bus, net.requests, self.index.subscribers_of,
-                                self._push_payload, self.metrics)
+                                self._push_payload, self.metrics, self.services, self.grpc_transport)
         self.keepalive = ConnectionKeepAlive(config, net.connections, net.sdk, self.limits)
         self.heartbeats = HeartbeatChecker(self.live, clock, self.clients, self.services, self.naming.beats,
                                            cluster.responsibility)
@@ -323,7 +323,8 @@ class Node:
     def _routes(self) -> list[Route]:
         """Every HTTP route of the node: each route module's table."""
         config, http = self.config, self.http
-        naming = NamingRoutes(config, self.naming, self.is_serving, http.forwarder.owner_of, http.forwarder.forward)
+        naming = NamingRoutes(config, self.naming, self.is_serving, http.forwarder.owner_of, http.forwarder.forward,
+                              self.push)
         operator = OperatorRoutes(self.naming, self.switches, http.forwarder)
         loader = LoaderRoutes(self.loader, self.sdk_connections)
         auth = AuthRoutes(self.auth)
@@ -336,7 +337,7 @@ class Node:
         return [
             *http.routes(),
             *naming.routes(),
-            *ConsoleRoutes(self.naming).routes(),
+            *ConsoleRoutes(self.naming, self.push).routes(),
             *(PrometheusSdRoutes(self.naming, self.auth).routes() if config.prometheus_sd_enabled else []),
             *auth.routes(),
             *NamespaceRoutes(self.namespaces).routes(ADMIN, IDENTITY),

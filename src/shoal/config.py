@@ -269,6 +269,11 @@ class Config:
         check=non_negative,
     )
     push_enabled: bool = _setting(True, "nacos.naming.push.enabled", "Push service changes to subscribers.")
+    push_empty_protection: bool = _setting(
+        False, "shoal.naming.push.empty-protection",
+        "Withhold a push without hosts from a subscriber whose last list had hosts (server-side empty-push "
+        "protection; per service: metadata shoal.push.empty-protection=true|false).",
+    )
     fuzzy_watch_max_pattern_count: int = _setting(
         20, "nacos.naming.fuzzy.watch.max.pattern.count",
         "Distinct fuzzy-watch patterns this node keeps (a new one beyond it is refused with 50310).",

@@ -36,6 +36,10 @@ prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 PUSH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
+#: Distinct namespaces ``shoal_push_ack_seconds`` labels (the series stay bounded), and the label of the rest.
+MAX_PUSH_NAMESPACES = 100
+OVERFLOW_NAMESPACE = "other"
+
 #: Upper bounds (seconds) of the request-duration histograms; +Inf is implied.
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -238,6 +242,16 @@ class _SizeCollector:
             yield family
 
 
+class _GaugeCollector:
+    def __init__(self, name: str, doc: str, value: Callable[[], float]) -> None:
+        self._name, self._doc, self._value = name, doc, value
+
+    def collect(self) -> Iterator[Any]:
+        family = GaugeMetricFamily(self._name, self._doc)
+        family.add_metric([], self._value())
+        yield family
+
+
 class _PushStats:
     """Push outcomes in Nacos's terms (totalPush, failedPush, push cost), since the node started."""
 
@@ -403,6 +417,11 @@ class Metrics:
             "shoal_push_latency_seconds", "Time from a service change to the subscriber's ack",
             buckets=PUSH_BUCKETS, registry=self.registry,
         )
+        self.push_ack = Histogram(
+            "shoal_push_ack_seconds", "Time from the change that caused a push to the subscriber's ack",
+            ["namespace", "transport"], buckets=PUSH_BUCKETS, registry=self.registry,
+        )
+        self._push_ack_namespaces: set[str] = set()
         self.connections_closed = Counter(
             "shoal_connections_closed", "Connections unregistered, by reason", ["reason"], registry=self.registry,
         )
@@ -417,6 +436,10 @@ class Metrics:
 
     def add_sizes(self, sizes: Callable[[], dict[str, float]]) -> None:
         self.registry.register(_SizeCollector(sizes))
+
+    def add_gauge(self, name: str, doc: str, value: Callable[[], float]) -> None:
+        """Export one unlabelled gauge whose ``value`` is read at scrape time."""
+        self.registry.register(_GaugeCollector(name, doc, value))
 
     def add_naming(self, figures: Callable[[], NamingFigures]) -> None:
         """Export Nacos's naming and connection gauges from ``figures`` (called at scrape time)."""
@@ -481,6 +504,16 @@ class Metrics:
             p.total = p.failed = p.empty = p.cost_count = p.cost_sum_ms = 0
             p.cost_max_ms = -1
         return figures
+
+    def push_acked(self, namespace: str, transport: str, seconds: float) -> None:
+        """One push acked ``seconds`` after the change that caused it (``shoal_push_ack_seconds``);
+        namespaces beyond :data:`MAX_PUSH_NAMESPACES` share the label ``other``."""
+        if namespace not in self._push_ack_namespaces:
+            if len(self._push_ack_namespaces) >= MAX_PUSH_NAMESPACES:
+                namespace = OVERFLOW_NAMESPACE
+            else:
+                self._push_ack_namespaces.add(namespace)
+        self.push_ack.labels(namespace, transport).observe(seconds)
 
     def health_checked(self, kind: str) -> None:
         self.health_checks.labels(kind).inc()

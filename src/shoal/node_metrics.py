@@ -26,6 +26,9 @@ def watch_node(metrics: Metrics, node: Node) -> None:
     """Register the node's naming and cluster figures with ``metrics``."""
     metrics.add_naming(lambda: naming_figures(node))
     metrics.add_cluster(lambda: cluster_figures(node.distro))
+    metrics.add_gauge("shoal_push_empty_protected_services",
+                      "Services whose empty instance list is withheld from subscribers (empty-push protection)",
+                      lambda: len(node.push.protected_services()))
 
 
 def naming_figures(node: Node) -> NamingFigures:

@@ -2,7 +2,8 @@
 
 Reads the node's HTTP endpoints only (so it works from any machine that reaches the main port):
 ``/nacos/v1/console/health/readiness``, ``/nacos/v1/console/server/state`` (version, mode,
-gRPC transport, kernels), ``/nacos/v1/ns/operator/metrics`` (counts) and
+gRPC transport, kernels), ``/nacos/v1/ns/operator/metrics`` (counts, and Shoal's push lag: p99
+and the slowest subscribers) and
 ``/nacos/v1/core/cluster/nodes`` (members and their states; admin-only when auth is on: give
 a token, a user and password file, or the cluster identity). Exit codes: 0 the node serves and
 every member is UP, 1 the node cannot be asked, 3 it answers but is not ready or a member is not UP.
@@ -101,6 +102,7 @@ def collect(node: _Node) -> dict[str, Any]:
     metrics = node.get_json("/nacos/v1/ns/operator/metrics", onlyStatus="false")
     out["counts"] = {k: v for k, v in metrics.items() if k.endswith("Count")}
     out["status"] = metrics.get("status", "")
+    out["push_lag"] = metrics.get("pushLag")
     code, body = node.get("/nacos/v1/core/cluster/nodes")
     if code == 200:
         members = json.loads(body).get("data", [])
@@ -123,6 +125,7 @@ def render(info: dict[str, Any]) -> str:
         f"  gRPC transport {server.get('shoal_transport')}; kernels {server.get('shoal_kernels')}",
         "  " + ", ".join(f"{k.removesuffix('Count')} {v}" for k, v in counts.items()),
     ]
+    lines.extend(_render_push_lag(info.get("push_lag")))
     members = info["members"]
     if members is None:
         lines.append(f"  members: {info['members_problem']}")
@@ -135,6 +138,26 @@ def render(info: dict[str, Any]) -> str:
         lines.extend(f"    {m['address']:<24} {m['state']}"
                      + (f" (failed reports {m['failAccessCnt']})" if m["failAccessCnt"] else "") for m in members)
     return "\n".join(lines)
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{value} ms"
+
+
+def _render_push_lag(lag: dict[str, Any] | None) -> list[str]:
+    """Push lag lines: the node's p99 over its recent acks, the slowest subscribers, and the
+    services whose empty push is withheld."""
+    if not lag:
+        return []
+    minutes = int(lag.get("windowMs", 0)) // 60_000
+    lines = [f"  push lag p99 {_ms(lag.get('p99Ms'))} over {lag.get('acks', 0)} acks (last {minutes} min)"]
+    for row in lag.get("slowest") or []:
+        lines.append(f"    {row['clientId']:<40} p99 {_ms(row.get('p99Ms'))}, last {_ms(row.get('lastMs'))}, "
+                     f"pending {row.get('pending', 0)} (oldest {_ms(row.get('oldestPendingMs'))})")
+    protected = lag.get("protectedServices") or []
+    if protected:
+        lines.append(f"  empty push withheld for {len(protected)} service(s): {', '.join(protected[:10])}")
+    return lines
 
 
 def healthy(info: dict[str, Any]) -> bool:

@@ -25,6 +25,9 @@ NS = "/nacos/v3/admin/ns"
 CORE = "/nacos/v3/admin/core"
 pytestmark = pytest.mark.integration
 
+#: the fields of Shoal's ``pushLag`` in every subscriber list
+LAG_KEYS = {"lastMs", "p99Ms", "acks", "pending", "pendingForMs"}
+
 
 def error(method: str, url: str, status: int, params: dict[str, str] | None = None,
           data: dict[str, str] | None = None) -> int:
@@ -99,12 +102,15 @@ async def test_client_views_subscribers_and_distro(node: ServerProcess) -> None:
         assert detail["clientType"] == "connection" and detail["connectType"] == "GRPC"
         # the service's subscribers: ClientSubscriberInfo, and the SubscriberInfo page
         rows = ok(call_json("GET", node.url(NS + "/client/service/subscriber/list"), svc))
+        assert set(rows[0].pop("pushLag")) == LAG_KEYS  # Shoal's push lag (docs/protocol.md §3.8)
         assert rows == [{"clientId": connection_id, "appName": "unknown", "agent": "raw-test", "address": "127.0.0.1"}]
         assert ok(call_json("GET", node.url(NS + "/client/service/subscriber/list"), {**svc, "ip": "10.0.0.9"})) == []
         page = ok(call_json("GET", node.url(NS + "/service/subscribers"), svc))
         assert page["totalCount"] == 1 and page["pageNumber"] == 1 and page["pagesAvailable"] == 1
+        assert set(page["pageItems"][0].pop("pushLag")) == LAG_KEYS
         assert page["pageItems"] == [{"namespaceId": "public", "groupName": "DEFAULT_GROUP", "serviceName": "watched",
-                                      "ip": "127.0.0.1", "port": 0, "agent": "raw-test", "appName": "unknown"}]
+                                      "ip": "127.0.0.1", "port": 0, "agent": "raw-test", "appName": "unknown",
+                                      "clientId": connection_id}]
         assert ok(call_json("GET", node.url(NS + "/service/subscribers"), {**svc, "pageNo": "2"}))["pageItems"] == []
         assert error("GET", node.url(NS + "/service/subscribers"), 400, {**svc, "pageSize": "0"}) == 20002
         # the loader sees the connection (v3: Result; the reloads are POST)

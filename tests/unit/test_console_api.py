@@ -186,12 +186,16 @@ async def test_catalog_service_detail(console: Console) -> None:
     out = await console.get("/nacos/v1/ns/catalog/service", serviceName="orders")
     assert out["service"] == {"name": "orders", "groupName": "DEFAULT_GROUP", "protectThreshold": 0.5,
                               "selector": {"type": "none", "contextType": "NONE"}, "metadata": {"owner": "team-a"},
-                              "ephemeral": True}
+                              "ephemeral": True, "emptyPushProtected": False}
     assert [c["name"] for c in out["clusters"]] == ["BJ", "DEFAULT"]
     assert out["clusters"][0]["serviceName"] == "DEFAULT_GROUP@@orders"
     text = await console.get("/nacos/v1/ns/catalog/service", 404, serviceName="nope")
     assert "DEFAULT_GROUP@@nope" in text
     assert "serviceName" in await console.get("/nacos/v1/ns/catalog/service", 400)
+
+
+#: a subscriber nothing was pushed to yet (the in-process console runs no push engine)
+NO_LAG = {"lastMs": None, "p99Ms": None, "acks": 0, "pending": 0, "pendingForMs": 0}
 
 
 # --- v1 service/subscribers and service/names -----------------------------------------------------------
@@ -201,7 +205,8 @@ async def test_service_subscribers(console: Console) -> None:
     assert out["count"] == 2
     assert out["subscribers"][0] == {"addrStr": "10.0.0.42", "agent": "Nacos-Java-Client:v2.4.0", "app": "shop",
                                      "ip": "10.0.0.42", "port": 0, "namespaceId": "public",
-                                     "serviceName": "DEFAULT_GROUP@@orders", "cluster": ""}
+                                     "serviceName": "DEFAULT_GROUP@@orders", "cluster": "",
+                                     "clientId": "s2", "pushLag": NO_LAG}
     page = await console.get("/nacos/v1/ns/service/subscribers", serviceName="orders", pageNo=2, pageSize=1)
     assert page["count"] == 2 and [s["ip"] for s in page["subscribers"]] == ["10.0.0.9"]
     none = await console.get("/nacos/v1/ns/service/subscribers", serviceName="payments", groupName="PAY")
@@ -244,8 +249,8 @@ async def test_v2_publisher_and_subscriber_lists(console: Console) -> None:
     one = await console.get("/nacos/v2/ns/client/service/publisher/list", serviceName="orders", ip="10.0.0.2")
     assert [p["ip"] for p in one["data"]] == ["10.0.0.2"]
     subs = await console.get("/nacos/v2/ns/client/service/subscriber/list", serviceName="orders")
-    assert subs["data"] == [{"clientId": "s2", "ip": "10.0.0.42", "port": 0},
-                            {"clientId": "s1", "ip": "10.0.0.9", "port": 0}]
+    assert subs["data"] == [{"clientId": "s2", "ip": "10.0.0.42", "port": 0, "pushLag": NO_LAG},
+                            {"clientId": "s1", "ip": "10.0.0.9", "port": 0, "pushLag": NO_LAG}]
     missing = await console.get("/nacos/v2/ns/client/service/subscriber/list", 404, serviceName="nope")
     assert missing["code"] == 20004
     for path in ("/nacos/v2/ns/client/service/publisher/list", "/nacos/v2/ns/client/service/subscriber/list"):

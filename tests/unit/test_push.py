@@ -247,3 +247,147 @@ async def test_default_window_pushes_at_once_and_still_merges_a_burst() -> None:
     sender.hold.set()
     await settle()
     assert len(sender.sent) == 2 and sender.sent[1][1]["hosts"] == []
+
+
+# --- issue 23: no push for nothing, empty-push protection, push lag ----------------------------------
+def _subscribed(registry: Registry, sender: FakeSender, **kw: object) -> PushService:
+    push = make_push(registry, sender)
+    registry.connect("sub")
+    registry.connect("pub")
+    registry.naming.ephemeral.register_instance("pub", SVC, InstanceInfo("10.0.0.1", 80))
+    registry.naming.subscriptions.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
+    return push
+
+
+async def _step(push: PushService) -> None:
+    push.process_due()
+    await settle()
+
+
+async def test_a_change_that_leaves_the_subscribers_list_as_it_was_pushes_nothing() -> None:
+    registry = make_registry(push_task_delay_ms=0)
+    sender = FakeSender()
+    metrics = Metrics()
+    push = _subscribed(registry, sender)
+    push.metrics = metrics
+    await _step(push)
+    assert len(sender.sent) == 1
+    # a service metadata edit changes the record but nothing a ServiceInfo carries
+    registry.services.update(SVC, registry.clock.now_ms(), metadata={"owner": "team-a"})
+    # the same instance registered again by another client: the deduplicated list is the same
+    registry.connect("pub2")
+    registry.naming.ephemeral.register_instance("pub2", SVC, InstanceInfo("10.0.0.1", 80))
+    registry.clock.advance(5)  # lastRefTime moves; the digest leaves it out
+    await _step(push)
+    assert len(sender.sent) == 1
+    assert 'shoal_push_total{result="unchanged"}' in metrics.render().decode()
+    registry.naming.ephemeral.register_instance("pub", SVC, InstanceInfo("10.0.0.1", 80, weight=2.0))
+    await _step(push)  # a real change: pushed once
+    assert len(sender.sent) == 2 and any(h["weight"] == 2.0 for h in sender.sent[1][1]["hosts"])
+
+
+async def test_a_new_subscription_gets_its_list_again_and_a_failed_push_is_not_remembered() -> None:
+    registry = make_registry(push_task_delay_ms=0)
+    sender = FakeSender()
+    push = _subscribed(registry, sender)
+    await _step(push)
+    registry.naming.subscriptions.unsubscribe("sub", SVC, "")
+    registry.naming.subscriptions.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
+    await _step(push)
+    assert len(sender.sent) == 2  # same list, but the new subscription is owed its first push
+    sender.results = [False]  # the next push fails: what was sent is not what the subscriber holds
+    registry.naming.ephemeral.register_instance("pub", SVC, InstanceInfo("10.0.0.2", 80))
+    await _step(push)
+    registry.clock.advance(registry.config.push_task_retry_delay_ms)
+    await _step(push)
+    assert len(sender.sent) == 4 and sender.sent[3][1]["hosts"][0]["ip"] == "10.0.0.2"
+
+
+async def test_empty_push_protection_withholds_the_empty_list_until_hosts_come_back() -> None:
+    registry = make_registry(push_task_delay_ms=0, push_empty_protection=True)
+    sender = FakeSender()
+    push = _subscribed(registry, sender)
+    push.services = registry.services
+    await _step(push)
+    registry.naming.ephemeral.deregister_instance("pub", SVC)
+    await _step(push)
+    assert [len(info["hosts"]) for _, info in sender.sent] == [1]  # the empty list was withheld
+    assert push.protected_services() == [SVC]
+    assert registry.naming.reads.push_payload(SVC, "").endswith('"hosts":[]}')  # queries answer the truth
+    registry.naming.ephemeral.register_instance("pub", SVC, InstanceInfo("10.0.0.7", 80))
+    await _step(push)
+    assert [info["hosts"][0]["ip"] for _, info in sender.sent] == ["10.0.0.1", "10.0.0.7"]
+    assert push.protected_services() == []
+
+
+async def test_service_metadata_turns_empty_push_protection_on_or_off_per_service() -> None:
+    other = ServiceKey("public", "DEFAULT_GROUP", "other")
+    registry = make_registry(push_task_delay_ms=0)  # off by default
+    sender = FakeSender()
+    push = _subscribed(registry, sender)
+    push.services = registry.services
+    registry.naming.ephemeral.register_instance("pub", other, InstanceInfo("10.0.0.2", 80))
+    registry.naming.subscriptions.subscribe("sub", other, "", "10.9.9.9", "a", "b")
+    registry.services.update(SVC, 0, metadata={"shoal.push.empty-protection": "true"})
+    await _step(push)
+    registry.naming.ephemeral.deregister_instance("pub", SVC)
+    registry.naming.ephemeral.deregister_instance("pub", other)
+    await _step(push)
+    assert sorted((info["name"], len(info["hosts"])) for _, info in sender.sent) == [
+        ("other", 0), ("other", 1), ("svc", 1)]
+    assert push.protected_services() == [SVC]
+    registry.services.update(SVC, 0, metadata={"shoal.push.empty-protection": "false"})
+    assert push.protected_services() == []
+
+
+async def test_a_first_list_without_hosts_is_pushed_even_when_protected() -> None:
+    registry = make_registry(push_task_delay_ms=0, push_empty_protection=True)
+    sender = FakeSender()
+    push = make_push(registry, sender)
+    registry.connect("sub")
+    registry.naming.subscriptions.subscribe("sub", SVC, "", "10.9.9.9", "a", "b")
+    await _step(push)
+    assert [len(info["hosts"]) for _, info in sender.sent] == [0]  # it never had a list to keep
+
+
+async def test_push_lag_shows_pending_then_the_acked_lag_in_bounded_windows() -> None:
+    registry = make_registry(push_task_delay_ms=0)
+    sender = FakeSender()
+    sender.hold = asyncio.Event()
+    metrics = Metrics()
+    push = _subscribed(registry, sender)
+    push.metrics = metrics
+    assert push.lag_of("sub", SVC) is None
+    await _step(push)
+    registry.clock.advance(40)
+    lag = push.lag_of("sub", SVC)
+    assert lag is not None and (lag.pending, lag.pending_for_ms, lag.last_ms) == (1, 40, None)
+    registry.clock.advance(30)  # still no ack: the wait grows
+    assert push.lag_of("sub", SVC).pending_for_ms == 70  # type: ignore[union-attr]
+    assert push.lag_summary()["slowest"][0] == {"clientId": "sub", "p99Ms": None, "lastMs": None,
+                                                "pending": 1, "oldestPendingMs": 70}
+    sender.hold.set()
+    await settle()
+    lag = push.lag_of("sub", SVC)
+    assert lag is not None and (lag.pending, lag.pending_for_ms, lag.last_ms, lag.p99_ms, lag.acks) == (0, 0, 70, 70, 1)
+    page = metrics.render().decode()
+    assert 'shoal_push_ack_seconds_count{namespace="public",transport="grpc"} 1.0' in page
+    for port in range(1, 200):  # many acks: the window stays bounded
+        registry.naming.ephemeral.register_instance("pub", SVC, InstanceInfo("10.0.0.1", port))
+        await _step(push)
+    assert len(push._state["sub"].lags) == 64
+    assert push.lag_summary()["acks"] == 64
+
+
+async def test_a_subscriber_given_up_on_keeps_showing_its_unacked_change() -> None:
+    registry = make_registry(push_task_delay_ms=0, push_max_retries=0)
+    sender = FakeSender()
+    sender.results = [TimeoutError()]
+    push = _subscribed(registry, sender)
+    await _step(push)
+    registry.clock.advance(25)
+    lag = push.lag_of("sub", SVC)
+    assert lag is not None and (lag.pending, lag.pending_for_ms) == (1, 25)
+    registry.naming.ephemeral.register_instance("pub", SVC, InstanceInfo("10.0.0.1", 81))
+    await _step(push)  # acked at last: the lag counts from the first change it missed
+    assert push.lag_of("sub", SVC).last_ms == 25  # type: ignore[union-attr]

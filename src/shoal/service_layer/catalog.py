@@ -15,7 +15,7 @@ instance counts only for the page's services, unless a filter needs counts of ev
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 from shoal.errors import InvalidParam, NotFound
 from shoal.model.client import Subscriber
@@ -64,11 +64,38 @@ class ServiceInstances:
 
 
 @dataclass(frozen=True, slots=True)
+class PushLag:
+    """How late a subscriber's connection acks its pushes (filled by the push engine).
+
+    ``last_ms`` / ``p99_ms``: change → ack time of its last ack and the p99 of its recent acks
+    (``acks`` of them; None: none yet); ``pending``: services with a change it has not acked;
+    ``pending_for_ms``: how long this service's unacked change has waited (0: none)."""
+
+    last_ms: int | None
+    p99_ms: int | None
+    acks: int
+    pending: int
+    pending_for_ms: int
+
+
+class PushFigures(Protocol):
+    """What the push engine tells readers (it sits above the service layer; the transports
+    get it from the composition root)."""
+
+    def lag_of(self, client_id: str, service: ServiceKey) -> PushLag | None: ...
+
+    def protected_services(self) -> list[ServiceKey]: ...
+
+    def lag_summary(self, slowest: int = 5) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
 class SubscriberRow:
-    """A subscriber of a service and the client holding the subscription."""
+    """A subscriber of a service and the client holding the subscription, with its push lag."""
 
     client_id: str
     subscriber: Subscriber
+    push: PushLag | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,15 +238,17 @@ class CatalogService:
         clusters = sorted({i.cluster for i in self.storage.view(service).instances})
         return record, clusters
 
-    def subscribers(self, service: ServiceKey) -> list[SubscriberRow]:
-        """Who subscribes to the service on this node, sorted by address (unknown service: none)."""
+    def subscribers(self, service: ServiceKey, push: PushFigures | None = None) -> list[SubscriberRow]:
+        """Who subscribes to the service on this node, sorted by address (unknown service: none);
+        with ``push`` (the push engine), each with its push lag."""
         self.validator.check_params(service)
         rows: list[SubscriberRow] = []
         for client_id in self.index.subscribers_of(service):
             client = self.clients.get(client_id)
             sub = client.subscriptions.get(service) if client is not None else None
             if sub is not None:
-                rows.append(SubscriberRow(client_id, sub))
+                lag = push.lag_of(client_id, service) if push is not None else None
+                rows.append(SubscriberRow(client_id, sub, lag))
         rows.sort(key=lambda r: (r.subscriber.ip, r.client_id))
         return rows
 

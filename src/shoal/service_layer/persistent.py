@@ -195,7 +195,10 @@ class PersistentNaming:
         """Register (or replace) one persistent instance."""
         self.check_register(service, inst)
         full = with_instance_id(service, inst)
-        await self.instances.put(instance_name(service, full.cluster, full.ip, full.port), instance_doc(service, full))
+        name, doc = instance_name(service, full.cluster, full.ip, full.port), instance_doc(service, full)
+        if self.instances.get(name) == doc:  # as stored (as this node sees it): no write, so no push anywhere
+            return
+        await self.instances.put(name, doc)
 
     def check_batch_register(self, service: ServiceKey, instances: Sequence[InstanceInfo]) -> None:
         """Every rule a persistent batch must meet: at most :data:`MAX_BATCH` instances, and each
@@ -325,6 +328,8 @@ class PersistentNaming:
             doc["metadata"] = dict(metadata)
         if selector is not None:
             doc["selector"] = dict(selector)
+        if doc == self.service_docs.get(name):  # an edit that changes nothing writes nothing
+            return
         await self.service_docs.compare_and_put(name, doc, self.service_docs.mod_revision(name))
 
     async def update_cluster(self, service: ServiceKey, cluster: str, settings: ClusterSettings) -> None:

@@ -271,6 +271,8 @@ async function servicePage(q) {
     h("span", { class: "muted" }, "Namespace"), h("span", {}, ns),
     h("span", { class: "muted" }, "Group"), h("span", {}, group),
     h("span", { class: "muted" }, "Ephemeral"), h("span", {}, String(detail.service.ephemeral)),
+    h("span", { class: "muted" }, "Empty push"),
+    h("span", { id: "empty-push" }, detail.service.emptyPushProtected ? "withheld (protected)" : "-"),
     h("span", { class: "muted" }, "Protect threshold"), threshold,
     h("span", { class: "muted" }, "Metadata (key=value lines)"), svcMeta,
     h("span", {}), h("span", {}, saveService)));
@@ -294,16 +296,25 @@ async function servicePage(q) {
   }
   if (inst.count > inst.list.length) sections.push(h("p", { class: "muted" }, `Showing ${inst.list.length} of ${inst.count} instances.`));
 
-  const subRows = subs.subscribers.map((s) => h("tr", {},
-    h("td", {}, s.addrStr), h("td", {}, s.app), h("td", {}, s.agent), h("td", {}, s.cluster || "(all)")));
-  if (!subRows.length) subRows.push(h("tr", {}, h("td", { colspan: 4, class: "muted" }, "No subscribers on this node.")));
+  // push lag per subscriber: change -> ack of its last push, p99 of its recent acks, unacked pushes
+  const ms = (v) => (v === null || v === undefined ? "-" : `${v} ms`);
+  const subRows = subs.subscribers.map((s) => {
+    const lag = s.pushLag || {};
+    const waiting = lag.pendingForMs ? ` (waiting ${lag.pendingForMs} ms)` : "";
+    return h("tr", { dataset: { client: s.clientId || "" } },
+      h("td", {}, s.addrStr), h("td", {}, s.app), h("td", {}, s.agent), h("td", {}, s.cluster || "(all)"),
+      h("td", { class: "num" }, ms(lag.lastMs)), h("td", { class: "num" }, ms(lag.p99Ms)),
+      h("td", { class: "num" }, `${lag.pending ?? 0}${waiting}`));
+  });
+  if (!subRows.length) subRows.push(h("tr", {}, h("td", { colspan: 7, class: "muted" }, "No subscribers on this node.")));
 
   main.replaceChildren(
     h("h1", {}, h("a", { href: `#/services?${new URLSearchParams({ ns })}` }, "Services"), ` / ${group} / ${name}`),
     card, ...sections,
     h("h2", {}, `Subscribers · ${subs.count}`),
     h("table", { id: "subscribers" }, h("thead", {}, h("tr", {}, h("th", {}, "Address"), h("th", {}, "App"),
-      h("th", {}, "Agent"), h("th", {}, "Clusters"))), h("tbody", {}, subRows)));
+      h("th", {}, "Agent"), h("th", {}, "Clusters"), h("th", { class: "num" }, "Last push lag"),
+      h("th", { class: "num" }, "p99 lag"), h("th", { class: "num" }, "Pushes pending"))), h("tbody", {}, subRows)));
 }
 
 function instanceRow(key, i, reload, owner) {

@@ -32,6 +32,7 @@ from shoal.model.keys import ServiceKey
 from shoal.service_layer import NamingService
 from shoal.service_layer.catalog import (
     PublisherRow,
+    PushFigures,
     ServiceInstances,
     ServiceSummary,
     SubscriberRow,
@@ -75,10 +76,23 @@ def instances_json(found: ServiceInstances) -> list[dict[str, Any]]:
 
 
 def subscriber_json(row: SubscriberRow) -> dict[str, Any]:
-    """Nacos's Subscriber: gRPC subscribers carry the client's ip and port 0 (addrStr = ip)."""
+    """Nacos's Subscriber: gRPC subscribers carry the client's ip and port 0 (addrStr = ip);
+    Shoal adds ``clientId`` and ``pushLag`` (:func:`push_lag_json`)."""
     s = row.subscriber
     return {"addrStr": s.ip, "agent": s.agent, "app": s.app, "ip": s.ip, "port": 0,
-            "namespaceId": s.service.namespace, "serviceName": s.service.grouped_name, "cluster": s.clusters}
+            "namespaceId": s.service.namespace, "serviceName": s.service.grouped_name, "cluster": s.clusters,
+            "clientId": row.client_id, "pushLag": push_lag_json(row)}
+
+
+def push_lag_json(row: SubscriberRow) -> dict[str, Any]:
+    """The subscriber's push lag (docs/protocol.md §3.8): change → ack of its last ack and p99
+    of its recent ones (ms, null before the first), how many acks that p99 covers, services
+    with an unacked change on its connection, and how long this service's change has waited."""
+    lag = row.push
+    if lag is None:
+        return {"lastMs": None, "p99Ms": None, "acks": 0, "pending": 0, "pendingForMs": 0}
+    return {"lastMs": lag.last_ms, "p99Ms": lag.p99_ms, "acks": lag.acks, "pending": lag.pending,
+            "pendingForMs": lag.pending_for_ms}
 
 
 def detail_info_json(found: ServiceInstances, metadata: dict[str, str]) -> dict[str, Any]:
@@ -99,8 +113,9 @@ def detail_info_json(found: ServiceInstances, metadata: dict[str, str]) -> dict[
 class ConsoleRoutes:
     """The console API handlers and the console's static files."""
 
-    def __init__(self, naming: NamingService) -> None:
+    def __init__(self, naming: NamingService, push: PushFigures | None = None) -> None:
         self.catalog = naming.catalog
+        self.push = push  # the push engine: each subscriber's push lag, services withholding an empty push
         self._files: dict[str, bytes] | None = None
         self._files_lock = asyncio.Lock()
 
@@ -153,7 +168,8 @@ class ConsoleRoutes:
         out = {
             "service": {"name": service.name, "groupName": service.group,
                         "protectThreshold": float(record.protect_threshold), "selector": _SELECTOR_NONE,
-                        "metadata": dict(record.metadata), "ephemeral": record.ephemeral},
+                        "metadata": dict(record.metadata), "ephemeral": record.ephemeral,
+                        "emptyPushProtected": self.push is not None and service in self.push.protected_services()},
             "clusters": [{"serviceName": service.grouped_name, "name": c, "healthChecker": _HEALTH_CHECKER,
                           "defaultPort": 80, "defaultCheckPort": 80, "useIPPort4Check": True, "metadata": {}}
                          for c in clusters],
@@ -169,7 +185,7 @@ class ConsoleRoutes:
         page_no, page_size = p.page_no(), p.integer("pageSize", 1000)
         p.boolean("aggregation", True)
         check_page(page_no, page_size)
-        rows = self.catalog.subscribers(service)
+        rows = self.catalog.subscribers(service, self.push)
         return json_text(dumps({"subscribers": [subscriber_json(r) for r in page_slice(rows, page_no, page_size)],
                                 "count": len(rows)}))
 
@@ -197,11 +213,13 @@ class ConsoleRoutes:
                              "clusterName": r.instance.cluster, "owner": r.owner} for r in rows]))
 
     async def v2_service_subscribers(self, request: web.Request, p: Params) -> web.Response:
-        """GET /v2/ns/client/service/subscriber/list: ``[{"clientId","ip","port"}]``."""
+        """GET /v2/ns/client/service/subscriber/list: ``[{"clientId","ip","port"}]``, and Shoal's
+        ``pushLag``."""
         service = self._existing(p.v2_service())
         ip = p.text("ip")
-        rows = [r for r in self.catalog.subscribers(service) if not ip or r.subscriber.ip == ip]
-        return v2_ok(dumps([{"clientId": r.client_id, "ip": r.subscriber.ip, "port": 0} for r in rows]))
+        rows = [r for r in self.catalog.subscribers(service, self.push) if not ip or r.subscriber.ip == ip]
+        return v2_ok(dumps([{"clientId": r.client_id, "ip": r.subscriber.ip, "port": 0,
+                             "pushLag": push_lag_json(r)} for r in rows]))
 
     def _existing(self, service: ServiceKey) -> ServiceKey:
         self.catalog.service(service)  # 404 / 20004 when missing

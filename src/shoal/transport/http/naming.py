@@ -21,6 +21,7 @@ from shoal.errors import InvalidParam, ServiceNotFound, UnknownService
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 from shoal.service_layer import NamingService, check_port, parse_metadata
+from shoal.service_layer.catalog import PushFigures
 from shoal.service_layer.persistent import ClusterSettings
 from shoal.service_layer.selectors import normalise_selector
 from shoal.service_layer.services import ServiceDescription
@@ -39,8 +40,10 @@ class NamingRoutes:
     the service layer's use cases (the instance and service façades choose AP or CP)."""
 
     def __init__(self, config: Config, naming: NamingService, is_serving: Callable[[], bool],
-                 owner_of: Callable[[str], str | None], forward: Forward | None = None) -> None:
+                 owner_of: Callable[[str], str | None], forward: Forward | None = None,
+                 push: PushFigures | None = None) -> None:
         self.config = config
+        self.push = push  # the push engine's lag figures (the metrics' pushLag, v3 subscriber lists)
         self.instances = naming.instance_ops
         self.services = naming.service_ops
         self.reads = naming.reads
@@ -325,6 +328,7 @@ class NamingRoutes:
             "cpu": round(m.cpu, 4),
             "load": round(m.load, 4),
             "mem": round(m.mem, 4),
+            "pushLag": self.push.lag_summary() if self.push is not None else None,  # for `shoal status`
         }
 
     # --- clients (v2) -------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from shoal.errors import InvalidParam, MissingParam, NacosError
 from shoal.model.keys import ServiceKey
 from shoal.service_layer import NamingService
 from shoal.transport.http.api import Api, dumps, v2_ok
-from shoal.transport.http.console_api import detail_info_json, service_view_json
+from shoal.transport.http.console_api import detail_info_json, push_lag_json, service_view_json
 from shoal.transport.http.naming import NamingRoutes, service_detail_json
 from shoal.transport.http.operator import OperatorRoutes
 from shoal.transport.http.params import Params
@@ -140,10 +140,11 @@ class V3NamingRoutes:
         service = p.v2_service()
         page_no, page_size = p.integer("pageNo", 1, 1), p.integer("pageSize", 100, 1)
         p.boolean("aggregation", True)
-        rows = self.catalog.subscribers(service)
+        rows = self.catalog.subscribers(service, self.v2.push)
         chunk = rows[(page_no - 1) * page_size:page_no * page_size]
         items = [{"namespaceId": service.namespace, "groupName": service.group, "serviceName": service.name,
-                  "ip": r.subscriber.ip, "port": 0, "agent": r.subscriber.agent, "appName": r.subscriber.app}
+                  "ip": r.subscriber.ip, "port": 0, "agent": r.subscriber.agent, "appName": r.subscriber.app,
+                  "clientId": r.client_id, "pushLag": push_lag_json(r)}
                  for r in chunk]
         return v2_ok(dumps(_page(items, len(rows), page_no, page_size)))
 
@@ -187,7 +188,8 @@ class V3NamingRoutes:
         service = p.v2_service()
         ip, port = p.text("ip"), p.integer("port", -1)
         return v2_ok(dumps([{"clientId": r.client_id, "appName": r.subscriber.app, "agent": r.subscriber.agent,
-                             "address": r.subscriber.ip} for r in self.catalog.subscribers(service)
+                             "address": r.subscriber.ip, "pushLag": push_lag_json(r)}
+                            for r in self.catalog.subscribers(service, self.v2.push)
                             if (not ip or r.subscriber.ip == ip) and port in (-1, 0)]))
 
     async def client_distro(self, request: web.Request, p: Params) -> web.StreamResponse:
