@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writers", type=int, default=16, help="closed-loop register/deregister writers")
     parser.add_argument("--json", type=Path, help="write the report here")
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the nodes are killed and a partition's chain removed on the way out
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with tempfile.TemporaryDirectory(prefix="shoal-no-false-expiry-") as tmp:
         cluster = FaultCluster(Path(tmp), 3, base=FAST_MEMBERS)
         try:

@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -421,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writers", type=int, default=4, help="closed-loop HTTP register/deregister writers")
     parser.add_argument("--json", type=Path, help="write the report here")
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the nodes are killed and a partition's chain removed on the way out
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with tempfile.TemporaryDirectory(prefix="shoal-soak-") as tmp:
         cluster = FaultCluster(Path(tmp), 3, base=FAST_MEMBERS)
         try:
