@@ -14,8 +14,7 @@ from v2.nacos import ClientConfigBuilder, GRPCConfig, NacosNamingService, Regist
 
 from shoal.testing import SECURE, ServerProcess, kill, start_server
 from shoal.testing.http import call, call_json
-
-from .ldapserver import ADMIN_DN, BASE, Slapd
+from shoal.testing.ldap import ADMIN_DN, BASE, Slapd
 
 DIRECTORY_ADMIN_PW = "directory-root-pw"
 ALICE_PW = "alice-in-ldap"
