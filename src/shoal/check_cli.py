@@ -17,10 +17,19 @@ import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from shoal.service_layer.digests import ABSENT, Comparison, MemberDigests, compare, parse_digests, persistent
-from shoal.status_cli import EXIT_DEGRADED, EXIT_OK, EXIT_UNREACHABLE, StatusError, _Node
+from shoal.status_cli import (
+    EXIT_DEGRADED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    StatusError,
+    UsageError,
+    _Node,
+    add_credentials,
+    authenticate,
+    identity_headers,
+)
 
 DIGESTS_PATH = "/nacos/v1/shoal/digests"
 
@@ -43,11 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         help="only this service (name, group@@name or namespace/group@@name)")
     parser.add_argument("--recheck", type=float, default=1.0, metavar="SECONDS",
                         help="delay of the second round when members differ (default 1)")
-    parser.add_argument("--token", help="accessToken of an admin user")
-    parser.add_argument("--username", help="admin user (logs in to get a token)")
-    parser.add_argument("--password-file", metavar="FILE", help="file whose first line is --username's password")
-    parser.add_argument("--identity-key", metavar="NAME", help="nacos.core.auth.server.identity.key of the cluster")
-    parser.add_argument("--identity-value", metavar="VALUE", help="nacos.core.auth.server.identity.value")
+    add_credentials(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for each answer (default 3)")
     parser.set_defaults(func=_cmd_check)
@@ -108,28 +113,17 @@ def render(result: Comparison) -> str:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    if bool(args.identity_key) != bool(args.identity_value):
-        print("shoal check: --identity-key and --identity-value go together", file=sys.stderr)
-        return 2
     if args.recheck < 0 or args.timeout <= 0:
         print("shoal check: --recheck must be >= 0 and --timeout > 0", file=sys.stderr)
         return 2
-    headers = {args.identity_key: args.identity_value} if args.identity_key else {}
-    node = _Node(args.addr, headers, args.timeout)
     try:
-        if args.token:
-            node.token = args.token
-        elif args.username:
-            if not args.password_file:
-                print("shoal check: --username needs --password-file", file=sys.stderr)
-                return 2
-            try:
-                password = Path(args.password_file).read_text(encoding="utf-8").splitlines()[0]
-            except (OSError, IndexError) as exc:
-                print(f"shoal check: cannot read the password file: {exc}", file=sys.stderr)
-                return 2
-            node.login(args.username, password)
+        headers = identity_headers(args)
+        node = _Node(args.addr, headers, args.timeout)
+        authenticate(node, args)
         members = members_of(node)
+    except UsageError as exc:
+        print(f"shoal check: {exc}", file=sys.stderr)
+        return 2
     except StatusError as exc:
         print(f"shoal check: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE

@@ -42,11 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     parser.add_argument("--addr", default="127.0.0.1:8848", metavar="HOST:PORT",
                         help="the node's main (HTTP) address (default 127.0.0.1:8848)")
-    parser.add_argument("--token", help="accessToken of an admin user")
-    parser.add_argument("--username", help="admin user (logs in to get a token)")
-    parser.add_argument("--password-file", metavar="FILE", help="file whose first line is --username's password")
-    parser.add_argument("--identity-key", metavar="NAME", help="nacos.core.auth.server.identity.key of the cluster")
-    parser.add_argument("--identity-value", metavar="VALUE", help="nacos.core.auth.server.identity.value")
+    add_credentials(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each answer (default 5)")
     parser.set_defaults(func=_cmd_status)
@@ -166,28 +162,49 @@ def healthy(info: dict[str, Any]) -> bool:
     return bool(info["ready"]) and all(m["state"] == "UP" for m in members)
 
 
-def _cmd_status(args: argparse.Namespace) -> int:
-    headers: dict[str, str] = {}
+class UsageError(ValueError):
+    """Command-line options that do not go together (exit status 2)."""
+
+
+def add_credentials(parser: argparse.ArgumentParser) -> None:
+    """The options an admin command authenticates with (``shoal status``, ``shoal check``)."""
+    parser.add_argument("--token", help="accessToken of an admin user")
+    parser.add_argument("--username", help="admin user (logs in to get a token)")
+    parser.add_argument("--password-file", metavar="FILE", help="file whose first line is --username's password")
+    parser.add_argument("--identity-key", metavar="NAME", help="nacos.core.auth.server.identity.key of the cluster")
+    parser.add_argument("--identity-value", metavar="VALUE", help="nacos.core.auth.server.identity.value")
+
+
+def identity_headers(args: argparse.Namespace) -> dict[str, str]:
+    """The cluster identity header of :func:`add_credentials`' options; UsageError for half a pair."""
     if bool(args.identity_key) != bool(args.identity_value):
-        print("shoal status: --identity-key and --identity-value go together", file=sys.stderr)
-        return 2
-    if args.identity_key:
-        headers[args.identity_key] = args.identity_value
-    node = _Node(args.addr, headers, args.timeout)
+        raise UsageError("--identity-key and --identity-value go together")
+    return {args.identity_key: args.identity_value} if args.identity_key else {}
+
+
+def authenticate(node: _Node, args: argparse.Namespace) -> None:
+    """Give ``node`` the token of :func:`add_credentials`' options (logging in with a username);
+    UsageError for a bad option, StatusError when the node refuses or does not answer."""
+    if args.token:
+        node.token = args.token
+    elif args.username:
+        if not args.password_file:
+            raise UsageError("--username needs --password-file")
+        try:
+            password = Path(args.password_file).read_text(encoding="utf-8").splitlines()[0]
+        except (OSError, IndexError) as exc:
+            raise UsageError(f"cannot read the password file: {exc}") from None
+        node.login(args.username, password)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
     try:
-        if args.token:
-            node.token = args.token
-        elif args.username:
-            if not args.password_file:
-                print("shoal status: --username needs --password-file", file=sys.stderr)
-                return 2
-            try:
-                password = Path(args.password_file).read_text(encoding="utf-8").splitlines()[0]
-            except (OSError, IndexError) as exc:
-                print(f"shoal status: cannot read the password file: {exc}", file=sys.stderr)
-                return 2
-            node.login(args.username, password)
+        node = _Node(args.addr, identity_headers(args), args.timeout)
+        authenticate(node, args)
         info = collect(node)
+    except UsageError as exc:
+        print(f"shoal status: {exc}", file=sys.stderr)
+        return 2
     except StatusError as exc:
         print(f"shoal status: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
