@@ -141,7 +141,7 @@ class Edited:
     ip:port instance beating through whichever nodes are up, and both disabled and re-weighted
     through node 2's console route. Always torn down by :meth:`close`."""
 
-    def __init__(self, cluster: FaultCluster, tmp_path: Path) -> None:
+    def __init__(self, cluster: FaultCluster, tmp_path: Path, sdk_nodes: tuple[int, ...] = (0, 1)) -> None:
         self.cluster = cluster
         self.everyone = [0, 1, 2]
         self.lost: list[str] = []
@@ -151,8 +151,8 @@ class Edited:
         cluster.start_all()
         poll_until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in self.everyone), 30,
               what="every member UP everywhere")
-        # the gRPC client may connect to node 0 or 1 (it picks one at random and fails over to the other)
-        self.sdk = Sdk(f"{cluster.addr(0)},{cluster.addr(1)}", tmp_path)
+        # the gRPC client connects to one of ``sdk_nodes`` (at random, failing over to the other)
+        self.sdk = Sdk(",".join(cluster.addr(i) for i in sdk_nodes), tmp_path)
 
     def _beat(self) -> None:  # the HTTP instance's own client: beats to whichever node is up
         ip, port = HTTP_INST
@@ -219,10 +219,15 @@ class Edited:
 
 def test_console_edits_survive_restarts_of_either_node(fault_cluster: Callable[..., FaultCluster],
                                                        tmp_path: Path) -> None:
-    case = Edited(fault_cluster(3, *FAST_MEMBERS, "-D", f"nacos.naming.client.expired.time={EXPIRED_MS}"), tmp_path)
-    cluster, everyone = case.cluster, case.everyone
+    cluster = fault_cluster(3, *FAST_MEMBERS, "-D", f"nacos.naming.client.expired.time={EXPIRED_MS}")
+    # The gRPC client stays off the HTTP instance's responsible node: killing that node must test
+    # the HTTP instance's takeover, not the client's reconnection (the other test's case).
+    http_owner = owner_index(cluster, f"{HTTP_INST[0]}:{HTTP_INST[1]}")
+    case = Edited(cluster, tmp_path, sdk_nodes=tuple(i for i in (0, 1) if i != http_owner))
+    everyone = case.everyone
     try:
-        a, b, _owner = case.edit()
+        a, b, owner = case.edit()
+        assert owner != http_owner
         # node B (neither the console's node nor the client's) stops and starts again
         cluster.nodes[b].proc.terminate()
         cluster.nodes[b].proc.wait(20)
@@ -233,7 +238,6 @@ def test_console_edits_survive_restarts_of_either_node(fault_cluster: Callable[.
         case.back(a)
         hold(cluster, everyone, "A restarted", case.lost)
         # the HTTP instance's responsible node is killed: its beats go to the others, one takes it over
-        http_owner = owner_index(cluster, f"{HTTP_INST[0]}:{HTTP_INST[1]}")
         case.down(http_owner)
         hold(cluster, [i for i in everyone if i != http_owner],
              f"the HTTP instance's responsible node {http_owner} killed", case.lost)
