@@ -216,6 +216,19 @@ class SdkInstances:
                 await asyncio.wait_for(client.shutdown(), 10)
 
 
+
+async def listed(session: aiohttp.ClientSession, url: str, service: str) -> set[tuple[str, int]] | None:
+    """The ``(ip, port)`` a node's ``instance/list`` at ``url`` answers for ``service`` (None: no answer)."""
+    try:
+        async with session.get(url, params={"serviceName": service, "healthyOnly": "false"},
+                               timeout=aiohttp.ClientTimeout(total=5)) as resp:
+            if resp.status != 200:
+                return None
+            body = json.loads(await resp.text())
+    except (TimeoutError, aiohttp.ClientError, ValueError):
+        return None
+    return {(h["ip"], int(h["port"])) for h in body.get("hosts", [])}
+
 class Observer:
     """Polls every node's list of each watched service every ``interval`` s: an instance whose
     client is alive and renewing must always be there. Records every poll where one is missing."""
@@ -229,16 +242,7 @@ class Observer:
         self.up: list[int] = sorted(cluster.nodes)
 
     async def listed(self, i: int, service: str) -> set[tuple[str, int]] | None:
-        try:
-            async with self.session.get(http_url(self.cluster, i, "/nacos/v1/ns/instance/list"),
-                                        params={"serviceName": service, "healthyOnly": "false"},
-                                        timeout=aiohttp.ClientTimeout(total=5)) as resp:
-                if resp.status != 200:
-                    return None
-                body = json.loads(await resp.text())
-        except (TimeoutError, aiohttp.ClientError, ValueError):
-            return None
-        return {(h["ip"], int(h["port"])) for h in body.get("hosts", [])}
+        return await listed(self.session, http_url(self.cluster, i, "/nacos/v1/ns/instance/list"), service)
 
     async def poll_once(self, t0: float) -> None:
         for i in list(self.up):

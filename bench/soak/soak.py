@@ -44,7 +44,15 @@ from typing import Any
 
 import aiohttp
 
-from bench.faults.load import Churn, HttpInstances, SdkInstances, expirations, percentile, quiet_client_noise
+from bench.faults.load import (
+    Churn,
+    HttpInstances,
+    SdkInstances,
+    expirations,
+    listed,
+    percentile,
+    quiet_client_noise,
+)
 from shoal.testing import FaultCluster, metric_values, poll_until
 from shoal.testing.faults import Partition, PartitionUnavailable, freeze, kill9, rss_kb, thaw, tracebacks
 from shoal.testing.nodes import FAST_MEMBERS
@@ -160,16 +168,7 @@ class Soak:
 
     # --- views -------------------------------------------------------------------------------
     async def listed(self, session: aiohttp.ClientSession, i: int, service: str) -> set[tuple[str, int]] | None:
-        try:
-            async with session.get(self.cluster.nodes[i].url("/nacos/v1/ns/instance/list"),
-                                   params={"serviceName": service, "healthyOnly": "false"},
-                                   timeout=aiohttp.ClientTimeout(total=5)) as resp:
-                if resp.status != 200:
-                    return None
-                body = json.loads(await resp.text())
-        except (TimeoutError, aiohttp.ClientError, ValueError):
-            return None
-        return {(h["ip"], int(h["port"])) for h in body.get("hosts", [])}
+        return await listed(session, self.cluster.nodes[i].url("/nacos/v1/ns/instance/list"), service)
 
     async def check(self, session: aiohttp.ClientSession, since: float) -> tuple[int, int, dict[str, Any]]:
         """(lost, ghosts, detail) over every node: live instances missing, and instances of
