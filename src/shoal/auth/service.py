@@ -442,6 +442,20 @@ class AuthService:
         match = name_matcher(fragment)
         return [name for name in self.data.usernames() if match(name)]
 
+    def list_users(self, name: str, blur: bool) -> list[dict[str, str]]:
+        """The user list page's rows: every user, or those named ``name`` (containing it with ``blur``)."""
+        return [{"username": u} for u in self.data.usernames() if not name or (name in u if blur else u == name)]
+
+    def list_roles(self, username: str, role: str) -> list[dict[str, str]]:
+        """The role list page's rows: every binding, or those of ``username`` and/or ``role``."""
+        return [{"role": r, "username": u} for r, u in self.data.roles()
+                if (not username or u == username) and (not role or r == role)]
+
+    def list_permissions(self, role: str) -> list[dict[str, str]]:
+        """The permission list page's rows: every permission, or those of ``role``."""
+        return [{"role": x.role, "resource": x.resource, "action": x.action} for x in self.data.permissions()
+                if not role or x.role == role]
+
     def search_roles(self, fragment: str) -> list[str]:
         """Role names matching ``fragment`` (:func:`name_matcher`), each once, sorted."""
         match = name_matcher(fragment)

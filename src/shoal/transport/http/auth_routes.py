@@ -19,7 +19,8 @@ IDENTITY_KEY: Any = (web.RequestKey("shoal.identity", Identity) if hasattr(web, 
                      else "shoal.identity")
 
 
-def _page(items: list[dict[str, Any]], p: Params) -> dict[str, Any]:
+def auth_page(items: list[dict[str, str]], p: Params) -> dict[str, Any]:
+    """The auth lists' Page (``pageNo`` from 1, ``pageSize`` 1..10000, default 100), v1 and v3 alike."""
     page_no = p.integer("pageNo", 1, 1)
     page_size = p.integer("pageSize", 100, 1, 10_000)
     start = (page_no - 1) * page_size
@@ -27,7 +28,7 @@ def _page(items: list[dict[str, Any]], p: Params) -> dict[str, Any]:
             "pagesAvailable": math.ceil(len(items) / page_size), "pageItems": items[start:start + page_size]}
 
 
-def _search_param(p: Params, name: str) -> str:
+def search_param(p: Params, name: str) -> str:
     """A search fragment: required as a parameter (Spring's ``@RequestParam``), blank allowed."""
     value = p.get(name)
     if value is None:
@@ -85,21 +86,18 @@ class AuthRoutes:
         return core_ok(message="update user ok!")
 
     async def list_users(self, request: web.Request, p: Params) -> web.Response:
-        name = p.text("username")
-        blur = p.text("search", "accurate").lower() == "blur"
-        users = [{"username": u} for u in self.auth.data.usernames()
-                 if not name or (name in u if blur else u == name)]
-        return json_text(dumps(_page(users, p)))
+        users = self.auth.list_users(p.text("username"), p.text("search", "accurate").lower() == "blur")
+        return json_text(dumps(auth_page(users, p)))
 
     async def search_users(self, request: web.Request, p: Params) -> web.Response:
         """GET /v1/auth/users/search?username=: the matching usernames, a bare JSON list (Nacos
         UserController.getUserListByUsername). ``username`` must be present; empty matches all."""
-        return json_text(dumps(self.auth.search_users(_search_param(p, "username"))))
+        return json_text(dumps(self.auth.search_users(search_param(p, "username"))))
 
     async def search_roles(self, request: web.Request, p: Params) -> web.Response:
         """GET /v1/auth/roles/search?role=: the matching role names, a bare JSON list (Nacos
         RoleController.searchRoles). ``role`` must be present; empty matches all."""
-        return json_text(dumps(self.auth.search_roles(_search_param(p, "role"))))
+        return json_text(dumps(self.auth.search_roles(search_param(p, "role"))))
 
     async def add_role(self, request: web.Request, p: Params) -> web.Response:
         await self.auth.add_role(p.text("role"), p.text("username"))
@@ -110,10 +108,7 @@ class AuthRoutes:
         return core_ok(message="delete role of user " + (p.text("username") or "*") + " ok!")
 
     async def list_roles(self, request: web.Request, p: Params) -> web.Response:
-        username, role = p.text("username"), p.text("role")
-        roles = [{"role": r, "username": u} for r, u in self.auth.data.roles()
-                 if (not username or u == username) and (not role or r == role)]
-        return json_text(dumps(_page(roles, p)))
+        return json_text(dumps(auth_page(self.auth.list_roles(p.text("username"), p.text("role")), p)))
 
     async def add_permission(self, request: web.Request, p: Params) -> web.Response:
         await self.auth.add_permission(p.text("role"), p.text("resource"), p.text("action"))
@@ -124,7 +119,4 @@ class AuthRoutes:
         return core_ok(message="delete permission ok!")
 
     async def list_permissions(self, request: web.Request, p: Params) -> web.Response:
-        role = p.text("role")
-        perms = [{"role": x.role, "resource": x.resource, "action": x.action} for x in self.auth.data.permissions()
-                 if not role or x.role == role]
-        return json_text(dumps(_page(perms, p)))
+        return json_text(dumps(auth_page(self.auth.list_permissions(p.text("role")), p)))

@@ -23,16 +23,15 @@ answer itself:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from aiohttp import web
 
 from shoal.auth.service import READ, WRITE, AdminExists, AuthService
-from shoal.errors import V2_TEXT, BeatCode, Forbidden, MissingParam, V2Code
+from shoal.errors import V2_TEXT, BeatCode, Forbidden, V2Code
 from shoal.service_layer import NamingService
 from shoal.transport.http.api import Api, dumps, json_text, v2_ok
-from shoal.transport.http.auth_routes import IDENTITY_KEY, AuthRoutes
+from shoal.transport.http.auth_routes import IDENTITY_KEY, AuthRoutes, auth_page, search_param
 from shoal.transport.http.naming import NamingRoutes, instance_from
 from shoal.transport.http.params import Params
 from shoal.transport.http.routes import Route
@@ -54,23 +53,6 @@ def failure(code: V2Code, message_text: str | None, data: Any = None) -> web.Res
 def message(text: str) -> web.Response:
     """A write answered as ``Result<String>`` holding the message v1 answers it with."""
     return v2_ok(dumps(text))
-
-
-def auth_page(items: list[dict[str, Any]], p: Params) -> dict[str, Any]:
-    """The auth lists' Page (``pageNo`` from 1, ``pageSize`` 1..10000, default 100)."""
-    page_no = p.integer("pageNo", 1, 1)
-    page_size = p.integer("pageSize", 100, 1, 10_000)
-    start = (page_no - 1) * page_size
-    return {"totalCount": len(items), "pageNumber": page_no,
-            "pagesAvailable": math.ceil(len(items) / page_size), "pageItems": items[start:start + page_size]}
-
-
-def search_param(p: Params, name: str) -> str:
-    """A search fragment: required as a parameter (Spring's ``@RequestParam``), blank allowed."""
-    value = p.get(name)
-    if value is None:
-        raise MissingParam(name)
-    return value.strip()
 
 
 class V3Routes:
@@ -152,10 +134,7 @@ class V3Routes:
         return message("update user ok!")
 
     async def list_users(self, request: web.Request, p: Params) -> web.StreamResponse:
-        name = p.text("username")
-        blur = p.text("search", "accurate").lower() == "blur"
-        users = [{"username": u} for u in self.auth.data.usernames()
-                 if not name or (name in u if blur else u == name)]
+        users = self.auth.list_users(p.text("username"), p.text("search", "accurate").lower() == "blur")
         return v2_ok(dumps(auth_page(users, p)))
 
     async def search_users(self, request: web.Request, p: Params) -> web.StreamResponse:
@@ -170,10 +149,7 @@ class V3Routes:
         return message("delete role of user " + (p.text("username") or "*") + " ok!")
 
     async def list_roles(self, request: web.Request, p: Params) -> web.StreamResponse:
-        username, role = p.text("username"), p.text("role")
-        roles = [{"role": r, "username": u} for r, u in self.auth.data.roles()
-                 if (not username or u == username) and (not role or r == role)]
-        return v2_ok(dumps(auth_page(roles, p)))
+        return v2_ok(dumps(auth_page(self.auth.list_roles(p.text("username"), p.text("role")), p)))
 
     async def search_roles(self, request: web.Request, p: Params) -> web.StreamResponse:
         return v2_ok(dumps(self.auth.search_roles(search_param(p, "role"))))
@@ -187,10 +163,7 @@ class V3Routes:
         return message("delete permission ok!")
 
     async def list_permissions(self, request: web.Request, p: Params) -> web.StreamResponse:
-        role = p.text("role")
-        perms = [{"role": x.role, "resource": x.resource, "action": x.action}
-                 for x in self.auth.data.permissions() if not role or x.role == role]
-        return v2_ok(dumps(auth_page(perms, p)))
+        return v2_ok(dumps(auth_page(self.auth.list_permissions(p.text("role")), p)))
 
     async def duplicate_permission(self, request: web.Request, p: Params) -> web.StreamResponse:
         """``Result<Boolean>``: whether ``role`` already holds ``resource`` for ``action``
