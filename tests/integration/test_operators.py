@@ -53,6 +53,12 @@ def test_the_stock_nacos_properties_start_a_node_with_json_logs_and_the_access_l
                              if access.exists() else None, 10, what="the register call in the access log")
         assert entries[0]["method"] == "POST" and entries[0]["status"] == 200
         assert entries[0]["remote"] == "127.0.0.1" and isinstance(entries[0]["duration_ms"], int)
+        # SDKs send their login password in the query string: the access log never shows it
+        secret = "not-in-any-log-7f3a"
+        call("POST", f"{base}/nacos/v1/auth/login?username=nacos&password={secret}")
+        logins = poll_until(lambda: [e for e in json_lines(access) if e.get("path") == "/nacos/v1/auth/login"],
+                            10, what="the login call in the access log")
+        assert "password=%2A%2A%2A" in logins[0]["msg"] and secret not in access.read_text()
         assert node.stop() == 0
     lines = json_lines(node.log_path)  # every line of the node's output is one JSON object
     assert lines and all({"ts", "level", "logger", "msg"} <= set(line) for line in lines)

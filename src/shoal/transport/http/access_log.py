@@ -13,12 +13,26 @@ from __future__ import annotations
 import logging
 import time
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web import BaseRequest, StreamResponse
 
 from shoal.config import Config
 from shoal.logutil import ACCESS_LOGGER
+
+#: Query parameters whose values never reach the log: SDKs send login passwords (and every
+#: call's token) in the query string.
+SECRET_PARAMS = frozenset({"password", "newPassword", "accessToken"})
+
+
+def logged_target(request: BaseRequest) -> str:
+    """The request target as the log shows it: the path and query, secret values replaced by ``***``."""
+    if not request.query_string or not any(name in request.query for name in SECRET_PARAMS):
+        return request.path_qs
+    pairs = parse_qsl(request.query_string, keep_blank_values=True)
+    pairs = [(k, "***" if k in SECRET_PARAMS else v) for k, v in pairs]
+    return f"{request.path}?{urlencode(pairs)}"
 
 
 class NacosAccessLogger(AbstractAccessLogger):
@@ -32,7 +46,7 @@ class NacosAccessLogger(AbstractAccessLogger):
         agent = request.headers.get("User-Agent", "-")
         stamp = time.strftime("%d/%b/%Y:%H:%M:%S %z")
         self.logger.info(
-            '%s - - [%s] "%s %s HTTP/%d.%d" %d %d %d "%s"', remote, stamp, request.method, request.path_qs,
+            '%s - - [%s] "%s %s HTTP/%d.%d" %d %d %d "%s"', remote, stamp, request.method, logged_target(request),
             request.version.major, request.version.minor, response.status, size, duration_ms, agent,
             extra={"method": request.method, "path": request.path, "status": response.status,
                    "duration_ms": duration_ms, "remote": remote, "bytes": size, "user_agent": agent},
