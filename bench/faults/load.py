@@ -14,16 +14,19 @@ import contextlib
 import json
 import logging
 import re
+import signal
+import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from shoal.testing import FaultCluster
+from shoal.testing import FaultCluster, poll_until
 from shoal.testing.faults import tracebacks
+from shoal.testing.nodes import FAST_MEMBERS
 
 log = logging.getLogger("bench.faults")
 
@@ -52,6 +55,23 @@ def expirations(cluster: FaultCluster, services: Iterable[str] = ()) -> dict[str
         counts["tracebacks"] = tracebacks(text)
         out["per_node"][i] = counts
     return out
+
+
+@contextlib.contextmanager
+def three_nodes(prefix: str) -> Iterator[tuple[FaultCluster, Path]]:
+    """Three open nodes on 127.0.0.x (:class:`FaultCluster`) with every member UP everywhere, and
+    their scratch folder; the nodes are killed when the block ends, however it ends (SIGTERM
+    unwinds like Ctrl-C, so a run stopped from outside leaves no node behind either)."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        cluster = FaultCluster(Path(tmp), 3, base=FAST_MEMBERS)
+        try:
+            cluster.start_all()
+            poll_until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in range(3)),
+                       60, 0.2, "every member UP everywhere")
+            yield cluster, Path(tmp)
+        finally:
+            cluster.kill_all()
 
 
 def quiet_client_noise(loop: asyncio.AbstractEventLoop, counter: dict[str, int]) -> None:

@@ -24,19 +24,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from bench.faults.load import Churn, HttpInstances, Observer, SdkInstances, expirations, quiet_client_noise
-from shoal.testing import FaultCluster, poll_until
+from bench.faults.load import (
+    Churn,
+    HttpInstances,
+    Observer,
+    SdkInstances,
+    expirations,
+    quiet_client_noise,
+    three_nodes,
+)
+from shoal.testing import FaultCluster
 from shoal.testing.faults import rss_kb
-from shoal.testing.nodes import FAST_MEMBERS
 
 HTTP_SVC, SDK_SVC = "live-http", "live-grpc"
 
@@ -84,18 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writers", type=int, default=16, help="closed-loop register/deregister writers")
     parser.add_argument("--json", type=Path, help="write the report here")
     args = parser.parse_args(argv)
-    # SIGTERM unwinds like Ctrl-C, so the nodes are killed and a partition's chain removed on the way out
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    with tempfile.TemporaryDirectory(prefix="shoal-no-false-expiry-") as tmp:
-        cluster = FaultCluster(Path(tmp), 3, base=FAST_MEMBERS)
-        try:
-            cluster.start_all()
-            poll_until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in range(3)),
-                       60, 0.2, "every member UP everywhere")
-            report = asyncio.run(drive(cluster, args, Path(tmp)))
-            report["expirations"] = expirations(cluster, [HTTP_SVC, SDK_SVC])
-        finally:
-            cluster.kill_all()
+    with three_nodes("shoal-no-false-expiry-") as (cluster, tmp):
+        report = asyncio.run(drive(cluster, args, tmp))
+        report["expirations"] = expirations(cluster, [HTTP_SVC, SDK_SVC])
     falsely = (report["observer"]["missing_polls"] + len(report["expirations"]["false"])
                + report["beats"]["reregistered"])
     tracebacks = sum(n["tracebacks"] for n in report["expirations"]["per_node"].values())

@@ -35,9 +35,7 @@ import contextlib
 import json
 import os
 import random
-import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -52,10 +50,10 @@ from bench.faults.load import (
     listed,
     percentile,
     quiet_client_noise,
+    three_nodes,
 )
-from shoal.testing import FaultCluster, metric_values, poll_until
+from shoal.testing import FaultCluster, metric_values
 from shoal.testing.faults import Partition, PartitionUnavailable, freeze, kill9, rss_kb, thaw, tracebacks
-from shoal.testing.nodes import FAST_MEMBERS
 
 HTTP_SVC, SDK_SVC, CONN_SVC, BATCH_SVC = "soak-http", "soak-grpc", "soak-conn", "soak-batch"
 FAULTS = ("kill9", "sigstop", "partition", "garbage")
@@ -421,19 +419,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writers", type=int, default=4, help="closed-loop HTTP register/deregister writers")
     parser.add_argument("--json", type=Path, help="write the report here")
     args = parser.parse_args(argv)
-    # SIGTERM unwinds like Ctrl-C, so the nodes are killed and a partition's chain removed on the way out
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    with tempfile.TemporaryDirectory(prefix="shoal-soak-") as tmp:
-        cluster = FaultCluster(Path(tmp), 3, base=FAST_MEMBERS)
-        try:
-            cluster.start_all()
-            poll_until(lambda: all(all(s == "UP" for s in cluster.member_states(i).values()) for i in range(3)),
-                       60, 0.2, "every member UP everywhere")
-            report = asyncio.run(Soak(cluster, args, Path(tmp)).run())
-            report["expirations"] = expirations(cluster, [HTTP_SVC, SDK_SVC])
-            logs = {i: cluster.nodes[i].log() for i in sorted(cluster.nodes)}
-        finally:
-            cluster.kill_all()
+    with three_nodes("shoal-soak-") as (cluster, tmp):  # a partition's chain is removed on the way out too
+        report = asyncio.run(Soak(cluster, args, tmp).run())
+        report["expirations"] = expirations(cluster, [HTTP_SVC, SDK_SVC])
+        logs = {i: cluster.nodes[i].log() for i in sorted(cluster.nodes)}
     report["rss"] = {str(i): rss_growth(report["timeline"], i) for i in range(3)}
     p99s = [r["push_p99_ms"] for r in report["timeline"] if r["push_p99_ms"] is not None]
     done = [f for f in report["faults"] if "skipped" not in f]
