@@ -97,7 +97,10 @@ def test_install_sets_the_thresholds_and_startup_freezes_what_exists() -> None:
     existing = [[i] for i in range(1000)]
     policy.freeze_startup()
     assert not in_generations(existing[0])
-    assert policy.frozen_estimate == gc.get_freeze_count() > 0
+    # the count taken at the freeze; frozen objects that die since (another thread's, a frame's)
+    # leave the permanent generation, so the count now can only be a little lower
+    frozen_now = gc.get_freeze_count()
+    assert 0 < frozen_now <= policy.frozen_estimate < frozen_now + 1000
 
 
 @pytest.mark.usefixtures("collector")
