@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from shoal.distro.transport import MEMBER_HEADER, PeerError, PeerUnavailable
-from shoal.errors import Forbidden
 from shoal.testing import wait_until
 from shoal.testing.certs import make_pki
 from shoal.testing.peers import CLUSTER_OFFSET, ClusterPort
@@ -46,8 +45,8 @@ class Peer:
                 await asyncio.sleep(float(body))
             elif type_name == "Yield":
                 await asyncio.sleep(0.05)
-            elif type_name == "Refuse":
-                raise Forbidden("not you")
+            elif type_name == "Grow":
+                return "GrowResponse", body * 4
             return f"{type_name}Response", body
         finally:
             self.in_flight -= 1
@@ -123,6 +122,20 @@ async def test_a_message_over_the_peers_limit_is_a_peer_error_and_the_connection
         with pytest.raises(PeerError, match="RESOURCE_EXHAUSTED"):
             await client.call(served.address, "Echo", b"x" * (17 * MiB), 10_000)
         assert await client.call(served.address, "Echo", b"after", 2000) == ("EchoResponse", b"after")
+    finally:
+        await client.close()
+
+
+async def test_messages_over_the_clients_own_limit_are_refused_and_the_connection_goes_on(
+        port: tuple[ClusterPort, Peer]) -> None:
+    served, _ = port
+    client = NativePeerTransport(SELF, CLUSTER_OFFSET, IDENTITY, max_message=4096)
+    try:
+        with pytest.raises(PeerError, match="RESOURCE_EXHAUSTED"):  # the request: never sent
+            await client.call(served.address, "Echo", b"x" * 5000, 2000)
+        with pytest.raises(PeerError, match="RESOURCE_EXHAUSTED answer of"):  # the answer: refused from its prefix
+            await client.call(served.address, "Grow", b"x" * 2000, 2000)
+        assert await client.call(served.address, "Grow", b"ab", 2000) == ("GrowResponse", b"abababab")
     finally:
         await client.close()
 

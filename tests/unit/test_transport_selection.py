@@ -73,5 +73,5 @@ async def test_the_chosen_peer_client_is_built() -> None:
 
 
 def test_an_unknown_peer_client_is_refused_when_the_configuration_loads() -> None:
-    with pytest.raises(ConfigError, match="shoal.cluster.client.transport must be one of"):
+    with pytest.raises(ConfigError, match=r"shoal\.cluster\.client\.transport must be one of"):
         _peer_config("quic")

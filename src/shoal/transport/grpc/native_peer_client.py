@@ -64,7 +64,7 @@ class _Unreachable(Exception):
 class PeerConnection(asyncio.Protocol):
     """One HTTP/2 connection to one peer's cluster port, carrying unary calls as streams."""
 
-    __slots__ = ("_close_timer", "_connecting", "_flush_pending", "authority", "failure", "host", "loop", "owner",
+    __slots__ = ("_close_timer", "_flush_pending", "authority", "connecting", "failure", "host", "loop", "owner",
                  "paused", "pending", "port", "request_head", "session", "target", "transport", "usable")
 
     def __init__(self, owner: NativePeerTransport, target: str, host: str, port: int) -> None:
@@ -87,7 +87,7 @@ class PeerConnection(asyncio.Protocol):
         self.request_head = [(b":method", b"POST"), (b":scheme", scheme), (b":path", UNARY_PATH),
                              (b":authority", authority.encode()), (b"te", b"trailers"),
                              (b"content-type", b"application/grpc"), (b"user-agent", b"shoal-peer")]
-        self._connecting: asyncio.Task[None] | None = self.loop.create_task(self._connect())
+        self.connecting: asyncio.Task[None] | None = self.loop.create_task(self._connect())
 
     # --- connecting ----------------------------------------------------------------------
     async def _connect(self) -> None:
@@ -105,7 +105,7 @@ class PeerConnection(asyncio.Protocol):
         except OSError as exc:
             self._fail(_Unreachable(f"unavailable ({exc.strerror or exc})"))
         finally:
-            self._connecting = None
+            self.connecting = None
 
     def connection_made(self, transport: Any) -> None:  # uvloop's TCP transport is no asyncio.Transport
         if self.failure is not None:  # closed while connecting
@@ -241,8 +241,8 @@ class PeerConnection(asyncio.Protocol):
                 future.set_exception(failure)
         if self.transport is not None:
             self.transport.close()
-        if self._connecting is not None and self._connecting is not asyncio.current_task():
-            self._connecting.cancel()
+        if self.connecting is not None and self.connecting is not asyncio.current_task():
+            self.connecting.cancel()
 
     def close(self) -> None:
         self._fail(_Unreachable("unavailable (transport closed)"))
@@ -294,8 +294,16 @@ class NativePeerTransport:
     async def call(self, target: str, type_name: str, body: bytes, timeout_ms: int) -> tuple[str, bytes]:
         """Send one request to the peer at ``target`` (its main ip:port) and return its answer."""
         message = encode(type_name, body, self._headers)
+        if len(message) > self.max_message:  # as grpc refuses to send it
+            raise PeerError(f"{type_name} to {target}: RESOURCE_EXHAUSTED message of {len(message)} bytes is over "
+                            f"the limit of {self.max_message} bytes")
         conn = self._connection(target)
-        stream_id, future = conn.start(message, timeout_ms)
+        try:
+            stream_id, future = conn.start(message, timeout_ms)
+        except h2client.H2Error:  # the session takes no new stream after all: a fresh connection does
+            conn.retire()
+            conn = self._connection(target)
+            stream_id, future = conn.start(message, timeout_ms)
         try:
             status, details, answer = await future
         except TimeoutError:
@@ -339,9 +347,10 @@ class NativePeerTransport:
         connections = [*self._connections.values(), *self._retired]
         self._connections.clear()
         self._retired.clear()
+        connecting = [conn.connecting for conn in connections if conn.connecting is not None]
         for conn in connections:
             conn.close()
-        await asyncio.sleep(0)  # let the sockets' close callbacks run
+        await asyncio.gather(*connecting, return_exceptions=True)
 
 
 def _short(details: str) -> str:
