@@ -114,6 +114,25 @@ async def test_big_messages_travel_both_ways(port: tuple[ClusterPort, Peer]) -> 
         await client.close()
 
 
+@pytest.mark.parametrize("transport", ["native", "grpcio"])
+async def test_a_snapshot_sized_page_arrives(transport: str) -> None:
+    page = bytes(range(256)) * (48 * MiB // 256)
+
+    async def snapshot(sender: str, type_name: str, body: bytes) -> tuple[str, bytes]:
+        return "DistroSnapshotResponse", page
+
+    served = await ClusterPort(snapshot, transport).start()  # the default limits: 64 MiB messages
+    client = _client()
+    try:
+        started = time.monotonic()
+        reply_type, body = await client.call(served.address, "DistroSnapshotRequest", b"{}", 30_000)
+        assert reply_type == "DistroSnapshotResponse" and body == page
+        assert time.monotonic() - started < 10
+    finally:
+        await client.close()
+        await served.stop()
+
+
 async def test_a_message_over_the_peers_limit_is_a_peer_error_and_the_connection_goes_on(
         port: tuple[ClusterPort, Peer]) -> None:
     served, _ = port
