@@ -222,6 +222,25 @@ async def test_a_restarted_peer_is_reached_at_once_and_logged_once_each_way(
     assert infos == [f"peer {served.address} answers again"]
 
 
+@pytest.mark.parametrize("transport", ["native", "grpcio"])
+async def test_a_peer_stopping_gracefully_finishes_the_calls_in_flight(transport: str) -> None:
+    peer = Peer()
+    served = await ClusterPort(peer.dispatch, transport).start()
+    client = _client()
+    try:
+        assert await client.call(served.address, "Echo", b"1", 2000) == ("EchoResponse", b"1")
+        in_flight = asyncio.ensure_future(client.call(served.address, "Sleep", b"0.5", 5000))
+        await wait_until(lambda: peer.in_flight == 1, 3.0, "the call to reach the peer")
+        await served.stop(grace_s=3.0)  # GOAWAY: the call in flight goes on, new ones go elsewhere
+        assert await in_flight == ("SleepResponse", b"0.5")
+        with pytest.raises(PeerUnavailable) as caught:
+            await client.call(served.address, "Echo", b"2", 2000)
+        assert caught.value.refused
+    finally:
+        await client.close()
+        await served.stop()
+
+
 async def test_calls_in_flight_fail_unavailable_when_the_client_closes(port: tuple[ClusterPort, Peer]) -> None:
     served, _ = port
     client = _client()
