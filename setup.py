@@ -10,6 +10,7 @@ from pathlib import Path
 from setuptools import setup
 
 ROOT = Path(__file__).parent
+_NGHTTP2_USERS = ("h2grpc", "h2client")
 
 
 def _ext_modules() -> list:
@@ -24,10 +25,10 @@ def _ext_modules() -> list:
     from_c = not sources
     if from_c:
         sources = sorted((ROOT / "ext").glob("*.c"))
-    # h2grpc (the native gRPC transport) alone links libnghttp2.
+    # h2grpc and h2client (the native gRPC transport, server and client sessions) alone link libnghttp2.
     modules = [
         Extension(f"shoal._ext.{src.stem}", [str(src.relative_to(ROOT))], extra_compile_args=["-O3"],
-                  libraries=["nghttp2"] if src.stem == "h2grpc" else [])
+                  libraries=["nghttp2"] if src.stem in _NGHTTP2_USERS else [])
         for src in sources
     ]
     print(f"shoal: building {len(modules)} kernels from {'C' if from_c else 'Cython'}: "

@@ -11,7 +11,7 @@ WHAT="${1:-dev}"
 case "$WHAT" in node|dev) ;; *) echo "usage: ci/setup.sh [node|dev]" >&2; exit 2 ;; esac
 # Some machines list package mirrors that do not exist; pip warns once per package about them.
 pip_quiet() { "$@" 2>&1 | { grep -v "^WARNING: Location '.*' is ignored" || true; }; }
-# The native gRPC transport (ext/h2grpc.pyx) links libnghttp2: install its headers if we can.
+# The native gRPC transport (ext/h2grpc.pyx, ext/h2client.pyx) links libnghttp2: install its headers if we can.
 if [ "${SHOAL_NO_EXTENSIONS:-0}" = "0" ] && [ ! -f /usr/include/nghttp2/nghttp2.h ]; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
     apt-get update -qq && apt-get install -y -qq libnghttp2-dev >/dev/null

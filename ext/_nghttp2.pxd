@@ -1,4 +1,5 @@
-# Extern declarations of the part of libnghttp2 (nghttp2/nghttp2.h, 1.52) that ext/h2grpc.pyx uses.
+# Extern declarations of the part of libnghttp2 (nghttp2/nghttp2.h, 1.52) that ext/h2grpc.pyx (server
+# sessions) and ext/h2client.pyx (client sessions) use.
 
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 from libc.stddef cimport size_t
@@ -10,6 +11,8 @@ cdef extern from "nghttp2/nghttp2.h":
     ctypedef struct nghttp2_session_callbacks:
         pass
     ctypedef struct nghttp2_option:
+        pass
+    ctypedef struct nghttp2_priority_spec:
         pass
 
     ctypedef struct nghttp2_frame_hd:
@@ -110,7 +113,11 @@ cdef extern from "nghttp2/nghttp2.h":
         NGHTTP2_NO_ERROR = 0
         NGHTTP2_PROTOCOL_ERROR = 1
         NGHTTP2_INTERNAL_ERROR = 2
+        NGHTTP2_FLOW_CONTROL_ERROR = 3
+        NGHTTP2_REFUSED_STREAM = 7
         NGHTTP2_CANCEL = 8
+        NGHTTP2_INADEQUATE_SECURITY = 12
+        NGHTTP2_SETTINGS_ENABLE_PUSH = 2
         NGHTTP2_ENHANCE_YOUR_CALM = 11
         NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS = 3
         NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE = 4
@@ -161,6 +168,13 @@ cdef extern from "nghttp2/nghttp2.h":
     int nghttp2_session_server_new3(nghttp2_session **session_ptr, const nghttp2_session_callbacks *callbacks,
                                     void *user_data, const nghttp2_option *option, nghttp2_mem *mem)
     void nghttp2_session_del(nghttp2_session *session)
+    # client sessions (ext/h2client.pyx)
+    int nghttp2_session_client_new2(nghttp2_session **session_ptr, const nghttp2_session_callbacks *callbacks,
+                                    void *user_data, const nghttp2_option *option)
+    int32_t nghttp2_submit_request(nghttp2_session *session, const nghttp2_priority_spec *pri_spec,
+                                   const nghttp2_nv *nva, size_t nvlen, const nghttp2_data_provider *data_prd,
+                                   void *stream_user_data)
+    uint32_t nghttp2_session_get_next_stream_id(nghttp2_session *session)
     ssize_t nghttp2_session_mem_recv(nghttp2_session *session, const uint8_t *data, size_t inlen)
     ssize_t nghttp2_session_mem_send(nghttp2_session *session, const uint8_t **data_ptr)
     int nghttp2_session_want_read(nghttp2_session *session)

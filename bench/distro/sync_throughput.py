@@ -23,8 +23,9 @@ and per record synced; each peer's CPU per record received; convergence lag p50/
 With ``--baseline`` (default) the same load also runs against a standalone node on the same
 transport, so ``a_replication_cpu_us_per_op`` (cluster A minus standalone, per op) isolates what
 Distro costs the owner. The summary holds the median over the rounds per transport, and the
-native / grpcio ratios. The peers' *client* side is always grpcio (``GrpcPeerTransport``); the
-transport switch changes the cluster port's (and the SDK port's) server side.
+native / grpcio ratios. The peers' *client* side is the node's default in both columns
+(``shoal.cluster.client.transport``: native when built; ``--server-arg`` chooses); the transport
+switch changes the cluster port's (and the SDK port's) server side.
 
 Prints a table on stderr and one JSON document on stdout, and saves it under ``bench/results/``
 (ignored by git) unless ``--out`` names another file.

@@ -55,7 +55,6 @@ from shoal.transport.grpc.connections import Connection, ConnectionManager
 from shoal.transport.grpc.limits import LimitRuleFile
 from shoal.transport.grpc.lock_handlers import LockConnectionListener, lock_handlers
 from shoal.transport.grpc.naming_handlers import NamingConnectionListener, naming_handlers
-from shoal.transport.grpc.peer_client import GrpcPeerTransport
 from shoal.transport.grpc.server import SdkServer
 from shoal.transport.grpc.transports import transport_name
 from shoal.transport.http import disabled_modules
@@ -76,6 +75,7 @@ from shoal.transport.http.v3 import V3Routes
 from shoal.transport.http.v3_console import NodeViews, V3ConsoleRoutes
 from shoal.transport.http.v3_core import V3CoreRoutes
 from shoal.transport.http.v3_naming import V3NamingRoutes
+from shoal.transport.selection import make_peer_transport
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def build_cluster_phase(config: Config, clock: Clock, hooks: TestHooks, tls: Nod
     if members is not None:
         identity = ((config.cluster_identity_key, config.cluster_identity_value)
                     if config.cluster_identity_key else None)
-        transport = GrpcPeerTransport(members.self_address, config.cluster_port_offset, identity, tls=tls.peer)
+        transport = make_peer_transport(config, members.self_address, identity, tls.peer)
         distro = DistroProtocol(config, clock, stack.bus, stack.clients, stack.services, members, transport,
                                 on_renew, drop_incoming_sync=hooks.drop_incoming_sync)
     responsibility: Responsibility = (

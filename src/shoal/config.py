@@ -566,6 +566,12 @@ class Config:
         "gRPC server transport of both gRPC ports: native (libnghttp2) or grpcio; empty = native when built.",
         check=one_of("", "native", "grpcio"),
     )
+    cluster_client_transport: str = _setting(
+        "", "shoal.cluster.client.transport",
+        "Client transport of the calls to peers' cluster ports: native (libnghttp2) or grpcio; empty = native "
+        "when built.",
+        check=one_of("", "native", "grpcio"),
+    )
     cluster_max_inbound_message_size: int = _setting(
         64 * 1024 * 1024, "nacos.remote.server.grpc.cluster.max-inbound-message-size",
         "Largest gRPC message accepted from a peer on the cluster port, in bytes.",

@@ -61,6 +61,19 @@ def test_bad_cluster_membership_is_reported_without_traceback(tmp_path: Path) ->
         assert "Traceback" not in result.stderr
 
 
+def test_a_peer_client_that_cannot_run_stops_the_node_before_it_serves(tmp_path: Path) -> None:
+    port = free_port_block()
+    members = f"127.0.0.1:{port},127.0.0.1:{port + 10}"
+    common = ["server", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(tmp_path), *OPEN.value,
+              "--members", members]
+    unknown = run_cli(*common, "-D", "shoal.cluster.client.transport=quic")
+    assert unknown.returncode == 2 and "shoal.cluster.client.transport" in unknown.stderr
+    unbuilt = run_cli(*common, "-D", "shoal.cluster.client.transport=native", env={"SHOAL_NO_EXTENSIONS": "1"})
+    assert unbuilt.returncode == 2 and "needs the h2client extension" in unbuilt.stderr
+    for result in (unknown, unbuilt):
+        assert "Traceback" not in result.stderr
+
+
 def test_busy_port_is_a_clear_error(tmp_path: Path) -> None:
     port = free_port_block()
     with socket.socket() as blocker:

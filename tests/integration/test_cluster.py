@@ -148,6 +148,35 @@ async def test_a_200k_instance_snapshot_loads(cluster_of: Callable[[int], NodeCl
         await loader.close()
 
 
+@pytest.mark.parametrize("client", ["native", "grpcio"])
+async def test_each_peer_client_replicates_and_feeds_a_restarted_nodes_snapshot(
+        tmp_path: Path, sdk: Any, client: str) -> None:
+    # Every Distro call (sync batches, verify, member reports, the snapshot a restarted node loads)
+    # goes through the peer client that shoal.cluster.client.transport chooses. One client
+    # publishes one instance per service, so each write names a service of its own.
+    cluster = NodeCluster(tmp_path, 3, [*FAST, "-D", f"shoal.cluster.client.transport={client}"], auth=OPEN)
+    try:
+        cluster.start_all()
+        writer = await sdk(cluster.addr(0))
+        await writer.register_instance(RegisterInstanceParam(service_name="via", ip="10.50.0.1", port=1))
+        await wait_until(lambda: all(cluster.gauge(i, "instances") == 1 for i in range(3)), what="replicated")
+        kill(cluster.nodes[2])
+        await writer.register_instance(RegisterInstanceParam(service_name="via-2", ip="10.50.0.2", port=2))
+        await wait_until(lambda: cluster.gauge(1, "instances") == 2, what="replicated to the survivor")
+        served = peer_requests(cluster.nodes[0], SNAPSHOT_REQUEST) + peer_requests(cluster.nodes[1], SNAPSHOT_REQUEST)
+        await asyncio.to_thread(cluster.start, 2)  # its peers' clients reach it again at once
+        assert peer_requests(cluster.nodes[0], SNAPSHOT_REQUEST) + \
+            peer_requests(cluster.nodes[1], SNAPSHOT_REQUEST) >= served + 1
+        assert cluster.gauge(2, "instances") == 2
+        await writer.register_instance(RegisterInstanceParam(service_name="via-3", ip="10.50.0.3", port=3))
+        await wait_until(lambda: all(cluster.gauge(i, "instances") == 3 for i in range(3)),
+                         what="a write after the restart replicated everywhere")
+        log = cluster.nodes[0].log()
+        assert f"peer {cluster.addr(2)} is not answering" in log and f"peer {cluster.addr(2)} answers again" in log
+    finally:
+        cluster.kill_all()
+
+
 class _Addr:
     def __init__(self, addr: str) -> None:
         self.addr = addr

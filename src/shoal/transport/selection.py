@@ -1,4 +1,5 @@
-"""Which gRPC server transport serves the node's gRPC ports (``shoal.remote.transport``).
+"""Which gRPC transport serves the node's gRPC ports (``shoal.remote.transport``), and which one
+calls its peers' cluster ports (``shoal.cluster.client.transport``).
 
 A choice of the whole node, read by the gRPC transport that builds the servers and by the HTTP
 transport that reports it (node state, console), so it lives beside both rather than in either:
@@ -7,7 +8,10 @@ the HTTP transport never imports the gRPC one.
 * ``native``: HTTP/2 by libnghttp2 in the ``h2grpc`` Cython extension;
 * ``grpcio``: grpc.aio.
 
-The default is native when the extension is built (and ``SHOAL_NO_EXTENSIONS`` is unset).
+The default is native when the extension is built (and ``SHOAL_NO_EXTENSIONS`` is unset). The
+peer client has the same two: ``native``, a libnghttp2 client session in the ``h2client``
+extension (``transport/grpc/native_peer_client.py``), or ``grpcio``
+(``transport/grpc/peer_client.py``); :func:`make_peer_transport` builds the chosen one.
 """
 
 from __future__ import annotations
@@ -15,9 +19,14 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from shoal.config import Config
 from shoal.errors import ConfigError
+
+if TYPE_CHECKING:
+    from shoal.distro.transport import PeerTransport
+    from shoal.tls import PortTls
 
 NATIVE = "native"
 GRPCIO = "grpcio"
@@ -64,3 +73,39 @@ def transport_name(config: Config) -> str:
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
     return wanted
+
+
+def native_client_unavailable_reason() -> str | None:
+    """Why the native peer client cannot run here (None when it can): what keeps the native server
+    transport from running (the same library, checked by h2grpc at import), or h2client not built."""
+    reason = native_unavailable_reason()
+    if reason is not None:
+        return reason
+    try:
+        importlib.import_module("shoal._ext.h2client")
+    except ImportError as exc:
+        return str(exc) or "the h2client extension is not built"
+    return None
+
+
+def peer_client_name(config: Config) -> str:
+    """The transport calls to peers go over; ConfigError for an unavailable choice."""
+    reason = native_client_unavailable_reason()
+    wanted = config.cluster_client_transport or (NATIVE if reason is None else GRPCIO)
+    if wanted not in (NATIVE, GRPCIO):
+        raise ConfigError(f"shoal.cluster.client.transport must be {NATIVE} or {GRPCIO}, not {wanted!r}")
+    if wanted == NATIVE and reason is not None:
+        raise ConfigError("shoal.cluster.client.transport=native needs the h2client extension (built with "
+                          f"libnghttp2; not available with SHOAL_NO_EXTENSIONS=1): {reason}")
+    return wanted
+
+
+def make_peer_transport(config: Config, self_address: str, identity: tuple[str, str] | None,
+                        tls: PortTls | None) -> PeerTransport:
+    """The configured client for Distro calls to peers (``shoal.cluster.client.transport``): calls
+    carry ``identity`` (the cluster identity header, if any) and go over TLS with ``tls``."""
+    if peer_client_name(config) == NATIVE:
+        from shoal.transport.grpc.native_peer_client import NativePeerTransport
+        return NativePeerTransport(self_address, config.cluster_port_offset, identity, tls=tls)
+    from shoal.transport.grpc.peer_client import GrpcPeerTransport
+    return GrpcPeerTransport(self_address, config.cluster_port_offset, identity, tls=tls)
