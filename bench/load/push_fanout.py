@@ -29,9 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,43 @@ def subscribe_plan(count: int) -> list[list[tuple[str, bytes]]]:
 def change_plan(port: int) -> list[list[tuple[str, bytes]]]:
     body = nc.instance_request("registerInstance", SERVICE, nc.instance(WRITER_IP, port))
     return [[("InstanceRequest", json.dumps(body).encode())]]
+
+
+_ACK_LINE = re.compile(r'^shoal_push_ack_seconds_(bucket|count|sum)\{([^}]*)\}\s+(\S+)', re.M)
+_LE = re.compile(r'le="([^"]+)"')
+
+
+def push_ack_histogram(http_port: int) -> dict[str, Any] | None:
+    """The node's (or worker's) ``shoal_push_ack_seconds``, summed over its label sets."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/nacos/actuator/prometheus", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    out: dict[str, Any] = {"count": 0.0, "sum": 0.0, "buckets": {}}
+    for kind, labels, value in _ACK_LINE.findall(text):
+        if kind == "bucket":
+            le = _LE.search(labels)
+            if le:
+                out["buckets"][le.group(1)] = out["buckets"].get(le.group(1), 0.0) + float(value)
+        else:
+            out[kind] += float(value)
+    return out
+
+
+def histogram_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Acks counted between two reads: how many, the mean, and the bucket bounds p50/p99 fall in."""
+    if before is None or after is None:
+        return None
+    count = after["count"] - before["count"]
+    buckets = sorted(((float(le), n - before["buckets"].get(le, 0.0)) for le, n in after["buckets"].items()),
+                     key=lambda b: b[0])
+
+    def bound(q: float) -> float | None:
+        return next((le * 1000 for le, n in buckets if count and n >= q * count), None)
+
+    return {"acks": int(count), "mean_ms": round((after["sum"] - before["sum"]) / count * 1000, 3) if count else None,
+            "p50_le_ms": bound(0.5), "p99_le_ms": bound(0.99)}
 
 
 def ms(values: Sequence[float]) -> dict[str, Any]:
@@ -131,6 +170,10 @@ def node_round(args: argparse.Namespace, workers: int) -> dict[str, Any]:
             fan.change(FIRST_PORT + k, args.settle, server)
         last, each, writer = [], [], []
         missed = pushes = 0
+        # the node's own view: shoal_push_ack_seconds of every worker (its private port), or the node's
+        ports = sorted(p["private_port"] for p in scaling.node_processes(server) if p["private_port"]) or [
+            server.http_port]
+        hist0 = {port: push_ack_histogram(port) for port in ports if port}
         cpu0 = server.cpu_s()
         for k in range(args.changes):
             got = fan.change(FIRST_PORT + args.warmup + k, args.settle, server)
@@ -144,6 +187,7 @@ def node_round(args: argparse.Namespace, workers: int) -> dict[str, Any]:
             if args.gap_ms > 0:
                 time.sleep(args.gap_ms / 1000)
         cpu1 = server.cpu_s()
+        server_side = {str(port): histogram_delta(h, push_ack_histogram(port)) for port, h in hist0.items()}
         cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
         out.update({
             "subscribers": n_subs,
@@ -156,7 +200,8 @@ def node_round(args: argparse.Namespace, workers: int) -> dict[str, Any]:
             "server_cpu_s": None if cpu is None else round(cpu, 3),
             "pushes_per_server_cpu_s": round(pushes / cpu, 1) if cpu else None,
             "server_cpu_ms_per_change": round(cpu / args.changes * 1000, 3) if cpu else None,
-            "processes_after": server.processes(),
+            "server_push_ack_by_http_port": server_side,
+            "processes_after": scaling.node_processes(server),
         })
         lat = out["change_to_last_ack_ms"]
         run.log(f"fan-out, {workers} worker(s): change -> last ack p50 {lat['p50']} ms, p99 {lat['p99']} ms; "

@@ -579,7 +579,9 @@ class Bench:
         return self.server.cpu_s()
 
     # the rate phases
-    def rate_phases(self, phases: Sequence[str]) -> dict[str, Any]:
+    def rate_phases(self, phases: Sequence[str], on_phase: Any = None) -> dict[str, Any]:
+        """``on_phase(name, result)``, if given, runs after each phase's measurement, before the next
+        phase (and before the connections close: their instances are still registered)."""
         a, pool, server = self.args, self.pool, self.server
         assert pool is not None and server is not None
         out: dict[str, Any] = {}
@@ -646,6 +648,8 @@ class Bench:
                 result = rate_phase(phase, results, cpu0, cpu1)
                 result["server_rss_bytes_after"] = server.rss()
                 result["server_processes_after"] = server.processes()  # a multi-worker node: each process
+                if on_phase is not None:
+                    on_phase(phase, result)
                 runs[phase].append(result)
                 if phase == "deregister" and rep == a.repeat - 1:
                     out["verify_after_deregister"] = pool.call([self.aux], "verify", common, 300, server)[0]

@@ -28,14 +28,18 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import run  # siblings: this file is run as a script, so its folder is on the path
+
+from shoal.workers.placement import WorkerPlacement
 
 #: Issue 21's targets for N workers against 1 on this 2-core box (reported, never asserted).
 TARGETS = {
@@ -60,6 +64,57 @@ def listening_sockets(port: int) -> int:
                 fields = line.split()
                 count += len(fields) > 3 and fields[1].endswith(want) and fields[3] == "0A"
     return count
+
+
+def placement(pid: int) -> WorkerPlacement | None:
+    """The worker placement the supervisor gave process ``pid`` (its environment), None if none."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    env = dict(item.decode(errors="replace").partition("=")[::2] for item in raw.split(b"\0") if b"=" in item)
+    try:
+        return WorkerPlacement.from_env(env)
+    except Exception:  # not a worker's environment after all
+        return None
+
+
+def node_processes(server: run.Server) -> list[dict[str, Any]]:
+    """run.Server.processes(), each labelled with its worker index and private port (None: not a worker)."""
+    out = server.processes()
+    for proc in out:
+        where = placement(proc["pid"])
+        proc["worker"] = None if where is None else where.index
+        proc["private_port"] = None if where is None else where.private_port
+    return out
+
+
+_IP_COUNT = re.compile(r'^nacos_monitor\{[^}]*name="ipCount"[^}]*\}\s+(\S+)', re.M)
+
+
+def ip_count(http_port: int) -> int | None:
+    """Instances the node (or worker) on ``http_port`` holds: its ``nacos_monitor`` ipCount gauge."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/nacos/actuator/prometheus", timeout=5) as r:
+            m = _IP_COUNT.search(r.read().decode())
+    except OSError:
+        return None
+    return int(float(m.group(1))) if m else None
+
+
+def wait_instances(server: run.Server, want: int, timeout_s: float) -> dict[str, Any]:
+    """Until every worker (each on its private HTTP port; the node's port without workers) holds
+    ``want`` instances: how long that took (replication to the siblings) and the counts."""
+    ports = sorted(p["private_port"] for p in node_processes(server) if p["private_port"]) or [server.http_port]
+    t0 = time.monotonic()
+    while True:
+        counts = {str(port): ip_count(port) for port in ports if port}
+        if all(c is not None and c >= want for c in counts.values()) or time.monotonic() - t0 > timeout_s:
+            break
+        time.sleep(0.05)
+    return {"want": want, "ip_count": counts, "waited_s": round(time.monotonic() - t0, 3),
+            "all_hold": all(c is not None and c >= want for c in counts.values())}
 
 
 def parse_counts(text: str) -> list[int]:
@@ -108,10 +163,16 @@ def node_round(args: argparse.Namespace, workers: int) -> dict[str, Any]:
     out: dict[str, Any] = {"workers": workers, "loadavg_at_start": loadavg()}
     try:
         server = open_node(bench, workers, args.ready_timeout)
-        out["processes_idle"] = server.processes()
+        out["processes_idle"] = node_processes(server)
         bench.open_pool()
-        out["rates"] = bench.rate_phases(list(RATE_PHASES))
-        out["processes_after"] = server.processes()
+        want = args.services * args.instances
+
+        def after(name: str, result: dict[str, Any]) -> None:
+            if name == "register":  # every worker holds the registry before the queries (untimed)
+                result["replicated"] = wait_instances(server, want, args.replication_timeout)
+
+        out["rates"] = bench.rate_phases(list(RATE_PHASES), after)
+        out["processes_after"] = node_processes(server)
     finally:
         bench.close_pool()
         bench.close_server()
@@ -128,11 +189,15 @@ def memory_round(args: argparse.Namespace, workers: int) -> dict[str, Any]:
     out: dict[str, Any] = {"workers": workers, "instances": instances, "loadavg_at_start": loadavg()}
     try:
         server = open_node(bench, workers, args.ready_timeout)
-        out["processes_idle"] = server.processes()
+        out["processes_idle"] = node_processes(server)
         bench.open_pool()
-        register = bench.rate_phases(["register"])["register"]
+
+        def loaded(name: str, result: dict[str, Any]) -> None:  # before the connections close
+            out["replicated"] = wait_instances(server, instances, args.replication_timeout)
+            out["processes_loaded"] = node_processes(server)
+
+        register = bench.rate_phases(["register"], loaded)["register"]
         out["register"] = {k: register.get(k) for k in ("ops", "errors", "ops_per_s", "ops_per_server_cpu_s")}
-        out["processes_loaded"] = register["server_processes_after"]
     finally:
         bench.close_pool()
         bench.close_server()
@@ -225,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-instances", type=int, default=100, help="instances per service there (default 100)")
     p.add_argument("--no-rates", action="store_true", help="skip the rate phases (with --memory: memory only)")
     p.add_argument("--ready-timeout", type=float, default=60.0, help="seconds for every worker to listen")
+    p.add_argument("--replication-timeout", type=float, default=60.0,
+                   help="seconds for every worker to hold the registered instances (default 60)")
     p.add_argument("--server-arg", action="append", default=[], metavar="PROPERTY=VALUE",
                    help="passed to every node as -D PROPERTY=VALUE (repeatable)")
     p.add_argument("--server-log-level", default="warning", choices=["debug", "info", "warning", "error"])
