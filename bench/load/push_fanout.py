@@ -1,7 +1,7 @@
 """Push fan-out: one change to a service with many subscribers, until the last one acked (issue 21).
 
-For each count in ``--workers`` (default ``1,2``), a fresh ``shoal server`` (``--workers N`` passed
-only when N != 1; the tool waits until N sockets listen on the SDK port, so the kernel spreads
+For each count in ``--workers`` (default ``1,2``), a fresh ``shoal server --workers N`` (left out for
+1 on a node without the flag; the tool waits until N sockets listen on the SDK port, so the kernel spreads
 the connections over the workers), then:
 
 * ``--subscribers`` connections (1,000), opened by ``--procs`` native generator processes

@@ -30,6 +30,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 import urllib.request
@@ -127,8 +128,26 @@ def parse_counts(text: str) -> list[int]:
     return counts
 
 
+_HAS_WORKERS_FLAG: list[bool] = []
+
+
+def has_workers_flag() -> bool:
+    """Whether the `shoal server` this tool starts (this interpreter, this PYTHONPATH) takes --workers."""
+    if not _HAS_WORKERS_FLAG:
+        shown = subprocess.run([sys.executable, "-m", "shoal", "server", "--help"], capture_output=True, text=True,
+                               timeout=60, stdin=subprocess.DEVNULL)
+        _HAS_WORKERS_FLAG.append("--workers" in shown.stdout)
+    return _HAS_WORKERS_FLAG[0]
+
+
 def node_argv(workers: int) -> list[str]:
-    return ["--workers", str(workers)] if workers != 1 else []
+    """``--workers N`` whenever the node takes it (its default may be one worker per core); a node
+    without the flag runs 1 worker and nothing else."""
+    if has_workers_flag():
+        return ["--workers", str(workers)]
+    if workers != 1:
+        raise RuntimeError(f"this shoal server has no --workers flag: it cannot run {workers} workers")
+    return []
 
 
 def run_args(args: argparse.Namespace, *, services: int, ops: int, query_ops: int, repeat: int) -> argparse.Namespace:
