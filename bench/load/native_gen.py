@@ -179,6 +179,18 @@ class NativeProcess:
         self.send(f"run {path} {window} {max_s} {self._path('run.lat')}")
         return self.finish("run", time.monotonic() + timeout_s)
 
+    def start_await(self, port: int, count: int, timeout_s: float) -> None:
+        """Subscriber side of a fan-out: wait until ``count`` connections read a push listing ``port``."""
+        self.send(f"await {port} {count} {timeout_s} {self._path('push.rec')}")
+
+    def finish_await(self, deadline: float, alive: Any = None) -> dict[str, Any]:
+        """The answer of :meth:`start_await`, with ``records``: every push read since the last await,
+        as (connection index in this process, first port in its hosts or -1, ``time.monotonic()``)."""
+        result = self.recv(deadline, alive)
+        with open(self._path("push.rec"), "rb") as f:
+            result["records"] = list(struct.iter_unpack("<iid", f.read()))
+        return result
+
     def finish(self, command: str, deadline: float, alive: Any = None) -> dict[str, Any]:
         result = self.recv(deadline, alive)
         if command == "connect":

@@ -149,8 +149,9 @@ class Server:
     @classmethod
     def start(
         cls, server_args: Sequence[str], log_level: str, pure: bool = False, ready_timeout_s: float = 30.0,
-        src: str | None = None,
+        src: str | None = None, node_argv: Sequence[str] = (),
     ) -> Server:
+        """``node_argv``: more `shoal server` arguments (e.g. ``--workers 2``)."""
         port = free_port_block((0, 1000))
         tmpdir = tempfile.mkdtemp(prefix="shoal-load-")
         argv = [
@@ -164,6 +165,7 @@ class Server:
             "--log-level",
             log_level,
             *OPEN.value,  # the load runs against an open node (no login)
+            *node_argv,
         ]
         for item in server_args:
             argv += ["-D", item]
@@ -295,6 +297,11 @@ class Server:
     def rss(self) -> int | None:
         return self.status().get("VmRSS")
 
+    def processes(self) -> list[dict[str, Any]]:
+        """Every process of the node (its pid first, then its live descendants: a multi-worker
+        node's workers): pid, parent, VmRSS and CPU seconds so far."""
+        return [] if self.pid is None else [_proc_info(p) for p in _proc_tree(self.pid)]
+
     def extensions_loaded(self) -> bool | None:
         if self.pid is None:
             return None
@@ -309,6 +316,18 @@ def _proc_cpu_s(pid: int) -> float:
     except OSError:  # gone since it was listed
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def _proc_info(pid: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"pid": pid, "ppid": None, "rss_bytes": None, "cpu_s": round(_proc_cpu_s(pid), 2)}
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key == "PPid":
+                out["ppid"] = int(value)
+            elif key == "VmRSS":
+                out["rss_bytes"] = int(value.split()[0]) * 1024
+    return out
 
 
 def _proc_tree(pid: int) -> list[int]:
@@ -495,8 +514,9 @@ class Bench:
         self.servers_started: list[dict[str, Any]] = []
 
     # servers and pools
-    def open_server(self, pure: bool = False, transport: str = "") -> Server:
-        """The node under test; ``transport`` (--compare-transports) is native, grpcio or floor-*."""
+    def open_server(self, pure: bool = False, transport: str = "", node_argv: Sequence[str] = ()) -> Server:
+        """The node under test; ``transport`` (--compare-transports) is native, grpcio or floor-*;
+        ``node_argv``: more `shoal server` arguments (``--workers N``)."""
         a = self.args
         if a.addr:
             self.server = Server(a.addr, a.server_pid)
@@ -511,7 +531,8 @@ class Bench:
             extra = [f"shoal.remote.transport={transport}"] if transport else []
             log(f"starting shoal server{' (SHOAL_NO_EXTENSIONS=1)' if pure else ''}"
                 f"{f' on the {transport} transport' if transport else ''}{f' from {src}' if src else ''}")
-            self.server = Server.start([*a.server_arg, *extra], a.server_log_level, pure=pure, src=src)
+            self.server = Server.start([*a.server_arg, *extra], a.server_log_level, pure=pure, src=src,
+                                       node_argv=node_argv)
             log(f"server pid {self.server.pid} on {self.server.target}")
         info = {
             "target": self.server.target,
@@ -558,7 +579,9 @@ class Bench:
         return self.server.cpu_s()
 
     # the rate phases
-    def rate_phases(self, phases: Sequence[str]) -> dict[str, Any]:
+    def rate_phases(self, phases: Sequence[str], on_phase: Any = None) -> dict[str, Any]:
+        """``on_phase(name, result)``, if given, runs after each phase's measurement, before the next
+        phase (and before the connections close: their instances are still registered)."""
         a, pool, server = self.args, self.pool, self.server
         assert pool is not None and server is not None
         out: dict[str, Any] = {}
@@ -624,6 +647,9 @@ class Bench:
                 cpu1 = self.cpu()
                 result = rate_phase(phase, results, cpu0, cpu1)
                 result["server_rss_bytes_after"] = server.rss()
+                result["server_processes_after"] = server.processes()  # a multi-worker node: each process
+                if on_phase is not None:
+                    on_phase(phase, result)
                 runs[phase].append(result)
                 if phase == "deregister" and rep == a.repeat - 1:
                     out["verify_after_deregister"] = pool.call([self.aux], "verify", common, 300, server)[0]

@@ -24,6 +24,14 @@
  *       are free, all in one write (fewer syscalls per call on both sides). COALESCE_US
  *       (default 0): sleep that long after each round of events, so answers pile up and one
  *       wake-up, read and write serve several (fewer context switches per call).
+ *   await PORT COUNT TIMEOUT_S PUSH_FILE
+ *       a subscriber's side of a push fan-out: every NotifySubscriberRequest a connection reads
+ *       (in any command, and between commands) is answered at once and recorded as (connection,
+ *       the first "port" in its serviceInfo, -1 without hosts, CLOCK_MONOTONIC time it was read
+ *       and its ack queued; the ack is written in the same loop pass). await runs the loop until
+ *       COUNT live connections have read a push whose port is PORT (or TIMEOUT_S passed), then
+ *       writes every record since the last await to PUSH_FILE (i32 conn, i32 port, f64 time,
+ *       little endian) and forgets them.
  *   close
  *       closes every connection (GOAWAY) and answers; EOF on stdin does the same and exits.
  */
@@ -104,6 +112,7 @@ typedef struct conn {
     buf_t bidi_in, bidi_out;
     size_t bidi_sent;
     double t_start;
+    long push_port;   /* the port of the last push this connection read (-2: none yet) */
     /* the run */
     msg_t *ops;
     uint32_t n_ops, cursor;
@@ -126,6 +135,10 @@ static uint64_t ops_ok, ops_done;
 static double *lat;
 static size_t lat_n, lat_cap;
 static long detections;
+typedef struct { int32_t conn, port; double t; } push_rec_t;
+static push_rec_t *pushes;
+static size_t push_n, push_cap;
+static long push_total;
 static struct { char key[48]; long n; } errs[MAX_ERR_KINDS];
 static int n_errs;
 
@@ -374,6 +387,17 @@ static void on_stream_message(conn_t *c, const uint8_t *msg, size_t n) {
     if (tl == 22 && memcmp(type, "ClientDetectionRequest", 22) == 0) detections++;
     grpc_payload(&c->bidi_out, rtype, tl + 1, json, (size_t)jl);
     nghttp2_session_resume_data(c->s, c->stream_id);
+    if (tl == 23 && memcmp(type, "NotifySubscriberRequest", 23) == 0) {
+        long port = json_int(body, bl, "\"port\":");
+        if (push_n == push_cap) {
+            push_cap = push_cap ? push_cap * 2 : 4096;
+            pushes = realloc(pushes, push_cap * sizeof *pushes);
+            if (!pushes) { perror("realloc"); exit(2); }
+        }
+        c->push_port = port == -1000 ? -1 : port;
+        pushes[push_n++] = (push_rec_t){c->index, (int32_t)c->push_port, now_mono()};
+        push_total++;
+    }
 }
 
 static int cb_data(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *data, size_t len, void *ud) {
@@ -655,6 +679,7 @@ static void cmd_connect(const char *host, int port, int count, const char *hs_pa
         }
         conn_t *c = calloc(1, sizeof *c);
         c->index = n_conns;
+        c->push_port = -2;
         conns[n_conns++] = c;
         c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         int one = 1;
@@ -758,6 +783,32 @@ static void cmd_run(const char *plan_path, int win, double max_s, const char *la
     free(lists); free(counts); free(blob);
 }
 
+static void cmd_await(long port, int count, double timeout_s, const char *path) {
+    double t0 = now_mono(), deadline = t0 + timeout_s;
+    int seen = 0, live = 0;
+    for (;;) {
+        seen = live = 0;
+        for (int i = 0; i < n_conns; i++) {
+            if (conns[i]->state != C_READY) continue;
+            live++;
+            seen += conns[i]->push_port == port;
+        }
+        if (seen >= count || now_mono() > deadline) break;
+        poll_once(20);
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f) { perror(path); exit(2); }
+    if (push_n) fwrite(pushes, sizeof *pushes, push_n, f);
+    fclose(f);
+    printf("{\"seen\":%d,\"live\":%d,\"records\":%zu,\"pushes_total\":%ld,\"timed_out\":%s,"
+           "\"waited_s\":%.6f,\"detections\":%ld,\"errors\":",
+           seen, live, push_n, push_total, seen >= count ? "false" : "true", now_mono() - t0, detections);
+    push_n = 0;
+    print_errors(stdout);
+    printf("}\n");
+    fflush(stdout);
+}
+
 static void cmd_close(void) {
     int closed = 0;
     for (int i = 0; i < n_conns; i++) {
@@ -821,6 +872,8 @@ int main(void) {
                 cmd_connect(a, port, count, b, c, t);
             else if (sscanf(line, "run %1023s %d %lf %1023s %d %d", a, &win, &t, b, &bat, &co) >= 4)
                 cmd_run(a, win, t, b, bat, co);
+            else if (sscanf(line, "await %d %d %lf %1023s", &port, &count, &t, a) == 4)
+                cmd_await(port, count, t, a);
             else if (strncmp(line, "close", 5) == 0)
                 cmd_close();
             else { printf("{\"error\":\"unknown command\"}\n"); fflush(stdout); }
