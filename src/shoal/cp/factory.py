@@ -63,12 +63,21 @@ class CpRuntime:
             await self.supervisor.stop()
 
 
-def build_cp(config: Config, members: Sequence[tuple[str, int]] = (), self_address: str = "") -> CpRuntime:
+#: How often a worker's embedded store looks for what its sibling workers wrote to the shared file.
+WORKER_POLL_INTERVAL_S = 0.05
+
+
+def build_cp(config: Config, members: Sequence[tuple[str, int]] = (), self_address: str = "",
+             worker: bool = False) -> CpRuntime:
     """The CP runtime of a node; ``members`` is the (host, main port) list, ``self_address``
-    this node's ``host:port`` in it (both as the member manager resolved them)."""
+    this node's ``host:port`` in it (both as the member manager resolved them). A ``worker`` of a
+    multi-worker node never runs an etcd member (its supervisor does, and hands it the endpoints):
+    standalone, it shares the node's embedded file with its siblings, polled every
+    :data:`WORKER_POLL_INTERVAL_S` so a sibling's write reaches its watchers promptly."""
     mode = cp_mode(config, bool(members))
     if mode == "embedded":
-        return CpRuntime(mode, EmbeddedStore.in_data_dir(config.data_dir, config.cp_history_revisions))
+        poll_s = WORKER_POLL_INTERVAL_S if worker else 1.0
+        return CpRuntime(mode, EmbeddedStore.in_data_dir(config.data_dir, config.cp_history_revisions, poll_s))
     if mode == "etcd":
         endpoints = [e.strip() for e in config.cp_endpoints.split(",") if e.strip()]
         return CpRuntime(mode, _etcd_store(config, endpoints))
