@@ -406,10 +406,11 @@ class Node:
             view.start()
         await self.auth.start(self.cp.store, wait_s=0)  # users and the cluster's token key, from the CP store
         cp_ready = asyncio.get_running_loop().create_task(self._wait_cp_ready(), name="cp-ready")
-        await self.http.start()
+        await self.http.start()  # a worker: its private port only, until it serves (_share_ports)
         if self.dns is not None:
             await self.dns.start()
-        await self.sdk_server.start()
+        if self.placement is None:
+            await self.sdk_server.start()
         self._started = True
         if self.cluster_server is not None and self.distro is not None:
             await self.cluster_server.start()
@@ -424,7 +425,17 @@ class Node:
         if self.config.startup_delay_ms:
             await asyncio.sleep(self.config.startup_delay_ms / 1000)
         self._serving = True
+        if self.placement is not None:
+            await self._share_ports()
         log.info("node serving: HTTP %d, gRPC SDK %d", self.config.port, self.config.grpc_port)
+
+    async def _share_ports(self) -> None:
+        """A worker joins its siblings on the node's public ports only once it serves, so the kernel
+        never hands a client to a worker that is still starting (or restarting)."""
+        await self.http.share()
+        await self.sdk_server.start()
+        if self.cluster_server is not None:
+            await self.cluster_server.share()
 
     async def stop(self) -> None:
         """Graceful stop: refuse new work, close streams, cancel every task."""

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shoal.config import Config
+from shoal.config import Config, TestHooks
 from shoal.errors import ConfigError
 from shoal.tasks import run_blocking
 from shoal.workers.placement import WorkerPlacement
@@ -263,6 +263,7 @@ def preflight(config: Config) -> None:
         raise ConfigError("--workers with --members (or a cluster.conf) needs the worker-aware member list "
                           "(issue 21, item 3); run such a node with --workers 1 for now")
     worker_config(config, WorkerPlacement(0, (1,)))  # settings a worker refuses (e.g. DNS)
+    TestHooks.from_env()  # malformed hooks: refused here once, not by every worker
     for port in (config.port, config.grpc_port, config.cluster_port):
         with socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

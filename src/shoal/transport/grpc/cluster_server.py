@@ -50,16 +50,19 @@ class ClusterServer:
         self._tasks: set[asyncio.Task[bytes]] = set()  # requests being handled (see unary)
 
     async def start(self) -> None:
-        """Bind the cluster port (OSError when it is taken) and start serving; a worker binds the
-        node's cluster port shared with its siblings, and its private one alone."""
-        ports = [(self.config.cluster_port, False)]
-        if self.sharing is not None:
-            ports = [(self.config.cluster_port, True), (self.sharing.cluster_port, False)]
-        for port, shared in ports:
-            transport = make_transport(self.config, port, "cluster gRPC", self, None,
-                                       self.config.cluster_max_inbound_message_size, self.tls, shared)
-            await transport.start()
-            self._transports.append(transport)
+        """Bind the cluster port (OSError when it is taken) and start serving; a worker binds its
+        private cluster port here, and the node's (shared) once it serves (:meth:`share`)."""
+        await self._listen(self.config.cluster_port if self.sharing is None else self.sharing.cluster_port, False)
+
+    async def share(self) -> None:
+        """A worker's: serve the node's cluster port too, beside its sibling workers (SO_REUSEPORT)."""
+        await self._listen(self.config.cluster_port, True)
+
+    async def _listen(self, port: int, shared: bool) -> None:
+        transport = make_transport(self.config, port, "cluster gRPC", self, None,
+                                   self.config.cluster_max_inbound_message_size, self.tls, shared)
+        await transport.start()
+        self._transports.append(transport)
 
     async def stop(self, grace_s: float) -> None:
         """Stop serving, letting in-flight requests finish for ``grace_s`` seconds."""

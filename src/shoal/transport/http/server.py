@@ -152,16 +152,21 @@ class HttpServer:
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app, handle_signals=False, **access_log.runner_options(self.config))
         await self._runner.setup()
+        # a worker: its private port now, the node's port (shared) once it serves (share())
+        await self._listen(self.config.port if self.sharing is None else self.sharing.http_port, shared=False)
+
+    async def share(self) -> None:
+        """A worker's: listen on the node's port too, beside its sibling workers (SO_REUSEPORT)."""
+        await self._listen(self.config.port, shared=True)
+
+    async def _listen(self, port: int, shared: bool) -> None:
+        assert self._runner is not None
         ssl_context = self.tls.server_context() if self.tls is not None else None
-        ports = [(self.config.port, False)]
-        if self.sharing is not None:  # a worker: the node's port shared with its siblings, its own alone
-            ports = [(self.config.port, True), (self.sharing.http_port, False)]
-        for port, shared in ports:
-            site = web.TCPSite(self._runner, self.config.host, port, reuse_address=True, reuse_port=shared or None,
-                               ssl_context=ssl_context)
-            await site.start()
-            log.info("HTTP listening on %s:%d (%s%s)", self.config.host, port, describe_tls(self.tls),
-                     ", shared" if shared else "")
+        site = web.TCPSite(self._runner, self.config.host, port, reuse_address=True, reuse_port=shared or None,
+                           ssl_context=ssl_context)
+        await site.start()
+        log.info("HTTP listening on %s:%d (%s%s)", self.config.host, port, describe_tls(self.tls),
+                 ", shared with the node's workers" if shared else "")
 
     async def stop(self) -> None:
         await self.forwarder.stop()
