@@ -78,7 +78,7 @@ from shoal.transport.http.v3_core import V3CoreRoutes
 from shoal.transport.http.v3_naming import V3NamingRoutes
 from shoal.transport.sharing import PortSharing
 from shoal.workers.placement import WorkerPlacement
-from shoal.workers.worker import worker_dir, worker_ip
+from shoal.workers.worker import MEMBERS_NOT_YET, worker_dir, worker_ip
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +145,7 @@ def build_members(config: Config, clock: Clock, placement: WorkerPlacement | Non
             raise ConfigError(f"cannot read cluster.conf {config.cluster_conf}: {exc.strerror}") from None
     if placement is not None:
         if member_list:
-            raise ConfigError("--workers with --members (or a cluster.conf) needs the worker-aware member list "
-                              "(issue 21, item 3); run such a node with --workers 1 for now")
+            raise ConfigError(MEMBERS_NOT_YET)
         ip = worker_ip(config)
         return MemberManager.from_list([(ip, p) for p in placement.ports], placement.private_port, clock.now_ms,
                                        self_ip=ip, fail_access_cnt=config.member_fail_access_cnt)

@@ -141,3 +141,17 @@ def test_every_line_names_its_worker_in_text_and_json() -> None:
     assert '"worker":"1"' in _formatter(Config(log_format="json"), "1").format(record)
     unlabelled = logging.LogRecord("shoal.log", logging.WARNING, __file__, 1, "note", (), None)
     assert "[supervisor]" in _formatter(Config(), "supervisor").format(unlabelled)
+
+
+# --- the CP store of a managed-etcd node with workers -----------------------------------------------
+def test_workers_of_a_managed_etcd_node_are_clients_of_the_supervisors_member() -> None:
+    from shoal.cp.factory import managed_member, worker_cp_overrides
+
+    members = [("127.0.0.1", 8848), ("127.0.0.2", 8848)]
+    etcd, tls = managed_member(Config(data_dir="/d"), members, "127.0.0.2:8848")
+    args = worker_cp_overrides(etcd, tls)
+    overrides = dict(item.split("=", 1) for item in args[1::2])
+    assert args[::2] == ["-D"] * len(overrides)
+    assert overrides["shoal.cp.mode"] == "etcd"
+    assert overrides["shoal.cp.endpoints"].split(",") == ["http://127.0.0.2:7848", "http://127.0.0.1:7848"]
+    assert Config.load(overrides=overrides).cp_endpoints == overrides["shoal.cp.endpoints"]

@@ -81,6 +81,20 @@ def build_cp(config: Config, members: Sequence[tuple[str, int]] = (), self_addre
     if mode == "etcd":
         endpoints = [e.strip() for e in config.cp_endpoints.split(",") if e.strip()]
         return CpRuntime(mode, _etcd_store(config, endpoints))
+    supervisor, tls = managed_member(config, members, self_address)
+    if tls is None:
+        return CpRuntime(mode, _etcd_store(config, supervisor.endpoints), supervisor)
+    # https URLs, verified against the cluster's CA; the node always shows its certificate (the
+    # members require one when mutual auth is asked for)
+    store = EtcdStore(supervisor.client_urls, request_timeout_ms=config.cp_request_timeout_ms,
+                      ca_file=tls.trusted_ca_file, cert_file=tls.cert_file, key_file=tls.key_file,
+                      user=config.cp_user, password=config.cp_password)
+    return CpRuntime(mode, store, supervisor)
+
+
+def managed_member(config: Config, members: Sequence[tuple[str, int]],
+                   self_address: str) -> tuple[EtcdSupervisor, EtcdTls | None]:
+    """This node's etcd member in the managed-etcd mode (not started), and the TLS it serves."""
     tls = managed_tls(config)
     planned = plan_members(members, config.cp_client_port_offset, config.cp_peer_port_offset, tls=tls is not None)
     by_address = {f"{host}:{port}": m for (host, port), m in zip(members, planned, strict=True)}
@@ -91,14 +105,17 @@ def build_cp(config: Config, members: Sequence[tuple[str, int]] = (), self_addre
                                 history_revisions=config.cp_history_revisions,
                                 log_max_bytes=config.cp_etcd_log_max_bytes, log_keep=config.cp_etcd_log_count,
                                 log_check_interval_ms=config.cp_etcd_log_check_interval_ms, tls=tls)
-    if tls is None:
-        return CpRuntime(mode, _etcd_store(config, supervisor.endpoints), supervisor)
-    # https URLs, verified against the cluster's CA; the node always shows its certificate (the
-    # members require one when mutual auth is asked for)
-    store = EtcdStore(supervisor.client_urls, request_timeout_ms=config.cp_request_timeout_ms,
-                      ca_file=tls.trusted_ca_file, cert_file=tls.cert_file, key_file=tls.key_file,
-                      user=config.cp_user, password=config.cp_password)
-    return CpRuntime(mode, store, supervisor)
+    return supervisor, tls
+
+
+def worker_cp_overrides(supervisor: EtcdSupervisor, tls: EtcdTls | None) -> list[str]:
+    """The ``-D`` arguments that make a worker of a managed-etcd node a client of its node's etcd
+    members (mode etcd), which the node's supervisor runs: a worker never runs one itself."""
+    overrides = ["shoal.cp.mode=etcd", f"shoal.cp.endpoints={','.join(supervisor.client_urls)}"]
+    if tls is not None:
+        overrides += [f"shoal.cp.tls.ca={tls.trusted_ca_file}", f"shoal.cp.tls.cert={tls.cert_file}",
+                      f"shoal.cp.tls.key={tls.key_file}"]
+    return [arg for item in overrides for arg in ("-D", item)]
 
 
 def managed_tls(config: Config) -> EtcdTls | None:

@@ -31,13 +31,17 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.config import Config, TestHooks
-from shoal.errors import ConfigError
+from shoal.errors import ConfigError, NacosError
 from shoal.tasks import run_blocking
 from shoal.workers.placement import WorkerPlacement
-from shoal.workers.worker import worker_config
+from shoal.workers.worker import MEMBERS_NOT_YET, worker_config
+
+if TYPE_CHECKING:
+    from shoal.cp.supervisor import EtcdSupervisor
+    from shoal.distro.members import MemberManager
 
 log = logging.getLogger(__name__)
 
@@ -252,16 +256,17 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def preflight(config: Config) -> None:
+def preflight(config: Config) -> MemberManager | None:
     """What the supervisor checks before any worker starts; raises ConfigError (exit 2) for a
-    configuration no worker can run, OSError (exit 1) for a public port already taken."""
+    configuration no worker can run, OSError (exit 1) for a public port already taken. Returns
+    the node's member list (None: standalone), checked as a single-process node checks it."""
+    members = None
     if config.members or config.cluster_conf:
-        from shoal.app import build_members  # the membership checks a single-process node makes
+        from shoal.app import build_members
         from shoal.clock import SystemClock
 
-        build_members(config, SystemClock())
-        raise ConfigError("--workers with --members (or a cluster.conf) needs the worker-aware member list "
-                          "(issue 21, item 3); run such a node with --workers 1 for now")
+        members = build_members(config, SystemClock())
+        raise ConfigError(MEMBERS_NOT_YET)
     worker_config(config, WorkerPlacement(0, (1,)))  # settings a worker refuses (e.g. DNS)
     TestHooks.from_env()  # malformed hooks: refused here once, not by every worker
     for port in (config.port, config.grpc_port, config.cluster_port):
@@ -271,6 +276,7 @@ def preflight(config: Config) -> None:
                 probe.bind((config.host, port))
             except OSError as exc:
                 raise OSError(exc.errno, f"cannot listen on {config.host}:{port}: {exc.strerror}") from None
+    return members
 
 
 async def _prepare_cp(config: Config) -> None:
@@ -284,17 +290,38 @@ async def _prepare_cp(config: Config) -> None:
     await store.close()
 
 
+async def _start_etcd(config: Config, members: MemberManager) -> tuple[EtcdSupervisor | None, list[str]]:
+    """In the managed-etcd mode the supervisor runs the node's etcd member (the CP members are
+    the nodes, never their workers); the workers are its clients: the ``-D`` arguments that say so."""
+    from shoal.cp.factory import cp_mode, managed_member, worker_cp_overrides
+
+    if cp_mode(config, True) != "managed-etcd":
+        return None, []
+    etcd, tls = managed_member(config, [(m.ip, m.port) for m in members.all_members()], members.self_address)
+    await etcd.start()
+    return etcd, worker_cp_overrides(etcd, tls)
+
+
 async def supervise(config: Config, argv: Sequence[str]) -> int:
     """Run the node's workers until SIGTERM / SIGINT; the process's exit code."""
+    etcd: EtcdSupervisor | None = None
     try:
-        preflight(config)
+        members = preflight(config)
+        ports = pick_private_ports(config.workers, config.cluster_port_offset, public_ports(config),
+                                   bindable(config.host))
+        extra: list[str] = []
+        if members is None:
+            await _prepare_cp(config)
+        else:
+            etcd, extra = await _start_etcd(config, members)
     except ConfigError as exc:
         log.error("invalid configuration: %s", exc)
         return CONFIG_EXIT
-    except OSError as exc:
-        log.error("cannot start: %s", exc.strerror or exc)
+    except (OSError, NacosError) as exc:  # a port taken, the store's file or etcd's binary unusable
+        log.error("cannot start: %s", exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
         return 1
-    ports = pick_private_ports(config.workers, config.cluster_port_offset, public_ports(config),
-                               bindable(config.host))
-    await _prepare_cp(config)
-    return await Supervisor(config, argv, ports).run()
+    try:
+        return await Supervisor(config, [*argv, *extra], ports).run()
+    finally:
+        if etcd is not None:
+            await etcd.stop()
