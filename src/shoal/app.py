@@ -221,7 +221,8 @@ def build_transport_phase(config: Config, tls: NodeTls, metrics: Metrics, auth: 
     http = HttpServer(config, status, metrics, auth, forwarder, members, tls=tls.http, sharing=sharing)
     cluster_server = (ClusterServer(config, cluster.distro.dispatch, metrics, tls=tls.peer, sharing=sharing)
                       if cluster.distro is not None else None)
-    dns = DnsServer(config, stack.naming, status.is_serving) if config.dns_enabled else None
+    dns = (DnsServer(config, stack.naming, status.is_serving, reuse_port=sharing is not None)
+           if config.dns_enabled else None)
     return TransportPhase(connections, requests, fuzzy, fuzzy_notifier, sdk, http, cluster_server, dns)
 
 
@@ -406,9 +407,9 @@ class Node:
         await self.auth.start(self.cp.store, wait_s=0)  # users and the cluster's token key, from the CP store
         cp_ready = asyncio.get_running_loop().create_task(self._wait_cp_ready(), name="cp-ready")
         await self.http.start()  # a worker: its private port only, until it serves (_share_ports)
-        if self.dns is not None:
-            await self.dns.start()
         if self.placement is None:
+            if self.dns is not None:
+                await self.dns.start()
             await self.sdk_server.start()
         self._started = True
         if self.cluster_server is not None and self.distro is not None:
@@ -432,6 +433,8 @@ class Node:
         """A worker joins its siblings on the node's public ports only once it serves, so the kernel
         never hands a client to a worker that is still starting (or restarting)."""
         await self.http.share()
+        if self.dns is not None:
+            await self.dns.start()
         await self.sdk_server.start()
         if self.cluster_server is not None:
             await self.cluster_server.share()

@@ -122,11 +122,6 @@ def test_a_worker_writes_its_own_files_and_mints_its_own_ids() -> None:
     assert first.data_dir == "/d"  # the CP store's file stays the node's
 
 
-def test_dns_with_workers_is_refused() -> None:
-    with pytest.raises(ConfigError, match="dns"):
-        worker_config(Config(dns_enabled=True), WorkerPlacement(0, (20001,)))
-
-
 def test_workers_reach_each_other_on_the_bound_address_or_loopback() -> None:
     assert worker_ip(Config(host="0.0.0.0")) == "127.0.0.1"
     assert worker_ip(Config(host="10.1.2.3")) == "10.1.2.3"

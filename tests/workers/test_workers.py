@@ -1,8 +1,9 @@
-"""A node of two worker processes under one supervisor: shared ports, restarts, signals."""
+"""A node of two worker processes under one supervisor: shared ports, restarts, signals, ``shoal status``."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -30,6 +31,13 @@ def test_an_http_registration_is_listed_by_every_worker(two_workers: Callable[..
     for index in (0, 1):
         poll_until(lambda i=index: worker_listed_ips(node, i, "wsvc") == {"10.1.0.1"}, 10,  # type: ignore[misc]
                    what=f"worker {index} to list the instance")
+    status = subprocess.run([sys.executable, "-m", "shoal", "status", "--addr", node.addr, "--json",
+                             "--data-dir", str(node.data_dir)], capture_output=True, text=True, timeout=30)
+    assert status.returncode == 0, status.stdout + status.stderr
+    workers = json.loads(status.stdout)["workers"]
+    assert workers["supervisor"] == node.pid and workers["alive"]
+    assert [(w["index"], w["pid"], w["alive"]) for w in workers["workers"]] == [
+        (i, pid, True) for i, pid in enumerate(node.worker_pids())]
 
 
 def test_every_answer_names_its_worker_and_both_serve_the_public_port(
@@ -174,3 +182,26 @@ def test_bad_worker_counts_are_refused(tmp_path: Path, value: str) -> None:
                                 capture_output=True, text=True, timeout=30)
         assert result.returncode == 2, result.stderr
         assert "workers" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_dns_is_served_by_the_workers_together(two_workers: Callable[..., ServerProcess]) -> None:
+    import dns.exception
+    import dns.message
+    import dns.query
+
+    dns_port = free_port_block(offsets=(0,))
+    node = two_workers("-D", "nacos.naming.dns.enabled=true", "-D", f"nacos.naming.dns.port={dns_port}",
+                       "-D", "nacos.naming.dns.domain-suffix=shoal.test")
+    assert register(node, "named", "10.6.0.1", 80)[0] == 200
+
+    def resolved(tcp: bool) -> bool:
+        query = dns.message.make_query("named.shoal.test", "A")
+        try:
+            reply = (dns.query.tcp(query, "127.0.0.1", timeout=2, port=dns_port) if tcp
+                     else dns.query.udp(query, "127.0.0.1", timeout=2, port=dns_port))
+        except (OSError, dns.exception.Timeout):
+            return False
+        return [rd.to_text() for rrset in reply.answer for rd in rrset] == ["10.6.0.1"]
+    for tcp in (False, True):
+        poll_until(lambda tcp=tcp: resolved(tcp), 10, what="an A answer")  # type: ignore[misc]
+    assert all(pid_alive(p) for p in node.worker_pids())  # both bound the DNS port

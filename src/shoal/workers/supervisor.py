@@ -37,7 +37,7 @@ from shoal.config import Config, TestHooks
 from shoal.errors import ConfigError, NacosError
 from shoal.tasks import run_blocking
 from shoal.workers.placement import WorkerPlacement
-from shoal.workers.worker import MEMBERS_NOT_YET, worker_config
+from shoal.workers.worker import MEMBERS_NOT_YET
 
 if TYPE_CHECKING:
     from shoal.cp.supervisor import EtcdSupervisor
@@ -267,7 +267,6 @@ def preflight(config: Config) -> MemberManager | None:
 
         members = build_members(config, SystemClock())
         raise ConfigError(MEMBERS_NOT_YET)
-    worker_config(config, WorkerPlacement(0, (1,)))  # settings a worker refuses (e.g. DNS)
     TestHooks.from_env()  # malformed hooks: refused here once, not by every worker
     for port in (config.port, config.grpc_port, config.cluster_port):
         with socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET) as probe:

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 from shoal.config import Config
-from shoal.errors import ConfigError
 from shoal.workers.placement import WorkerPlacement
 
 #: Until the member list expands a peer node into its workers (issue 21, item 3), a node with
@@ -55,9 +54,6 @@ def _own_file(path: str, placement: WorkerPlacement) -> str:
 
 def worker_config(config: Config, placement: WorkerPlacement) -> Config:
     """The node's settings as this worker runs them (see the module doc)."""
-    if config.dns_enabled:
-        raise ConfigError("nacos.naming.dns.enabled=true needs shoal.server.workers=1 (the DNS port is not shared "
-                          "between worker processes)")
     own = worker_dir(config, placement)
     changes: dict[str, object] = {
         "snowflake_worker_id": (_base_worker_id(config) + placement.index) % 1024,
