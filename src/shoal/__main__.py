@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from shoal import __version__
-from shoal.config import Config, TestHooks, worker_count
+from shoal.config import AUTO_WORKERS_CAP, Config, TestHooks, worker_count
 from shoal.config_sources import Report
 from shoal.errors import ConfigError
 from shoal.gcpolicy import GcPolicy
@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--workers", type=_worker_count, metavar="N",
                         help="worker processes serving this node's ports, one per core (shoal.server.workers): "
                              "1 = one process, as before; 0 = auto (default): the cores this process may run on, "
-                             "at most 8. More than one: a supervisor process starts and restarts the workers")
+                             f"at most {AUTO_WORKERS_CAP}. More than one: a supervisor process starts and restarts "
+                             "the workers")
     server.add_argument("--auth", action="store_true",
                         help="require a login on every API family (nacos.core.auth.enabled, .admin.enabled and "
                              ".console.enabled = true, the defaults), whatever the properties file says")
