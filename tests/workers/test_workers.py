@@ -40,6 +40,15 @@ def test_an_http_registration_is_listed_by_every_worker(two_workers: Callable[..
         (i, pid, True) for i, pid in enumerate(node.worker_pids())]
 
 
+def test_a_cp_write_on_one_worker_reaches_the_other(two_workers: Callable[..., ServerProcess]) -> None:
+    node = two_workers()  # the workers share the node's embedded store; each watches what the other wrote
+    status, text = call("POST", node.worker_url(0, "/nacos/v1/ns/instance"),
+                        {"serviceName": "durable", "ip": "10.1.1.1", "port": 80, "ephemeral": "false"})
+    assert status == 200, text
+    poll_until(lambda: worker_listed_ips(node, 1, "durable") == {"10.1.1.1"}, 5,
+               what="worker 1 to list worker 0's persistent instance")
+
+
 def test_every_answer_names_its_worker_and_both_serve_the_public_port(
         two_workers: Callable[..., ServerProcess]) -> None:
     node = two_workers()
