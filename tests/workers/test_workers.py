@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -73,14 +74,14 @@ def test_every_answer_names_its_worker_and_both_serve_the_public_port(
 async def test_a_push_crosses_workers(two_workers: Callable[..., ServerProcess], sdk: Any) -> None:
     from v2.nacos import ListServiceParam, RegisterInstanceParam, SubscribeServiceParam
 
-    node = two_workers()
+    node = await asyncio.to_thread(two_workers)  # blocking harness calls off the loop the SDK clients run on
     by_worker: dict[int, Any] = {}
     for _ in range(40):  # new connections until each worker holds one
-        before = [worker_connections(node, i) for i in (0, 1)]
+        before = [await asyncio.to_thread(worker_connections, node, i) for i in (0, 1)]
         client = await sdk(node.addr)
         await client.list_services(ListServiceParam())
         for i in (0, 1):
-            if worker_connections(node, i) - before[i]:
+            if await asyncio.to_thread(worker_connections, node, i) - before[i]:
                 by_worker.setdefault(i, client)
         if len(by_worker) == 2:
             break
@@ -95,30 +96,41 @@ async def test_a_push_crosses_workers(two_workers: Callable[..., ServerProcess],
     await wait_until(lambda: any("10.2.0.7" in ips for ips in pushed), 10, what="the push from the other worker")
 
 
+async def _listed_on(node: ServerProcess, index: int, service: str, ips: set[str]) -> bool:
+    return await asyncio.to_thread(worker_listed_ips, node, index, service) == ips
+
+
 async def test_a_killed_worker_comes_back_on_its_port_and_clients_redo(
         two_workers: Callable[..., ServerProcess], sdk: Any) -> None:
     from v2.nacos import RegisterInstanceParam
 
-    node = two_workers()
+    node = await asyncio.to_thread(two_workers)
     ports = node.worker_ports()
-    assert register(node, "kept", "10.3.0.1", 80)[0] == 200
-    client = await sdk(node.addr)
-    await client.register_instance(RegisterInstanceParam(service_name="redo", ip="10.3.0.2", port=2))
+    assert (await asyncio.to_thread(register, node, "kept", "10.3.0.1", 80))[0] == 200
+    clients = [await sdk(node.addr) for _ in range(4)]  # connections on both workers, most likely
+    for n, client in enumerate(clients):
+        await client.register_instance(RegisterInstanceParam(service_name="redo", ip=f"10.3.0.{n + 10}", port=2))
+    redo = {f"10.3.0.{n + 10}" for n in range(len(clients))}
     for index in (0, 1):
-        poll_until(lambda i=index: worker_listed_ips(node, i, "redo") == {"10.3.0.2"}, 10,  # type: ignore[misc]
-                   what="the SDK instance on every worker")
-    victim = 0
+        await wait_until(lambda i=index: _listed_on(node, i, "redo", redo), 10,  # type: ignore[misc]
+                         what="the SDK instances on every worker")
+    holding = [await asyncio.to_thread(worker_connections, node, i) for i in (0, 1)]
+    victim = 0 if holding[0] else 1  # a worker that holds SDK connections
+    held = holding[victim]
     old = node.worker_pids()[victim]
     os.kill(old, signal.SIGKILL)
-    new = node.wait_worker_restarted(victim, old)
+    new = await asyncio.to_thread(node.wait_worker_restarted, victim, old)
     assert new != old and node.worker_ports() == ports
     state = node.workers_state()
     assert state is not None and state["workers"][victim]["restarts"] == 1
-    for index in (0, 1):  # the SDK instance (redone if its connection died) and the HTTP one, on both
-        poll_until(lambda i=index: worker_listed_ips(node, i, "redo") == {"10.3.0.2"}, 20,  # type: ignore[misc]
-                   what=f"worker {index} to list the SDK instance again")
-        poll_until(lambda i=index: worker_listed_ips(node, i, "kept") == {"10.3.0.1"}, 20,  # type: ignore[misc]
-                   what=f"worker {index} to list the HTTP instance")
+    for index in (0, 1):  # the SDK instances (redone by the clients the dead worker held) and the HTTP one
+        await wait_until(lambda i=index: _listed_on(node, i, "redo", redo), 30,  # type: ignore[misc]
+                         what=f"worker {index} to list every SDK instance again")
+        await wait_until(lambda i=index: _listed_on(node, i, "kept", {"10.3.0.1"}), 10,  # type: ignore[misc]
+                         what=f"worker {index} to list the HTTP instance")
+    # the clients the killed worker held are connected again (to either worker): none was lost
+    now_held = set().union(*[await asyncio.to_thread(worker_connections, node, i) for i in (0, 1)])
+    assert len(now_held) >= len(clients) and not held & now_held
 
 
 def test_killing_the_supervisor_takes_every_worker(two_workers: Callable[..., ServerProcess]) -> None:
