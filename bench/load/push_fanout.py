@@ -41,6 +41,7 @@ from typing import Any
 import nacos_client as nc
 import native_gen  # siblings: this file is run as a script, so its folder is on the path
 import run
+
 import workers as scaling
 
 SERVICE = "fanout-svc"

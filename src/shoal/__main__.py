@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from shoal import __version__
-from shoal.config import Config, TestHooks
+from shoal.config import AUTO_WORKERS_CAP, Config, TestHooks, worker_count
 from shoal.config_sources import Report
 from shoal.errors import ConfigError
 from shoal.gcpolicy import GcPolicy
+from shoal.workers.placement import WorkerPlacement
 
 if TYPE_CHECKING:
     from shoal.app import Node
@@ -64,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--cp-tls-ca", metavar="FILE", help="CA file for the etcd endpoints (https)")
     server.add_argument("--cp-tls-cert", metavar="FILE", help="client certificate for the etcd endpoints")
     server.add_argument("--cp-tls-key", metavar="FILE", help="client key for the etcd endpoints")
+    server.add_argument("--workers", type=_worker_count, metavar="N",
+                        help="worker processes serving this node's ports, one per core (shoal.server.workers): "
+                             "1 = one process, as before; 0 = auto (default): the cores this process may run on, "
+                             f"at most {AUTO_WORKERS_CAP}. More than one: a supervisor process starts and restarts "
+                             "the workers")
     server.add_argument("--auth", action="store_true",
                         help="require a login on every API family (nacos.core.auth.enabled, .admin.enabled and "
                              ".console.enabled = true, the defaults), whatever the properties file says")
@@ -96,6 +102,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _worker_count(text: str) -> int:
+    """``--workers``: 0 (auto) or 1..256 (argparse exits 2 with this message otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of worker processes, got {text!r}") from None
+    problem = worker_count(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{problem}, got {value}")
+    return value
+
+
 def _server_config(args: argparse.Namespace) -> tuple[Config, Report]:
     overrides: dict[str, str] = {}
     for item in args.overrides:
@@ -107,7 +125,8 @@ def _server_config(args: argparse.Namespace) -> tuple[Config, Report]:
                              ("log_level", "log_level"), ("log_format", "log_format"), ("log_file", "log_file"),
                              ("members", "members"), ("cluster_conf", "cluster_conf"),
                              ("cp_endpoints", "cp_endpoints"), ("cp_tls_ca", "cp_tls_ca"),
-                             ("cp_tls_cert", "cp_tls_cert"), ("cp_tls_key", "cp_tls_key")):
+                             ("cp_tls_cert", "cp_tls_cert"), ("cp_tls_key", "cp_tls_key"),
+                             ("workers", "server_workers")):
         value = getattr(args, flag)
         if value is not None:
             overrides[field_name] = str(value)
@@ -117,36 +136,56 @@ def _server_config(args: argparse.Namespace) -> tuple[Config, Report]:
 
 
 def _cmd_server(args: argparse.Namespace) -> int:
+    # A worker of a multi-worker node (its supervisor set the placement): tied to the supervisor
+    # first of all, so that no worker outlives it (shoal/workers/worker.py).
     try:
+        placement = WorkerPlacement.from_env()
+        if placement is not None:
+            from shoal.workers.worker import die_with_supervisor
+
+            die_with_supervisor(placement)
         config, report = _server_config(args)
+        if placement is not None:
+            from shoal.workers.worker import worker_config
+
+            config = worker_config(config, placement)
     except ConfigError as exc:
         print(f"shoal: invalid configuration: {exc}", file=sys.stderr)
         return 2
+    supervising = placement is None and config.workers > 1
     from shoal.logconfig import configure_logging
 
     try:
-        stop_logging = configure_logging(config)
+        stop_logging = configure_logging(config, "supervisor" if supervising else
+                                         str(placement.index) if placement is not None else "")
     except OSError as exc:
         print(f"shoal: cannot open the log file: {exc}", file=sys.stderr)
         return 2
     report.log()
-    policy = GcPolicy()
-    policy.install()
     import uvloop
 
+    if supervising:  # this process only starts, restarts and stops the workers
+        from shoal.workers.supervisor import supervise
+
+        try:
+            return uvloop.run(supervise(config, args.argv))
+        finally:
+            stop_logging()
+    policy = GcPolicy()
+    policy.install()
     try:
-        return uvloop.run(_serve(config, policy))
+        return uvloop.run(_serve(config, policy, placement))
     finally:
         stop_logging()
 
 
-async def _serve(config: Config, policy: GcPolicy) -> int:
+async def _serve(config: Config, policy: GcPolicy, placement: WorkerPlacement | None = None) -> int:
     from shoal import kernels
     from shoal.app import Node
 
     try:
         hooks = TestHooks.from_env()
-        node = Node(config, hooks=hooks)  # finds this node in the member list, reads cluster.conf
+        node = Node(config, hooks=hooks, placement=placement)  # finds this node in the member list
     except ConfigError as exc:
         log.error("invalid configuration: %s", exc)
         return 2
@@ -206,6 +245,7 @@ async def _run_node(node: Node, stop: asyncio.Event, policy: GcPolicy) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # a supervisor starts its workers with the same
     result: int = args.func(args)
     return result
 

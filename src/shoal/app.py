@@ -76,6 +76,9 @@ from shoal.transport.http.v3_console import NodeViews, V3ConsoleRoutes
 from shoal.transport.http.v3_core import V3CoreRoutes
 from shoal.transport.http.v3_naming import V3NamingRoutes
 from shoal.transport.selection import make_peer_transport
+from shoal.transport.sharing import PortSharing
+from shoal.workers.placement import WorkerPlacement
+from shoal.workers.worker import MEMBERS_NOT_YET, worker_dir, worker_ip
 
 log = logging.getLogger(__name__)
 
@@ -131,25 +134,37 @@ class TransportPhase:
     dns: DnsServer | None  # Nacos 3.3 built-in DNS (docs/protocol.md §8), when enabled
 
 
-def build_members(config: Config, clock: Clock) -> MemberManager | None:
-    """The member list (``nacos.member.list``, else cluster.conf); None: standalone."""
+def build_members(config: Config, clock: Clock, placement: WorkerPlacement | None = None) -> MemberManager | None:
+    """The member list (``nacos.member.list``, else cluster.conf); None: standalone. A worker of a
+    standalone node is a member among its sibling workers, ``ip:private_port`` each."""
     member_list = parse_member_list(config.members)
     if not member_list and config.cluster_conf:
         try:
             member_list = read_cluster_conf(Path(config.cluster_conf))
         except OSError as exc:
             raise ConfigError(f"cannot read cluster.conf {config.cluster_conf}: {exc.strerror}") from None
+    if placement is not None:
+        if member_list:
+            raise ConfigError(MEMBERS_NOT_YET)
+        ip = worker_ip(config)
+        return MemberManager.from_list([(ip, p) for p in placement.ports], placement.private_port, clock.now_ms,
+                                       self_ip=ip, fail_access_cnt=config.member_fail_access_cnt)
     if not member_list:
         return None
     return MemberManager.from_list(member_list, config.port, clock.now_ms, self_ip=config.self_address,
                                    host=config.host, fail_access_cnt=config.member_fail_access_cnt)
 
 
-def build_cp_phase(config: Config, members: MemberManager | None) -> CpPhase:
+def build_cp_phase(config: Config, members: MemberManager | None, worker: bool = False) -> CpPhase:
     """The CP store: persistent instances, service metadata, namespaces, switches and auth data are
-    cluster-wide through it, fed into the model by the views' watches on every node."""
-    runtime = build_cp(config, [(m.ip, m.port) for m in members.all_members()] if members is not None else [],
-                       members.self_address if members is not None else "")
+    cluster-wide through it, fed into the model by the views' watches on every node. The CP
+    members are the nodes, never a node's workers: a worker of a standalone node opens the node's
+    one embedded store, polled often, since its siblings write it too."""
+    if worker:
+        runtime = build_cp(config, worker=True)
+    else:
+        runtime = build_cp(config, [(m.ip, m.port) for m in members.all_members()] if members is not None else [],
+                           members.self_address if members is not None else "")
     store = runtime.store
     return CpPhase(runtime, json_view(store, Keyspace.NAMESPACES), json_view(store, Keyspace.META))
 
@@ -185,9 +200,11 @@ def build_cluster_phase(config: Config, clock: Clock, hooks: TestHooks, tls: Nod
 
 def build_transport_phase(config: Config, tls: NodeTls, metrics: Metrics, auth: AuthService, status: NodeStatus,
                           model: ModelPhase, cluster: ClusterPhase, limits: LimitRuleFile,
-                          on_closed: Callable[[Connection, str], None]) -> TransportPhase:
+                          on_closed: Callable[[Connection, str], None],
+                          sharing: PortSharing | None = None) -> TransportPhase:
     """The SDK port (its connection clients created and released by the service layer), the HTTP
-    port (routes installed by the node) and, in a cluster, the cluster port."""
+    port (routes installed by the node) and, in a cluster, the cluster port; a worker shares the
+    node's ports with its siblings and has a private HTTP and cluster port besides (``sharing``)."""
     stack = model.stack
     connections = ConnectionManager(config, stack.clock, limits, source="sdk",
                                     listeners=[NamingConnectionListener(stack.naming)],
@@ -197,14 +214,15 @@ def build_transport_phase(config: Config, tls: NodeTls, metrics: Metrics, auth: 
     fuzzy = FuzzyWatchContext(config, stack.bus, stack.services, stack.index, fuzzy_notifier.enqueue)
     handlers = {**naming_handlers(stack.naming, fuzzy), **lock_handlers(model.locks)}
     sdk = SdkServer(config, connections, handlers, status.is_serving, metrics, config.grpc_port,
-                    auth=auth if config.auth_enabled else None, tls=tls.sdk)
+                    auth=auth if config.auth_enabled else None, tls=tls.sdk, reuse_port=sharing is not None)
     forwarder = Forwarder(cluster.responsibility, config.http_forward_timeout_ms,
                           tls.http.client_context() if tls.http is not None else None, cluster.fallback)
     members = MemberList(cluster.members.all_members) if cluster.members is not None else None
-    http = HttpServer(config, status, metrics, auth, forwarder, members, tls=tls.http)
-    cluster_server = (ClusterServer(config, cluster.distro.dispatch, metrics, tls=tls.peer)
+    http = HttpServer(config, status, metrics, auth, forwarder, members, tls=tls.http, sharing=sharing)
+    cluster_server = (ClusterServer(config, cluster.distro.dispatch, metrics, tls=tls.peer, sharing=sharing)
                       if cluster.distro is not None else None)
-    dns = DnsServer(config, stack.naming, status.is_serving) if config.dns_enabled else None
+    dns = (DnsServer(config, stack.naming, status.is_serving, reuse_port=sharing is not None)
+           if config.dns_enabled else None)
     return TransportPhase(connections, requests, fuzzy, fuzzy_notifier, sdk, http, cluster_server, dns)
 
 
@@ -222,7 +240,8 @@ def node_address(config: Config, members: MemberManager | None) -> str:
 
 
 class Node:
-    """One Shoal node: model, service layer, transports, push and health loops.
+    """One Shoal node: model, service layer, transports, push and health loops (or, with a
+    ``placement``, one worker of a multi-worker node: shoal/workers/).
 
     Built in phases (members → CP → model → cluster → transports → loops → routes), each from
     the bundles before it, so no component is changed after it is built. The settings that may
@@ -230,8 +249,15 @@ class Node:
     read by reference.
     """
 
-    def __init__(self, config: Config, clock: Clock | None = None, hooks: TestHooks | None = None) -> None:
-        self.config = config
+    def __init__(self, config: Config, clock: Clock | None = None, hooks: TestHooks | None = None,
+                 placement: WorkerPlacement | None = None) -> None:
+        self.config = config  # a worker's as shoal.workers.worker.worker_config made it
+        self.placement = placement
+        #: where this process writes its own scratch files (a worker: a directory of its own)
+        self.scratch_dir = worker_dir(config, placement) if placement is not None else Path(config.data_dir)
+        sharing = (PortSharing(placement.index, placement.private_port,
+                               placement.private_port + config.cluster_port_offset)
+                   if placement is not None else None)
         self.clock = clock = clock or SystemClock()
         self.hooks = hooks = hooks or TestHooks()
         self.live = LiveConfig(config)
@@ -243,13 +269,13 @@ class Node:
         self.tls = NodeTls.load(config)
         self.limits = LimitRuleFile(config.limit_rule_path)
 
-        members = build_members(config, clock)
-        cp = self.cp_phase = build_cp_phase(config, members)
+        members = build_members(config, clock, placement)
+        cp = self.cp_phase = build_cp_phase(config, members, worker=placement is not None)
         model = self.model_phase = build_model_phase(config, clock, self.live, cp, node_address(config, members))
         cluster = self.cluster = build_cluster_phase(config, clock, hooks, self.tls, model.stack, members,
                                                      self._renew_beats)
         net = self.transports = build_transport_phase(config, self.tls, self.metrics, self.auth, self, model,
-                                                      cluster, self.limits, self._count_closed)
+                                                      cluster, self.limits, self._count_closed, sharing)
         # the names the rest of the code (metrics, tests, tools) reads
         self.cp: CpRuntime = cp.runtime
         self.model = model.stack
@@ -342,7 +368,7 @@ class Node:
             *auth.routes(),
             *NamespaceRoutes(self.namespaces).routes(ADMIN, IDENTITY),
             *operator.routes(ADMIN),
-            *ExportRoutes(self.exporter, Path(config.data_dir) / "export-scratch").routes(ADMIN),
+            *ExportRoutes(self.exporter, self.scratch_dir / "export-scratch").routes(ADMIN),
             # the console's cluster page: every member's Distro figures as this node sees them
             *ClusterFiguresRoutes(config, self.distro, self.clients).routes(),
             *loader.routes(ADMIN),
@@ -380,10 +406,11 @@ class Node:
             view.start()
         await self.auth.start(self.cp.store, wait_s=0)  # users and the cluster's token key, from the CP store
         cp_ready = asyncio.get_running_loop().create_task(self._wait_cp_ready(), name="cp-ready")
-        await self.http.start()
-        if self.dns is not None:
-            await self.dns.start()
-        await self.sdk_server.start()
+        await self.http.start()  # a worker: its private port only, until it serves (_share_ports)
+        if self.placement is None:
+            if self.dns is not None:
+                await self.dns.start()
+            await self.sdk_server.start()
         self._started = True
         if self.cluster_server is not None and self.distro is not None:
             await self.cluster_server.start()
@@ -398,7 +425,19 @@ class Node:
         if self.config.startup_delay_ms:
             await asyncio.sleep(self.config.startup_delay_ms / 1000)
         self._serving = True
+        if self.placement is not None:
+            await self._share_ports()
         log.info("node serving: HTTP %d, gRPC SDK %d", self.config.port, self.config.grpc_port)
+
+    async def _share_ports(self) -> None:
+        """A worker joins its siblings on the node's public ports only once it serves, so the kernel
+        never hands a client to a worker that is still starting (or restarting)."""
+        await self.http.share()
+        if self.dns is not None:
+            await self.dns.start()
+        await self.sdk_server.start()
+        if self.cluster_server is not None:
+            await self.cluster_server.share()
 
     async def stop(self) -> None:
         """Graceful stop: refuse new work, close streams, cancel every task."""

@@ -86,6 +86,18 @@ def dns_suffix(value: Any) -> str | None:
     return None
 
 
+#: The most workers ``shoal.server.workers=0`` (auto) starts, whatever the core count: each
+#: worker holds a full copy of the registry, so memory grows with every one (docs/workers.md).
+AUTO_WORKERS_CAP = 8
+#: The most workers a node may be asked for.
+MAX_WORKERS = 256
+
+
+def worker_count(value: Any) -> str | None:
+    """Constraint: 0 (auto) or 1..MAX_WORKERS worker processes."""
+    return None if 0 <= value <= MAX_WORKERS else f"must be 0 (auto) or between 1 and {MAX_WORKERS}"
+
+
 def _setting(default: Any, prop: str, doc: str, check: Check | None = None) -> Any:
     """A setting: its default, property name, one-line doc and (optionally) its constraint.
 
@@ -171,6 +183,12 @@ class Config:
     shutdown_grace_ms: int = _setting(
         3000, "shoal.shutdown.grace-ms", "Time given to in-flight calls on SIGTERM before they are cut.",
         check=non_negative,
+    )
+    server_workers: int = _setting(
+        0, "shoal.server.workers",
+        "Worker processes serving this node's ports (SO_REUSEPORT), each on its own core, under one supervisor; "
+        f"1 = one process (no supervisor); 0 = auto: the cores this process may run on, at most {AUTO_WORKERS_CAP}.",
+        check=worker_count,
     )
     startup_delay_ms: int = _setting(
         0,
@@ -768,6 +786,17 @@ class Config:
     @property
     def cluster_port(self) -> int:
         return self.port + self.cluster_port_offset
+
+    @property
+    def workers(self) -> int:
+        """The worker processes to run (``shoal.server.workers`` with auto resolved); 1 = one process."""
+        if self.server_workers:
+            return int(self.server_workers)
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # not Linux
+            cores = os.cpu_count() or 1
+        return max(1, min(cores, AUTO_WORKERS_CAP))
 
     @property
     def http_tls_on(self) -> bool:

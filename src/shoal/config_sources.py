@@ -85,7 +85,9 @@ NACOS_FOREIGN_KEYS: frozenset[str] = frozenset(_FOREIGN_KEYS_TEXT.split())
 OWN_PREFIXES = ("nacos.", "server.", "shoal.")
 
 #: ``SHOAL_*`` variables that are not ``SHOAL_<FIELD>`` settings but are read elsewhere.
-OTHER_SHOAL_VARIABLES = frozenset({"SHOAL_TEST_HOOKS", "SHOAL_NO_EXTENSIONS", "SHOAL_CYTHON_ANNOTATE"})
+OTHER_SHOAL_VARIABLES = frozenset({"SHOAL_TEST_HOOKS", "SHOAL_NO_EXTENSIONS", "SHOAL_CYTHON_ANNOTATE",
+                                   # a worker's place in its node (shoal/workers/placement.py)
+                                   "SHOAL_WORKER_INDEX", "SHOAL_WORKER_PORTS", "SHOAL_SUPERVISOR_PID"})
 
 #: Nacos Docker image variables (nacos-group/nacos-docker, README and docker-startup.sh) that map
 #: straight to a property.

@@ -37,6 +37,9 @@ from shoal.logutil import ACCESS_LOGGER, CollapsingHandler
 __all__ = ["ACCESS_LOGGER", "BoundedQueueHandler", "JsonFormatter", "access_log_path", "configure_logging"]
 
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+#: The text format of a process of a multi-worker node: which one wrote the line (``worker``:
+#: ``supervisor`` or the worker's index), a key of its own in the JSON format.
+WORKER_TEXT_FORMAT = "%(asctime)s %(levelname)-7s [%(worker)s] %(name)s: %(message)s"
 #: Records waiting for the writer thread before new ones are dropped.
 QUEUE_CAPACITY = 10_000
 
@@ -115,18 +118,35 @@ def _file_handler(path: Path, config: Config) -> logging.Handler:
                                                 backupCount=config.log_file_count, encoding="utf-8")
 
 
-def _formatter(config: Config) -> logging.Formatter:
-    return JsonFormatter() if config.log_format == "json" else logging.Formatter(TEXT_FORMAT)
+def _formatter(config: Config, worker: str) -> logging.Formatter:
+    if config.log_format == "json":
+        return JsonFormatter()
+    if worker:  # defaults: a record that skipped the label (the writer's own notes) still formats
+        return logging.Formatter(WORKER_TEXT_FORMAT, defaults={"worker": worker})
+    return logging.Formatter(TEXT_FORMAT)
 
 
-def configure_logging(config: Config) -> Callable[[], None]:
+class _WorkerLabel(logging.Filter):
+    """Stamps every record with the process's place in its node (``worker``)."""
+
+    def __init__(self, worker: str) -> None:
+        super().__init__()
+        self.worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.worker
+        return True
+
+
+def configure_logging(config: Config, worker: str = "") -> Callable[[], None]:
     """Install the root and access-log handlers for ``config``; returns the function that stops them.
+    ``worker`` names the process in every line (a multi-worker node's ``supervisor`` or worker index).
 
     Raises OSError when a log file cannot be opened.
     """
     sink: logging.Handler
     sink = _file_handler(Path(config.log_file), config) if config.log_file else logging.StreamHandler(sys.stderr)
-    sink.setFormatter(_formatter(config))
+    sink.setFormatter(_formatter(config, worker))
     handlers: list[logging.Handler] = [CollapsingHandler(sink)]
 
     access = logging.getLogger(ACCESS_LOGGER)
@@ -134,7 +154,7 @@ def configure_logging(config: Config) -> Callable[[], None]:
     access_path = access_log_path(config) if config.access_log_enabled else None
     if config.access_log_enabled and access_path is not None:
         access_sink = _file_handler(access_path, config)
-        access_sink.setFormatter(_formatter(config))
+        access_sink.setFormatter(_formatter(config, worker))
         access_sink.addFilter(lambda r: r.name == ACCESS_LOGGER)
         handlers.append(access_sink)
         handlers[0].addFilter(lambda r: r.name != ACCESS_LOGGER)
@@ -145,7 +165,10 @@ def configure_logging(config: Config) -> Callable[[], None]:
     root = logging.getLogger()
     for old in root.handlers[:]:
         root.removeHandler(old)
-    root.addHandler(BoundedQueueHandler(records))
+    queue_handler = BoundedQueueHandler(records)
+    if worker:
+        queue_handler.addFilter(_WorkerLabel(worker))
+    root.addHandler(queue_handler)
     root.setLevel(getattr(logging, config.log_level.upper()))
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     listener.start()

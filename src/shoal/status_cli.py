@@ -5,8 +5,10 @@ Reads the node's HTTP endpoints only (so it works from any machine that reaches 
 gRPC transport, kernels), ``/nacos/v1/ns/operator/metrics`` (counts, and Shoal's push lag: p99
 and the slowest subscribers) and
 ``/nacos/v1/core/cluster/nodes`` (members and their states; admin-only when auth is on: give
-a token, a user and password file, or the cluster identity). Exit codes: 0 the node serves and
-every member is UP, 1 the node cannot be asked, 3 it answers but is not ready or a member is not UP.
+a token, a user and password file, or the cluster identity). With ``--data-dir`` on the node's
+machine, a multi-worker node's ``workers.json`` too (its workers, their pids, ports, restarts).
+Exit codes: 0 the node serves and every member is UP (and every worker runs), 1 the node cannot
+be asked, 3 it answers but is not ready, a member is not UP or a worker is not running.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--addr", default="127.0.0.1:8848", metavar="HOST:PORT",
                         help="the node's main (HTTP) address (default 127.0.0.1:8848)")
     add_credentials(parser)
+    parser.add_argument("--data-dir", metavar="DIR",
+                        help="the node's data dir (on its machine): also show a multi-worker node's workers "
+                             "(workers.json)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each answer (default 5)")
     parser.set_defaults(func=_cmd_status)
@@ -110,6 +115,18 @@ def collect(node: _Node) -> dict[str, Any]:
     return out
 
 
+def read_workers(data_dir: Path) -> dict[str, Any] | None:
+    """A multi-worker node's ``workers.json`` with whether each process is alive (None: no such file)."""
+    try:
+        state = json.loads((data_dir / "workers.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for row in [state, *state.get("workers", [])]:
+        pid = int(row.get("pid", row.get("supervisor", 0)) or 0)
+        row["alive"] = pid > 0 and Path(f"/proc/{pid}").exists()
+    return dict(state)
+
+
 def render(info: dict[str, Any]) -> str:
     """The text form of :func:`collect`'s dict."""
     server = info["server"]
@@ -133,6 +150,12 @@ def render(info: dict[str, Any]) -> str:
         lines.append(f"  members ({len(members)}: {summary}):")
         lines.extend(f"    {m['address']:<24} {m['state']}"
                      + (f" (failed reports {m['failAccessCnt']})" if m["failAccessCnt"] else "") for m in members)
+    workers = info.get("workers")
+    if workers:
+        lines.append(f"  workers ({len(workers['workers'])}, supervisor pid {workers['supervisor']}"
+                     f"{'' if workers['alive'] else ' GONE'}):")
+        lines.extend(f"    #{w['index']} pid {w['pid'] or '-':<8} private port {w['port']:<6} restarts {w['restarts']}"
+                     + ("" if w["alive"] else " NOT RUNNING") for w in workers["workers"])
     return "\n".join(lines)
 
 
@@ -159,7 +182,9 @@ def _render_push_lag(lag: dict[str, Any] | None) -> list[str]:
 def healthy(info: dict[str, Any]) -> bool:
     """Ready, and every member (when the list could be read) UP."""
     members = info["members"] or []
-    return bool(info["ready"]) and all(m["state"] == "UP" for m in members)
+    workers = info.get("workers") or {"alive": True, "workers": []}
+    return (bool(info["ready"]) and all(m["state"] == "UP" for m in members)
+            and bool(workers["alive"]) and all(w["alive"] for w in workers["workers"]))
 
 
 class UsageError(ValueError):
@@ -202,6 +227,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         node = _Node(args.addr, identity_headers(args), args.timeout)
         authenticate(node, args)
         info = collect(node)
+        if args.data_dir:
+            info["workers"] = read_workers(Path(args.data_dir))
     except UsageError as exc:
         print(f"shoal status: {exc}", file=sys.stderr)
         return 2

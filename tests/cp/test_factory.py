@@ -36,6 +36,10 @@ def test_build_each_mode(tmp_path: Path) -> None:
     embedded = build_cp(_config(tmp_path))
     assert isinstance(embedded.store, EmbeddedStore) and embedded.supervisor is None
     assert embedded.store.path == tmp_path / "cp" / "store.sqlite3"
+    # a worker of a multi-worker node: the node's one file, polled often for its siblings' writes
+    worker = build_cp(_config(tmp_path), worker=True)
+    assert isinstance(worker.store, EmbeddedStore) and worker.store.path == embedded.store.path
+    assert worker.store.poll_interval_s <= 0.2 < embedded.store.poll_interval_s
 
     external = build_cp(_config(tmp_path, cp_endpoints="10.0.0.1:2379, 10.0.0.2:2379",
                                 **{"shoal.cp.tls.ca": "/ca.pem"}), MEMBERS, "127.0.0.1:18858")

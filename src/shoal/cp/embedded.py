@@ -50,6 +50,8 @@ from shoal.errors import CpUnavailable
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
+#: How long a write waits for another process's write transaction on the same file.
+BUSY_TIMEOUT_S = 5.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (
@@ -62,6 +64,11 @@ CREATE TABLE IF NOT EXISTS log (
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta VALUES ('revision', 0), ('compacted', 0);
 """
+
+
+def path_in(data_dir: str | Path) -> Path:
+    """The store's file in a node's data dir."""
+    return Path(data_dir) / "cp" / "store.sqlite3"
 
 
 class EmbeddedStore(CpStore):
@@ -82,8 +89,8 @@ class EmbeddedStore(CpStore):
         self._closed = False
 
     @classmethod
-    def in_data_dir(cls, data_dir: str | Path, history: int = 100_000) -> EmbeddedStore:
-        return cls(Path(data_dir) / "cp" / "store.sqlite3", history)
+    def in_data_dir(cls, data_dir: str | Path, history: int = 100_000, poll_interval_s: float = 1.0) -> EmbeddedStore:
+        return cls(path_in(data_dir), history, poll_interval_s)
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -113,7 +120,10 @@ class EmbeddedStore(CpStore):
                      self.path.with_name(self.path.name + "-shm")):
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(path, 0o600)
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        # Other processes write the file too (the workers of one node, `shoal users`): a write waits
+        # up to BUSY_TIMEOUT_S for theirs (BEGIN IMMEDIATE takes the write lock at once, so no
+        # deadlock between upgrading readers); reads never wait in WAL mode.
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         db.executescript(_SCHEMA)

@@ -63,15 +63,38 @@ class CpRuntime:
             await self.supervisor.stop()
 
 
-def build_cp(config: Config, members: Sequence[tuple[str, int]] = (), self_address: str = "") -> CpRuntime:
+#: How often a worker's embedded store looks for what its sibling workers wrote to the shared file.
+WORKER_POLL_INTERVAL_S = 0.05
+
+
+def build_cp(config: Config, members: Sequence[tuple[str, int]] = (), self_address: str = "",
+             worker: bool = False) -> CpRuntime:
     """The CP runtime of a node; ``members`` is the (host, main port) list, ``self_address``
-    this node's ``host:port`` in it (both as the member manager resolved them)."""
+    this node's ``host:port`` in it (both as the member manager resolved them). A ``worker`` of a
+    multi-worker node never runs an etcd member (its supervisor does, and hands it the endpoints):
+    standalone, it shares the node's embedded file with its siblings, polled every
+    :data:`WORKER_POLL_INTERVAL_S` so a sibling's write reaches its watchers promptly."""
     mode = cp_mode(config, bool(members))
     if mode == "embedded":
-        return CpRuntime(mode, EmbeddedStore.in_data_dir(config.data_dir, config.cp_history_revisions))
+        poll_s = WORKER_POLL_INTERVAL_S if worker else 1.0
+        return CpRuntime(mode, EmbeddedStore.in_data_dir(config.data_dir, config.cp_history_revisions, poll_s))
     if mode == "etcd":
         endpoints = [e.strip() for e in config.cp_endpoints.split(",") if e.strip()]
         return CpRuntime(mode, _etcd_store(config, endpoints))
+    supervisor, tls = managed_member(config, members, self_address)
+    if tls is None:
+        return CpRuntime(mode, _etcd_store(config, supervisor.endpoints), supervisor)
+    # https URLs, verified against the cluster's CA; the node always shows its certificate (the
+    # members require one when mutual auth is asked for)
+    store = EtcdStore(supervisor.client_urls, request_timeout_ms=config.cp_request_timeout_ms,
+                      ca_file=tls.trusted_ca_file, cert_file=tls.cert_file, key_file=tls.key_file,
+                      user=config.cp_user, password=config.cp_password)
+    return CpRuntime(mode, store, supervisor)
+
+
+def managed_member(config: Config, members: Sequence[tuple[str, int]],
+                   self_address: str) -> tuple[EtcdSupervisor, EtcdTls | None]:
+    """This node's etcd member in the managed-etcd mode (not started), and the TLS it serves."""
     tls = managed_tls(config)
     planned = plan_members(members, config.cp_client_port_offset, config.cp_peer_port_offset, tls=tls is not None)
     by_address = {f"{host}:{port}": m for (host, port), m in zip(members, planned, strict=True)}
@@ -82,14 +105,17 @@ def build_cp(config: Config, members: Sequence[tuple[str, int]] = (), self_addre
                                 history_revisions=config.cp_history_revisions,
                                 log_max_bytes=config.cp_etcd_log_max_bytes, log_keep=config.cp_etcd_log_count,
                                 log_check_interval_ms=config.cp_etcd_log_check_interval_ms, tls=tls)
-    if tls is None:
-        return CpRuntime(mode, _etcd_store(config, supervisor.endpoints), supervisor)
-    # https URLs, verified against the cluster's CA; the node always shows its certificate (the
-    # members require one when mutual auth is asked for)
-    store = EtcdStore(supervisor.client_urls, request_timeout_ms=config.cp_request_timeout_ms,
-                      ca_file=tls.trusted_ca_file, cert_file=tls.cert_file, key_file=tls.key_file,
-                      user=config.cp_user, password=config.cp_password)
-    return CpRuntime(mode, store, supervisor)
+    return supervisor, tls
+
+
+def worker_cp_overrides(supervisor: EtcdSupervisor, tls: EtcdTls | None) -> list[str]:
+    """The ``-D`` arguments that make a worker of a managed-etcd node a client of its node's etcd
+    members (mode etcd), which the node's supervisor runs: a worker never runs one itself."""
+    overrides = ["shoal.cp.mode=etcd", f"shoal.cp.endpoints={','.join(supervisor.client_urls)}"]
+    if tls is not None:
+        overrides += [f"shoal.cp.tls.ca={tls.trusted_ca_file}", f"shoal.cp.tls.cert={tls.cert_file}",
+                      f"shoal.cp.tls.key={tls.key_file}"]
+    return [arg for item in overrides for arg in ("-D", item)]
 
 
 def managed_tls(config: Config) -> EtcdTls | None:

@@ -59,8 +59,12 @@ class RateLimiter:
 class DnsServer:
     """The DNS listeners of one node (Nacos 3.3's DNS module), started by ``Node``."""
 
-    def __init__(self, config: Config, naming: NamingService, serving: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, config: Config, naming: NamingService, serving: Callable[[], bool] = lambda: True,
+                 reuse_port: bool = False) -> None:
         self.host = config.dns_bind_address
+        #: a worker's: the DNS port shared with the node's other workers (SO_REUSEPORT); each worker
+        #: then keeps its own per-source rate (a source gets up to the rate times the workers)
+        self.reuse_port = reuse_port
         self.port = config.dns_port
         self.resolver = DnsResolver(config, naming, serving=serving)
         self.limiter = RateLimiter(config.dns_rate_limit)
@@ -74,9 +78,11 @@ class DnsServer:
         loop = asyncio.get_running_loop()
         try:
             transport, _ = await loop.create_datagram_endpoint(lambda: _UdpProtocol(self),
-                                                               local_addr=(self.host, self.port))
+                                                               local_addr=(self.host, self.port),
+                                                               reuse_port=self.reuse_port or None)
             self._udp = transport
-            self._tcp = await asyncio.start_server(self._serve_tcp, self.host, self.port)
+            self._tcp = await asyncio.start_server(self._serve_tcp, self.host, self.port,
+                                                   reuse_port=self.reuse_port or None)
         except OSError as exc:
             await self.stop()
             raise OSError(exc.errno, f"cannot bind the DNS port {self.host}:{self.port} (nacos.naming.dns.port, "

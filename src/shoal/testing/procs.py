@@ -149,12 +149,15 @@ class ServerProcess:
     when the starting thread exits). ``https`` is the client context for a node whose HTTP
     port serves TLS (``server.ssl.*``): its URLs are then ``https://`` and every probe goes
     through that context. ``ready_timeout`` is how long :meth:`wait_ready` waits by default (a
-    node whose peers may be stopped or cut off needs longer).
+    node whose peers may be stopped or cut off needs longer). ``workers`` is ``--workers``: 1 (one
+    process, the default here whatever the server's own default) or N (a supervisor and N worker
+    processes, see :meth:`workers_state`); a ``--workers`` in ``args`` comes after and wins.
     """
 
     def __init__(self, port: int, data_dir: Path, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
                  *, auth: AuthMode, entry: Sequence[str] = ("-m", "shoal"), die_with_parent: bool = False,
-                 host: str = HOST, https: ssl.SSLContext | None = None, ready_timeout: float = 20.0) -> None:
+                 host: str = HOST, https: ssl.SSLContext | None = None, ready_timeout: float = 20.0,
+                 workers: int = 1) -> None:
         self.auth = auth
         self.host = host
         self.ready_timeout = ready_timeout  #: how long :meth:`wait_ready` waits unless told
@@ -163,7 +166,8 @@ class ServerProcess:
         self.data_dir = data_dir
         self.log_path = data_dir / "server.log"
         self.args = [sys.executable, *entry, "server", "--host", host, "--port", str(port),
-                     "--data-dir", str(data_dir), *auth.value, *args]
+                     "--data-dir", str(data_dir), "--workers", str(workers), *auth.value, *args]
+        self.workers = workers
         self.env = {**os.environ, **(env or {})}
         self.die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
@@ -257,6 +261,63 @@ class ServerProcess:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.kill()
             self._proc.wait()
+
+    # --- a multi-worker node ----------------------------------------------------------------
+    def workers_state(self) -> dict[str, Any] | None:
+        """The supervisor's ``workers.json`` (supervisor pid, each worker's index, pid, private
+        port, restarts); None when there is none (yet)."""
+        try:
+            state = json.loads((self.data_dir / "workers.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return state if isinstance(state, dict) else None
+
+    def worker_pids(self) -> list[int]:
+        """Each worker's pid, by index (0 while one is being restarted)."""
+        state = self.workers_state() or {}
+        return [int(w["pid"]) for w in state.get("workers", [])]
+
+    def worker_ports(self) -> list[int]:
+        """Each worker's private main port, by index."""
+        state = self.workers_state() or {}
+        return [int(w["port"]) for w in state.get("workers", [])]
+
+    def worker_url(self, index: int, path: str) -> str:
+        """``path`` on worker ``index``'s private HTTP port."""
+        scheme = "https" if self.https is not None else "http"
+        return f"{scheme}://{self.host}:{self.worker_ports()[index]}{path}"
+
+    def wait_workers(self, timeout: float = 20.0) -> list[int]:
+        """Wait until every worker of the node runs and answers ready on its private port; their pids."""
+        def all_ready() -> list[int] | None:
+            self.check_alive()
+            pids = self.worker_pids()
+            if len(pids) != self.workers or not all(pids):
+                return None
+            for i in range(len(pids)):
+                try:
+                    if http_get(self.worker_url(i, READINESS), 0.5, self.https)[0] != 200:
+                        return None
+                except OSError:
+                    return None
+            return pids
+        pids: list[int] = poll_until(all_ready, timeout, 0.05, what=f"the {self.workers} workers on {self.port}")
+        return pids
+
+    def wait_worker_restarted(self, index: int, old_pid: int, timeout: float = 20.0) -> int:
+        """Wait until worker ``index`` runs under a pid other than ``old_pid`` and answers ready; its pid."""
+        def restarted() -> int | None:
+            self.check_alive()
+            pids = self.worker_pids()
+            if len(pids) <= index or pids[index] in (0, old_pid):
+                return None
+            try:
+                ready = http_get(self.worker_url(index, READINESS), 0.5, self.https)[0] == 200
+            except OSError:
+                return None
+            return pids[index] if ready else None
+        pid: int = poll_until(restarted, timeout, 0.05, what=f"worker {index} of {self.port} to be restarted")
+        return pid
 
     # --- what it reports ----------------------------------------------------------------------
     def prometheus(self) -> str:

@@ -26,6 +26,7 @@ from shoal.metrics import Metrics
 from shoal.tls import PortTls
 from shoal.transport.grpc import codec
 from shoal.transport.grpc.transports import GrpcTransport, make_transport
+from shoal.transport.sharing import PortSharing
 
 log = logging.getLogger(__name__)
 
@@ -37,27 +38,36 @@ class ClusterServer:
     (the DistroProtocol) and turns failures into ErrorResponse payloads; its transport is the
     configured one (native or grpcio)."""
 
-    def __init__(self, config: Config, dispatch: Dispatch, metrics: Metrics, tls: PortTls | None = None) -> None:
+    def __init__(self, config: Config, dispatch: Dispatch, metrics: Metrics, tls: PortTls | None = None,
+                 sharing: PortSharing | None = None) -> None:
         self.config = config
+        self.sharing = sharing  # a worker's: the public port shared, and its private one
         self.tls = tls  # None: plaintext
         self.dispatch = dispatch
         self.metrics = metrics
         self.garbage = RateLimitedLog(log)  # bad input and failures: one line per kind per interval
-        self._transport: GrpcTransport | None = None
+        self._transports: list[GrpcTransport] = []
         self._tasks: set[asyncio.Task[bytes]] = set()  # requests being handled (see unary)
 
     async def start(self) -> None:
-        """Bind the cluster port (OSError when it is taken) and start serving."""
-        transport = make_transport(self.config, self.config.cluster_port, "cluster gRPC", self, None,
-                                   self.config.cluster_max_inbound_message_size, self.tls)
+        """Bind the cluster port (OSError when it is taken) and start serving; a worker binds its
+        private cluster port here, and the node's (shared) once it serves (:meth:`share`)."""
+        await self._listen(self.config.cluster_port if self.sharing is None else self.sharing.cluster_port, False)
+
+    async def share(self) -> None:
+        """A worker's: serve the node's cluster port too, beside its sibling workers (SO_REUSEPORT)."""
+        await self._listen(self.config.cluster_port, True)
+
+    async def _listen(self, port: int, shared: bool) -> None:
+        transport = make_transport(self.config, port, "cluster gRPC", self, None,
+                                   self.config.cluster_max_inbound_message_size, self.tls, shared)
         await transport.start()
-        self._transport = transport
+        self._transports.append(transport)
 
     async def stop(self, grace_s: float) -> None:
         """Stop serving, letting in-flight requests finish for ``grace_s`` seconds."""
-        if self._transport is not None:
-            await self._transport.stop(grace_s)
-            self._transport = None
+        transports, self._transports = self._transports, []
+        await asyncio.gather(*(t.stop(grace_s) for t in transports))
 
     def unary(self, data: bytes, peer: str) -> Awaitable[bytes]:
         """One /Request/request from a peer: the answer's bytes, awaitable. Raises PayloadDecodeError

@@ -120,10 +120,12 @@ class GrpcioServer:
     """One port served by grpc.aio."""
 
     def __init__(self, config: Config, port: int, label: str, unary: UnaryService,
-                 streams: StreamService | None, max_message: int, tls: PortTls | None = None) -> None:
+                 streams: StreamService | None, max_message: int, tls: PortTls | None = None,
+                 reuse_port: bool = False) -> None:
         self.config = config
         self.tls = tls
         self.port = port
+        self.reuse_port = reuse_port  # shared with the node's other workers (SO_REUSEPORT)
         self.label = label
         self.unary_service = unary
         self.streams = streams
@@ -140,7 +142,7 @@ class GrpcioServer:
             # a peer that stops reading stops answering pings too: grpc then drops its transport
             ("grpc.keepalive_time_ms", self.config.write_stall_timeout_ms),
             ("grpc.keepalive_timeout_ms", self.config.write_stall_timeout_ms),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", 1 if self.reuse_port else 0),
         ]
         server = grpc.aio.server(options=options)
         handlers = [grpc.method_handlers_generic_handler(

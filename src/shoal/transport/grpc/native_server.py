@@ -510,10 +510,12 @@ class NativeGrpcServer:
     """One port served by the native transport."""
 
     def __init__(self, config: Config, port: int, label: str, unary: UnaryService,
-                 streams: StreamService | None, max_message: int, tls: PortTls | None = None) -> None:
+                 streams: StreamService | None, max_message: int, tls: PortTls | None = None,
+                 reuse_port: bool = False) -> None:
         self.config = config
         self.tls = tls
         self.port = port
+        self.reuse_port = reuse_port  # shared with the node's other workers (SO_REUSEPORT)
         self.label = label
         self.unary = unary
         self.streams = streams
@@ -531,6 +533,7 @@ class NativeGrpcServer:
         try:
             self._server = await loop.create_server(functools.partial(H2Connection, self), self.config.host,
                                                     self.port, reuse_address=True, backlog=1024, ssl=ssl_context,
+                                                    reuse_port=self.reuse_port or None,
                                                     ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if ssl_context
                                                     else None)
         except OSError as exc:

@@ -67,8 +67,10 @@ class SdkServer:
 
     def __init__(self, config: Config, manager: ConnectionManager, handlers: dict[str, Handler],
                  is_serving: Callable[[], bool], metrics: Metrics, port: int,
-                 source: str = "sdk", auth: AuthFilter | None = None, tls: PortTls | None = None) -> None:
+                 source: str = "sdk", auth: AuthFilter | None = None, tls: PortTls | None = None,
+                 reuse_port: bool = False) -> None:
         self.config = config
+        self.reuse_port = reuse_port  # a worker's: the port is shared with the node's other workers
         self.tls = tls  # None: plaintext
         self.auth = auth  # Nacos RemoteRequestAuthFilter: raises Forbidden
         self.manager = manager
@@ -84,7 +86,7 @@ class SdkServer:
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         transport = make_transport(self.config, self.port, f"{self.source} gRPC", self, self,
-                                   self.config.max_inbound_message_size, self.tls)
+                                   self.config.max_inbound_message_size, self.tls, self.reuse_port)
         await transport.start()
         self._transport = transport
 

@@ -61,11 +61,12 @@ class GrpcTransport(Protocol):
 
 
 def make_transport(config: Config, port: int, label: str, unary: UnaryService, streams: StreamService | None,
-                   max_message: int, tls: PortTls | None = None) -> GrpcTransport:
-    """The configured transport for one port (not started); with ``tls`` it serves TLS only (ALPN h2)."""
+                   max_message: int, tls: PortTls | None = None, reuse_port: bool = False) -> GrpcTransport:
+    """The configured transport for one port (not started); with ``tls`` it serves TLS only (ALPN h2);
+    with ``reuse_port`` the port is shared with the node's other workers (SO_REUSEPORT)."""
     name = transport_name(config)
     if name == NATIVE:
         from shoal.transport.grpc.native_server import NativeGrpcServer
-        return NativeGrpcServer(config, port, label, unary, streams, max_message, tls)
+        return NativeGrpcServer(config, port, label, unary, streams, max_message, tls, reuse_port)
     from shoal.transport.grpc.grpcio_server import GrpcioServer
-    return GrpcioServer(config, port, label, unary, streams, max_message, tls)
+    return GrpcioServer(config, port, label, unary, streams, max_message, tls, reuse_port)

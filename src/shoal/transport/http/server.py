@@ -45,6 +45,7 @@ from shoal.transport.http.naming import distro_tag, persistent_write
 from shoal.transport.http.params import Params, read_params
 from shoal.transport.http.routes import ADMIN, IDENTITY, Handler, Route
 from shoal.transport.selection import transport_name
+from shoal.transport.sharing import WORKER_HEADER, PortSharing
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +105,9 @@ class HttpServer:
 
     def __init__(self, config: Config, status: NodeStatus, metrics: Metrics, auth: AuthService | None = None,
                  forwarder: Forwarder | None = None, members: MemberView | None = None,
-                 tls: PortTls | None = None) -> None:
+                 tls: PortTls | None = None, sharing: PortSharing | None = None) -> None:
         self.config = config
+        self.sharing = sharing  # a worker's: the public port shared, its private one, its name on answers
         self.status = status
         self.metrics = metrics
         self.auth = auth
@@ -117,6 +119,13 @@ class HttpServer:
         self.garbage = RateLimitedLog(log)  # unexpected failures: one traceback per kind per interval
         logging.getLogger("aiohttp.server").addFilter(BAD_HTTP_FILTER)  # idempotent: one instance
         self.app = web.Application(client_max_size=config.max_inbound_message_size)
+        if sharing is not None:  # which worker answered, on every answer (errors and 404s too)
+            worker = str(sharing.worker)
+
+            async def name_worker(request: web.Request, response: web.StreamResponse) -> None:
+                response.headers[WORKER_HEADER] = worker
+
+            self.app.on_response_prepare.append(name_worker)
         self._runner: web.AppRunner | None = None
 
     def routes(self) -> list[Route]:
@@ -143,11 +152,21 @@ class HttpServer:
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app, handle_signals=False, **access_log.runner_options(self.config))
         await self._runner.setup()
+        # a worker: its private port now, the node's port (shared) once it serves (share())
+        await self._listen(self.config.port if self.sharing is None else self.sharing.http_port, shared=False)
+
+    async def share(self) -> None:
+        """A worker's: listen on the node's port too, beside its sibling workers (SO_REUSEPORT)."""
+        await self._listen(self.config.port, shared=True)
+
+    async def _listen(self, port: int, shared: bool) -> None:
+        assert self._runner is not None
         ssl_context = self.tls.server_context() if self.tls is not None else None
-        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True,
+        site = web.TCPSite(self._runner, self.config.host, port, reuse_address=True, reuse_port=shared or None,
                            ssl_context=ssl_context)
         await site.start()
-        log.info("HTTP listening on %s:%d (%s)", self.config.host, self.config.port, describe_tls(self.tls))
+        log.info("HTTP listening on %s:%d (%s%s)", self.config.host, port, describe_tls(self.tls),
+                 ", shared with the node's workers" if shared else "")
 
     async def stop(self) -> None:
         await self.forwarder.stop()
