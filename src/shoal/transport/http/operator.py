@@ -79,7 +79,7 @@ class OperatorRoutes:
                 Route("PUT", f"{base}/instance/metadata/batch", self.batch(api, remove=False), WRITE, api=api),
                 Route("DELETE", f"{base}/instance/metadata/batch", self.batch(api, remove=True), WRITE, api=api),
             ]
-        return [*table, Route("PATCH", "/nacos/v2/ns/instance", self.v2_patch, WRITE, api=Api.V2)]
+        return [*table, Route("PATCH", "/nacos/v2/ns/instance", self.v2_patch, WRITE, distro=True, api=Api.V2)]
 
     # --- switches ------------------------------------------------------------------------------
     async def v1_switches(self, request: web.Request, p: Params) -> web.Response:

@@ -129,7 +129,7 @@ class V3ConsoleRoutes:
             Route("GET", SERVICE + "/selector/types", v.selector_types, identity),
             Route("PUT", SERVICE + "/cluster", answered_ok(n.v1_cluster_update), WRITE),
             Route("GET", INSTANCE + "/list", self.instances, READ),
-            Route("PUT", INSTANCE, self.update_instance, WRITE),
+            Route("PUT", INSTANCE, self.update_instance, WRITE, distro=True),
         ]
 
     # --- health, state, cluster ---------------------------------------------------------------
