@@ -288,7 +288,7 @@ class Node:
         self.locks, self.dns = model.locks, net.dns
         self.instance_view, self.service_view = self.model.instance_view, self.model.service_view
         #: every CP view the node starts, waits for and stops (the switches' document too)
-        self.cp_views = (cp.namespaces, self.instance_view, self.service_view, cp.meta)
+        self.cp_views = (cp.namespaces, *self.model.views, cp.meta)
 
         # --- the loops over them ------------------------------------------------------------------
         self.push = PushService(self.live, clock, self.bus, net.requests, self.index.subscribers_of,
@@ -330,6 +330,7 @@ class Node:
             Periodic("connection-keep-alive", config.connection_check_interval_ms, self.keepalive.scan,
                      initial_delay_ms=min(1000, config.connection_check_interval_ms)),
             Periodic("empty-service-cleaner", config.empty_service_clean_interval_ms, self._clean_services),
+            Periodic("expired-metadata-cleaner", config.expired_metadata_clean_interval_ms, self._clean_edits),
             Periodic("persistent-health-check", min(200, config.health_check_interval_ms),
                      self.health_checker.tick),
             Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick),
@@ -349,9 +350,8 @@ class Node:
     def _routes(self) -> list[Route]:
         """Every HTTP route of the node: each route module's table."""
         config, http = self.config, self.http
-        naming = NamingRoutes(config, self.naming, self.is_serving, http.forwarder.owner_of, http.forwarder.forward,
-                              self.push)
-        operator = OperatorRoutes(self.naming, self.switches, http.forwarder)
+        naming = NamingRoutes(config, self.naming, self.is_serving, http.forwarder.owner_of, self.push)
+        operator = OperatorRoutes(self.naming, self.switches)
         loader = LoaderRoutes(self.loader, self.sdk_connections)
         auth = AuthRoutes(self.auth)
         # The Nacos 3.x surface (docs/protocol.md §5.7): route tables over the same handlers.
@@ -392,7 +392,7 @@ class Node:
             return None
         if self.distro is not None and not self.distro.loaded and self._started:
             return "node is loading a snapshot from its peers"
-        if self._started and not (self.model.instance_view.ready and self.model.service_view.ready):
+        if self._started and not all(view.ready for view in self.model.views):
             return "node is reading its CP store"
         return "node is starting"
 
@@ -471,8 +471,9 @@ class Node:
 
     async def _wait_cp_ready(self) -> None:
         """Readiness waits for the CP views' first full read (namespaces, persistent instances,
-        service metadata, switches) and the auth data and token key, all within one load-timeout bound: a
-        node whose store has no quorum yet serves AP traffic meanwhile, and its views fill later."""
+        service metadata, operators' instance edits, switches) and the auth data and token key, all
+        within one load-timeout bound: a node whose store has no quorum yet serves AP traffic
+        meanwhile, and its views fill later."""
         timeout_s = self.config.load_timeout_ms / 1000
         try:
             async with asyncio.timeout(timeout_s):
@@ -528,6 +529,12 @@ class Node:
 
     async def _clean_services(self) -> None:
         self.naming.cleaner.clean_empty_services()
+
+    async def _clean_edits(self) -> None:
+        """Operators' edits of instances gone for the expired-metadata time; only while serving, so
+        a node still loading its peers' clients takes no instance for gone."""
+        if self._serving:
+            await self.naming.edits.clean()
 
     async def _release_moved(self) -> None:
         self.naming.moved.tick()

@@ -335,6 +335,18 @@ class Config:
         "An empty service is removed after this long without publishers.",
         check=non_negative,
     )
+    expired_metadata_clean_interval_ms: int = _setting(
+        5_000, "nacos.naming.clean.expired-metadata.interval",
+        "Period of the cleaner of operators' instance edits whose instance is gone.",
+        check=positive,
+    )
+    expired_metadata_expired_ms: int = _setting(
+        60_000,
+        "nacos.naming.clean.expired-metadata.expired-time",
+        "An operator's edit of an ephemeral instance is removed after its instance has been gone this long "
+        "(an instance registered again within it keeps the edit).",
+        check=non_negative,
+    )
     client_expired_time_ms: int = _setting(
         180_000,
         "nacos.naming.client.expired.time",

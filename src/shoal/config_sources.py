@@ -63,7 +63,6 @@ nacos.core.protocol.raft.data.snapshot_interval_secs nacos.core.snowflake.worker
 nacos.extension.ai.enabled nacos.inetutils.prefer-hostname-over-ip nacos.inetutils.use-only-site-local-interfaces
 nacos.inetutils.preferred-networks nacos.inetutils.ignored-interfaces nacos.istio.mcp.server.enabled
 nacos.k8s.sync.enabled nacos.k8s.sync.kubeConfig nacos.k8s.sync.outsideCluster
-nacos.naming.clean.expired-metadata.expired-time nacos.naming.clean.expired-metadata.interval
 nacos.naming.data.warmup nacos.naming.empty-service.auto-clean nacos.naming.empty-service.clean.initial-delay-ms
 nacos.naming.empty-service.clean.period-time-ms nacos.naming.distro.taskDispatchPeriod
 nacos.naming.distro.batchSyncKeyCount nacos.naming.distro.syncRetryDelay nacos.plugin.ai-pipeline.enabled

@@ -1,9 +1,10 @@
 """The one place that wires the registry: event bus, clients, services, index, storage, the CP
-store's views of persistent instances and service documents, and the naming use cases over them.
+store's views of persistent instances, service documents and operators' instance edits, and the
+naming use cases over them.
 
 The node (:mod:`shoal.app`), the unit-test fixtures and the in-memory Distro cluster
 (:mod:`shoal.testing`) all build it here, so a new component of the model is added once.
-Whoever builds it owns the CP store's lifecycle and starts and stops the two views.
+Whoever builds it owns the CP store's lifecycle and starts and stops the three views.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from shoal.config import Config, LiveConfig
 from shoal.cp.store import CpStore, CpView, Keyspace, json_view
 from shoal.model.clients import ClientManager
 from shoal.model.events import EventBus
+from shoal.model.overlays import InstanceOverlays
 from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
 from shoal.service_layer import NamingService
 
@@ -37,6 +39,8 @@ class ModelStack:
     service_view: CpView[Any]  # Keyspace.SERVICES: service documents
     naming: NamingService
     live: LiveConfig
+    overlays: InstanceOverlays  # operators' edits of ephemeral instances, laid over their publications
+    edit_view: CpView[Any]  # Keyspace.INSTANCE_EDITS: those edits in the CP store
 
     @classmethod
     def build(cls, config: Config, clock: Clock, cp_store: CpStore, live: LiveConfig | None = None) -> Self:
@@ -48,22 +52,30 @@ class ModelStack:
         clients = ClientManager(bus)
         services = ServiceManager(bus)
         index = ServiceIndex(bus, clock.now_ms)
-        storage = ServiceStorage(bus, index, clients.clients, services)
+        overlays = InstanceOverlays(bus)
+        storage = ServiceStorage(bus, index, clients.clients, services, overlays)
         instance_view = json_view(cp_store, Keyspace.INSTANCES)
         service_view = json_view(cp_store, Keyspace.SERVICES)
-        naming = NamingService(live, clock, bus, clients, services, index, storage, instance_view, service_view)
+        edit_view = json_view(cp_store, Keyspace.INSTANCE_EDITS)
+        naming = NamingService(live, clock, bus, clients, services, index, storage, instance_view, service_view,
+                               overlays, edit_view)
         return cls(config, clock, bus, clients, services, index, storage, cp_store, instance_view, service_view,
-                   naming, live)
+                   naming, live, overlays, edit_view)
+
+    @property
+    def views(self) -> tuple[CpView[Any], ...]:
+        """The model's CP views: persistent instances, service documents, instance edits."""
+        return (self.instance_view, self.service_view, self.edit_view)
 
     def start_views(self) -> None:
         """Start filling the CP views (the store must be started)."""
-        self.instance_view.start()
-        self.service_view.start()
+        for view in self.views:
+            view.start()
 
     async def wait_views_ready(self) -> None:
-        await self.instance_view.wait_ready()
-        await self.service_view.wait_ready()
+        for view in self.views:
+            await view.wait_ready()
 
     async def stop_views(self) -> None:
-        await self.instance_view.stop()
-        await self.service_view.stop()
+        for view in self.views:
+            await view.stop()

@@ -1,6 +1,6 @@
-"""A write that changes nothing sends nothing to peers (issue 23, item 1): an identical re-register,
-an identical metadata or weight edit and a beat of a healthy instance enqueue no Distro sync; a real
-change syncs once."""
+"""A write that changes nothing sends nothing to peers (issue 23, item 1): an identical re-register
+and a beat of a healthy instance enqueue no Distro sync; a real change syncs once. (An operator's
+edit is no Distro write at all: it is kept in the CP store, service_layer/overlays.py.)"""
 
 from __future__ import annotations
 
@@ -20,13 +20,12 @@ async def test_writes_that_change_nothing_send_no_distro_sync() -> None:
 
     cluster[0].register("grpc-client", 8080, metadata={"k": "v"})  # the SDK's redo: identical
     a.naming.ip_port.register(SVC, InstanceInfo("10.0.0.2", 9090, metadata={"k": "v"}))
-    a.naming.ip_port.update(SVC, "10.0.0.2", 9090, "DEFAULT", metadata={"k": "v"}, weight=1.0)
     assert a.naming.ip_port.beat(SVC, "10.0.0.2", 9090, None)[0] == 10200  # healthy already: a renewal only
     await cluster.flush()
     assert len(cluster.calls("DistroSyncRequest")) == sent
     assert not any(q.pending for node in cluster.nodes.values() for q in node.distro.engine.queues.values())
 
-    a.naming.ip_port.update(SVC, "10.0.0.2", 9090, "DEFAULT", metadata={"k": "w"})  # a real change
+    a.naming.ip_port.register(SVC, InstanceInfo("10.0.0.2", 9090, metadata={"k": "w"}))  # a real change
     await cluster.flush()
     assert len(cluster.calls("DistroSyncRequest")) == sent + 1
     copy = peer.clients.get(http_id)

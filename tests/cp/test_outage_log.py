@@ -34,5 +34,5 @@ async def test_views_of_an_unreadable_store_say_so_once_and_warn_once_if_it_last
         await store.close()
     said = [(r.levelname, r.getMessage().split(" (")[0]) for r in caplog.records if r.levelno >= logging.INFO]
     assert said[0] == ("INFO", "CP store not readable yet")
-    assert [level for level, _ in said] == ["INFO", "WARNING", "INFO"]  # one line each, for seven views
+    assert [level for level, _ in said] == ["INFO", "WARNING", "INFO"]  # one line each, for every view
     assert said[-1][0] == "INFO" and said[-1][1].startswith("CP store readable after")

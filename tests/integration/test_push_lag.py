@@ -87,7 +87,8 @@ def test_writes_that_change_nothing_push_nothing_to_a_raw_sdk_stream(
 
     # the SDK's redo: the same instance over gRPC again
     assert publisher.nacos_call("InstanceRequest", grpc_instance)[1]["resultCode"] == 200
-    # an identical metadata and weight edit, through the Open API (it edits the gRPC instance too)
+    # an operator's edit that changes nothing a reader sees, through the Open API (it edits the gRPC
+    # instance too): it sets k=v, which now stays over what the clients publish
     for ip, port in (("10.7.0.1", 8080), ("10.7.0.2", 9090)):
         assert call("PUT", server.url("/nacos/v1/ns/instance"), {
             "serviceName": SERVICE, "ip": ip, "port": port, "ephemeral": "true", "weight": "1.0",
@@ -103,16 +104,16 @@ def test_writes_that_change_nothing_push_nothing_to_a_raw_sdk_stream(
     subscriber.pump()
     assert len(subscriber.pushes) == before
 
-    # a real change pushes once
+    # a real change pushes once (a key the operator did not set: the edit's k=v stays on)
     success = 'shoal_push_total{result="success"}'
     acked = series(prometheus(server), success)
-    changed = register_body(SERVICE, ip="10.7.0.1", port=8080, metadata={"k": "w"})
+    changed = register_body(SERVICE, ip="10.7.0.1", port=8080, metadata={"k": "w", "j": "w"})
     assert publisher.nacos_call("InstanceRequest", changed)[1]["resultCode"] == 200
     poll_until(lambda: len(subscriber.pump()) > before, 10, what="the push of the real change")
     poll_until(lambda: series(prometheus(server), success) > acked, 10, what="its ack to be counted")
     subscriber.pump()
     assert len(subscriber.pushes) == before + 1
-    assert ("10.7.0.1", 8080, {"k": "w"}) in hosts(subscriber.pushes[-1])
+    assert ("10.7.0.1", 8080, {"k": "v", "j": "w"}) in hosts(subscriber.pushes[-1])
 
 
 async def test_empty_push_protection_keeps_the_sdk_subscribers_list(

@@ -283,9 +283,11 @@ def test_distro_verify_renews_every_instance_of_a_client(registry: Registry) -> 
     assert checker(registry).scan()["unhealthy"] == 0
 
 
-def test_update_changes_weight_and_merges_metadata_without_losing_the_beat(registry: Registry) -> None:
-    register(registry, a="1")
-    registry.naming.ip_port.update(SVC, "10.0.0.5", 8080, "DEFAULT", weight=3.0, metadata={"b": "2"})
-    [host] = hosts(registry)
+async def test_an_operator_edit_changes_weight_and_merges_metadata_without_losing_the_beat(
+        cp_registry: Registry) -> None:
+    register(cp_registry, a="1")
+    await cp_registry.naming.instance_ops.update(SVC, "10.0.0.5", 8080, "DEFAULT", ephemeral=True, weight=3.0,
+                                                 metadata={"b": "2"})
+    [host] = hosts(cp_registry)
     assert host["weight"] == 3.0 and host["metadata"] == {"a": "1", "b": "2"}
-    assert (CID, SVC) in registry.naming.beats
+    assert (CID, SVC) in cp_registry.naming.beats

@@ -208,3 +208,23 @@ def test_service_record_update_publishes_service_changed_once_per_change(registr
     assert events == []
     assert registry.services.update(A, 70, ephemeral=False)
     assert not record_a.ephemeral and len(events) == 1
+
+
+def test_an_operator_edit_changes_through_its_one_writer_which_publishes_service_changed(registry: Registry) -> None:
+    from shoal.model.overlays import InstanceOverlay
+
+    target = ("10.0.0.1", 1, "DEFAULT")
+    client = registry.connect("c")
+    registry.clients.publish(client, A, pub(1), now_ms=1)
+    events = record(registry)
+    assert registry.overlays.set(A, target, InstanceOverlay(weight=2.0), wall_ms=10)
+    assert [(type(e), e.service, e.changed_at_ms) for e in events] == [(ServiceChanged, A, 10)]
+    assert [i.weight for i in registry.storage.view(A).instances] == [2.0]  # the view was dropped and rebuilt
+    assert client.publications[A] == pub(1)  # the client's publication is not the edit's to change
+    events.clear()
+    assert not registry.overlays.set(A, target, InstanceOverlay(weight=2.0), wall_ms=11)  # nothing new
+    assert not registry.overlays.set(B, target, None, wall_ms=11)  # nothing to remove
+    assert events == []
+    assert registry.overlays.set(A, target, InstanceOverlay(), wall_ms=12)  # empty: removed
+    assert registry.overlays.of(A) is None and [type(e) for e in events] == [ServiceChanged]
+    assert [i.weight for i in registry.storage.view(A).instances] == [1.0]

@@ -102,7 +102,7 @@ async def test_operator_metrics_counts_clients_and_responsibility(registry: Regi
 
 # --- the one instance validator ----------------------------------------------------------------
 @pytest.mark.parametrize("weight", [-0.5, 10000.5, float("inf"), float("nan")])
-def test_every_write_path_refuses_a_bad_weight_with_the_same_error(registry: Registry, weight: float) -> None:
+async def test_every_write_path_refuses_a_bad_weight_with_the_same_error(registry: Registry, weight: float) -> None:
     registry.connect("c1")
     bad = InstanceInfo("10.0.0.5", 8080, weight=weight)
     for write in (lambda: registry.naming.ephemeral.register_instance("c1", SVC, bad),
@@ -112,22 +112,23 @@ def test_every_write_path_refuses_a_bad_weight_with_the_same_error(registry: Reg
             write()
         assert err.value.v2_code == V2Code.WEIGHT_ERROR
     registry.naming.ip_port.register(SVC, InstanceInfo("10.0.0.5", 8080))
-    with pytest.raises(WeightError):
-        registry.naming.ip_port.update(SVC, "10.0.0.5", 8080, "DEFAULT", weight=weight)
+    with pytest.raises(WeightError):  # an operator's edit: refused before anything is written
+        await registry.naming.instance_ops.update(SVC, "10.0.0.5", 8080, "DEFAULT", ephemeral=True, weight=weight)
     with pytest.raises(WeightError):  # a beat body is checked even when its instance exists
         registry.naming.ip_port.beat(SVC, "10.0.0.5", 8080, bad)
 
 
-def test_port_range_is_checked_wherever_a_port_is_given(registry: Registry) -> None:
+async def test_port_range_is_checked_wherever_a_port_is_given(registry: Registry) -> None:
     registry.connect("c1")
     for call in (lambda: registry.naming.ephemeral.register_instance("c1", SVC, InstanceInfo("10.0.0.5", 70000)),
                  lambda: registry.naming.ip_port.register(SVC, InstanceInfo("10.0.0.5", -1)),
                  lambda: registry.naming.ip_port.deregister(SVC, "10.0.0.5", 70000),
                  lambda: registry.naming.reads.find_instance(SVC, "10.0.0.5", 70000, "DEFAULT"),
-                 lambda: registry.naming.ip_port.update(SVC, "10.0.0.5", -1, "DEFAULT"),
                  lambda: registry.naming.ip_port.beat(SVC, "10.0.0.5", 65536, None)):
         with pytest.raises(InvalidParam, match="'port'"):
             call()
+    with pytest.raises(InvalidParam, match="'port'"):
+        await registry.naming.instance_ops.update(SVC, "10.0.0.5", -1, "DEFAULT", ephemeral=True)
 
 
 async def test_service_record_errors_carry_their_v2_codes(cp_registry: Registry) -> None:

@@ -1,8 +1,8 @@
 """The CP store interface: typed keyspaces, revisioned writes, resumable watches, local views.
 
-The CP half of Shoal (persistent instances, service and cluster metadata, namespaces, users,
-roles, permissions, the cluster's token key) lives in a linearizable key-value store with a
-single global revision counter, modelled on etcd v3:
+The CP half of Shoal (persistent instances, service and cluster metadata, operators' edits of
+ephemeral instances, namespaces, users, roles, permissions, the cluster's token key) lives in a
+linearizable key-value store with a single global revision counter, modelled on etcd v3:
 
 * every successful write returns the store's **revision** after it; revisions only grow;
 * :meth:`CpStore.compare_and_put` is the conditional write of one key: ``expected_mod_revision=0``
@@ -63,6 +63,9 @@ class Keyspace(StrEnum):
     PERMISSIONS = "permissions"  # <role>/<resource>/<action>
     META = "meta"                # cluster-wide singletons (e.g. token-secret-key)
     LOCKS = "locks"              # the lock module's locks: <lockType>/<key> (service_layer/lock.py)
+    #: operators' edits of ephemeral instances (service_layer/overlays.py):
+    #: <namespace>/<group>@@<service>/<cluster>/<ip>:<port>
+    INSTANCE_EDITS = "instance-edits"
 
     @property
     def prefix(self) -> str:
@@ -265,7 +268,7 @@ OUTAGE_WARN_AFTER_S = 10.0
 
 class _Outage:
     """What the views of one store say while it cannot be reached: the first failure once at INFO
-    (a node's seven views all fail together while its etcd member starts), a WARNING once if it
+    (a node's eight views all fail together while its etcd member starts), a WARNING once if it
     lasts :data:`OUTAGE_WARN_AFTER_S`, the rest at DEBUG, and an INFO when every view reads again."""
 
     _of: weakref.WeakKeyDictionary[CpStore, _Outage] = weakref.WeakKeyDictionary()

@@ -10,8 +10,8 @@ answered. Subscribers must be quick and must not await; slow work is queued by t
 Who publishes what: every client event (connected / released, register / deregister, health,
 subscribe / unsubscribe, changed, ownership) comes from the one model writer,
 :class:`shoal.model.clients.ClientManager`; ``ServiceChanged`` comes from the model's own
-reactions (the service index), from service-record updates (``ServiceManager.update``) and from
-the service layer; ``DistroSyncApplied`` from the
+reactions (the service index), from service-record updates (``ServiceManager.update``), from
+operators' edits of instances (``InstanceOverlays.set``) and from the service layer; ``DistroSyncApplied`` from the
 Distro processor.
 """
 

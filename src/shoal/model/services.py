@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal.model.client import Client
+from shoal.model.client import Client, ClientKind
 from shoal.model.events import (
     ClientDeregisteredService,
     ClientRegisteredService,
@@ -27,6 +27,7 @@ from shoal.model.events import (
 )
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
+from shoal.model.overlays import InstanceOverlays
 
 
 @dataclass(slots=True)
@@ -266,13 +267,18 @@ class ServiceView:
 
 
 class ServiceStorage:
-    """service → ServiceView, rebuilt on read after a ServiceChanged dropped it."""
+    """service → ServiceView, rebuilt on read after a ServiceChanged dropped it.
+
+    A view shows each ephemeral instance with the operator's edit of it laid over
+    (:mod:`shoal.model.overlays`); a persistent instance is shown as stored (its edits are in
+    its own document)."""
 
     def __init__(self, bus: EventBus, index: ServiceIndex, clients: Mapping[str, Client],
-                 services: ServiceManager) -> None:
+                 services: ServiceManager, overlays: InstanceOverlays | None = None) -> None:
         self._index = index
         self._clients = clients
         self._services = services
+        self._overlays = overlays if overlays is not None else InstanceOverlays(bus)
         self._views: dict[ServiceKey, ServiceView] = {}
         # Views dropped by a change and not rebuilt yet: the next build reuses their encoded instances.
         self._stale: dict[ServiceKey, ServiceView] = {}
@@ -301,12 +307,16 @@ class ServiceStorage:
     def _build(self, service: ServiceKey, previous: ServiceView | None = None) -> ServiceView:
         seen: set[InstanceInfo] = set()
         instances: list[InstanceInfo] = []
+        edits = self._overlays.of(service)
         for client_id in sorted(self._index.publishers_of(service)):
             client = self._clients.get(client_id)
             publication = client.publications.get(service) if client is not None else None
             if publication is None:
                 continue
+            edited = edits is not None and client is not None and client.kind is not ClientKind.PERSISTENT
             for inst in publication.instances:
+                if edited:
+                    inst = self._overlays.apply(service, inst)
                 if inst not in seen:
                     seen.add(inst)
                     instances.append(inst)

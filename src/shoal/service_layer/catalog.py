@@ -22,6 +22,7 @@ from shoal.model.client import Subscriber
 from shoal.model.clients import ClientManager
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey, normalise_namespace
+from shoal.model.overlays import InstanceOverlays
 from shoal.model.services import ServiceIndex, ServiceManager, ServiceRecord, ServiceStorage
 from shoal.service_layer.validation import InstanceValidator
 
@@ -125,12 +126,13 @@ class CatalogService:
     """The console's read use cases over the naming model (Nacos CatalogServiceV2Impl)."""
 
     def __init__(self, clients: ClientManager, services: ServiceManager, index: ServiceIndex,
-                 storage: ServiceStorage, validator: InstanceValidator) -> None:
+                 storage: ServiceStorage, validator: InstanceValidator, overlays: InstanceOverlays) -> None:
         self.clients = clients
         self.services = services
         self.index = index
         self.storage = storage
         self.validator = validator
+        self.overlays = overlays  # a service with operators' edits is counted from its view (edits on)
 
     # --- the service list --------------------------------------------------------------
     def _records(self, namespace: str, name_part: str, group_part: str) -> list[ServiceRecord]:
@@ -158,6 +160,8 @@ class CatalogService:
         return ServiceSummary(service, len(clusters), len(instances), healthy, enabled, subscribers, triggered)
 
     def _distinct_instances(self, service: ServiceKey) -> list[InstanceInfo] | set[InstanceInfo]:
+        if self.overlays.of(service) is not None:
+            return self.storage.view(service).instances
         clients = self.clients
         publishers = self.index.publishers_of(service)
         if len(publishers) == 1:
@@ -187,6 +191,9 @@ class CatalogService:
                     if not (inst.healthy and inst.enabled):
                         unhealthy.add(key)
                         break
+        for key in populated - unhealthy:  # an operator may have disabled one
+            if self.overlays.of(key) is not None and not all(i.enabled for i in self.storage.view(key).instances):
+                unhealthy.add(key)
         return populated, unhealthy
 
     def list_services(self, namespace: str, name_part: str = "", group_part: str = "", page_no: int = 1,

@@ -6,7 +6,11 @@ instances in the CP store) on ``ephemeral``, as Nacos's ClientOperationServicePr
   (:class:`EphemeralInstances`);
 * ip:port writes (HTTP Open API, 1.x SDKs): ``ephemeral=true`` → :class:`IpPortInstances`,
   ``ephemeral=false`` → :class:`PersistentNaming`;
-* gRPC ``PersistentInstanceRequest``: the CP path, single or batch.
+* gRPC ``PersistentInstanceRequest``: the CP path, single or batch;
+* operators' edits (every PUT / PATCH of an instance, the metadata batch): of a persistent
+  instance, its own document (:class:`PersistentNaming`); of an ephemeral one, an edit kept in the
+  CP store apart from the client's publication and laid over it on every read
+  (:class:`InstanceEdits`), so it outlives the client registering again on another node.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
 from shoal.service_layer.ephemeral import EphemeralInstances
 from shoal.service_layer.ip_port import IpPortInstances
+from shoal.service_layer.overlays import InstanceEdits
 from shoal.service_layer.persistent import PersistentNaming
 from shoal.service_layer.reads import NamingReads
 
@@ -34,11 +39,12 @@ class InstanceOperations:
     + InstanceOperatorClientImpl)."""
 
     def __init__(self, ephemeral: EphemeralInstances, ip_port: IpPortInstances, reads: NamingReads,
-                 persistent: PersistentNaming) -> None:
+                 persistent: PersistentNaming, edits: InstanceEdits) -> None:
         self._ephemeral = ephemeral
         self._ip_port = ip_port
         self._reads = reads
         self._persistent = persistent
+        self._edits = edits
 
     # --- connection clients (gRPC): ephemeral -----------------------------------------------
     def register_connection(self, client_id: str, service: ServiceKey, inst: InstanceInfo) -> None:
@@ -84,10 +90,11 @@ class InstanceOperations:
     async def update(self, service: ServiceKey, ip: str, port: int, cluster: str, *, ephemeral: bool,
                      weight: float | None = None, enabled: bool | None = None,
                      metadata: Mapping[str, str] | None = None, remove_keys: Collection[str] = ()) -> None:
-        """Change weight, enabled and metadata (merged, ``remove_keys`` dropped) of an instance."""
+        """An operator's edit: change weight, enabled and metadata (merged, ``remove_keys`` dropped)
+        of an instance; the one write of every operator route, either kind."""
         if ephemeral:
-            self._ip_port.update(service, ip, port, cluster, weight=weight, enabled=enabled, metadata=metadata,
-                                 remove_keys=remove_keys)
+            await self._edits.edit(service, ip, port, cluster, weight=weight, enabled=enabled, metadata=metadata,
+                                   remove_keys=remove_keys)
         else:
             await self._persistent.update(service, ip, port, cluster, weight=weight, enabled=enabled,
                                           metadata=metadata, remove_keys=remove_keys)

@@ -1,5 +1,6 @@
-"""Ephemeral instances of ip:port clients: the HTTP Open API's and the 1.x SDKs' registrations,
-beats and instance updates (Nacos InstanceOperatorClientImpl, ClientBeatProcessorV2).
+"""Ephemeral instances of ip:port clients: the HTTP Open API's and the 1.x SDKs' registrations
+and beats (Nacos InstanceOperatorClientImpl, ClientBeatProcessorV2). An operator's edit of an
+instance is not a write of its client: see :mod:`shoal.service_layer.overlays`.
 
 An HTTP registration creates the client ``ip:port#true`` on first use and publishes through
 :meth:`EphemeralInstances.publish`; its beats renew it in the :class:`BeatTable`, whose expiry
@@ -8,11 +9,9 @@ the heartbeat checker (:mod:`shoal.health.heartbeat`) acts on.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-
 from shoal.clock import Clock
 from shoal.config import Config, LiveConfig
-from shoal.errors import BeatCode, InvalidParam, NotFound
+from shoal.errors import BeatCode
 from shoal.model.client import Client, ClientKind, Publication
 from shoal.model.clients import ClientManager
 from shoal.model.instance import HEART_BEAT_INTERVAL_KEY, InstanceInfo, metadata_millis
@@ -28,7 +27,7 @@ BEAT_OK, BEAT_RESOURCE_NOT_FOUND = BeatCode.OK, BeatCode.RESOURCE_NOT_FOUND
 
 
 class IpPortInstances:
-    """The ip:port clients' writes: register, deregister, beat, and instance updates."""
+    """The ip:port clients' writes: register, deregister, beat."""
 
     def __init__(self, live: LiveConfig, clock: Clock, clients: ClientManager, services: ServiceManager,
                  validator: InstanceValidator, ephemeral: EphemeralInstances, reads: NamingReads,
@@ -99,32 +98,3 @@ class IpPortInstances:
             self.beats.set_health(client, service, True)
         metadata = publication.instances[0].metadata if publication.instances else {}
         return BEAT_OK, metadata_millis(metadata, HEART_BEAT_INTERVAL_KEY, self.config.client_beat_interval_ms)
-
-    def update(self, service: ServiceKey, ip: str, port: int, cluster: str, *,
-               weight: float | None = None, enabled: bool | None = None,
-               metadata: Mapping[str, str] | None = None, remove_keys: Collection[str] = ()) -> int:
-        """PUT/PATCH ``/instance``: change weight, enabled and metadata (merged) of the matching
-        ephemeral instance of every client. Nacos keeps these as a CP overlay; we apply them to
-        the stored instance (a client that registers again replaces them). Returns how many."""
-        check_port(port)
-        self.validator.check_params(service, clusters=cluster)
-        if self.services.get(service) is None:
-            raise InvalidParam(f"service not found, namespace: {service.namespace}, service: {service.grouped_name}")
-        matches = self.reads.matching(service, ip, port, cluster)
-        if not matches:
-            raise NotFound("no matched ip found!")
-        for client, publication, inst in matches:
-            new_md = {**inst.metadata, **metadata} if metadata else inst.metadata
-            if remove_keys:  # DELETE /instance/metadata/batch
-                new_md = {k: v for k, v in new_md.items() if k not in remove_keys}
-            updated = InstanceInfo(inst.ip, inst.port, inst.weight if weight is None else weight, inst.healthy,
-                                   inst.enabled if enabled is None else enabled, inst.cluster, inst.instance_id,
-                                   new_md)
-            self.validator.check_values(updated)
-            self.validator.check_params(instances=(updated,))
-            self.validator.check_instance_legal(updated)
-            if updated == inst:
-                continue
-            instances = tuple(updated if i is inst else i for i in publication.instances)
-            self.clients.publish(client, service, Publication(instances, publication.batch), self.clock.monotonic_ms())
-        return len(matches)

@@ -13,6 +13,7 @@ attribute                 concern                                        module
 ``ephemeral``             connection clients' ephemeral instances       ``ephemeral.py``
 ``ip_port``               ip:port clients: registrations, beats         ``ip_port.py``
 ``persistent``            persistent instances, service documents (CP)  ``persistent.py``
+``edits``                 operators' edits of ephemeral instances (CP)  ``overlays.py``
 ``reads``                 ServiceInfo, service lists, instance lookups  ``reads.py``
 ``subscriptions``         subscribe / unsubscribe                       ``subscriptions.py``
 ``connections``           the naming clients of SDK connections         ``connections.py``
@@ -32,6 +33,7 @@ from shoal.cp.store import CpView
 from shoal.model.clients import ClientManager
 from shoal.model.events import EventBus
 from shoal.model.ip_port import BeatTable
+from shoal.model.overlays import InstanceOverlays
 from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
 from shoal.service_layer.catalog import CatalogService
 from shoal.service_layer.connections import ConnectionClients
@@ -41,6 +43,7 @@ from shoal.service_layer.instances import InstanceOperations
 from shoal.service_layer.introspection import Introspection
 from shoal.service_layer.ip_port import IpPortInstances
 from shoal.service_layer.moved import MovedClients
+from shoal.service_layer.overlays import InstanceEdits
 from shoal.service_layer.persistent import PersistentNaming
 from shoal.service_layer.reads import NamingReads
 from shoal.service_layer.services import ServiceOperations
@@ -53,7 +56,8 @@ class NamingService:
 
     def __init__(self, live: LiveConfig, clock: Clock, bus: EventBus, clients: ClientManager,
                  services: ServiceManager, index: ServiceIndex, storage: ServiceStorage,
-                 instance_view: CpView[Any], service_view: CpView[Any]) -> None:
+                 instance_view: CpView[Any], service_view: CpView[Any], overlays: InstanceOverlays,
+                 edit_view: CpView[Any]) -> None:
         self.live = live  # the switches' settings, read by reference (cacheMillis, beat interval, ...)
         config = live.current
         self.validator = InstanceValidator(config)
@@ -66,12 +70,14 @@ class NamingService:
                                        self.beats)
         self.persistent = PersistentNaming(clock, bus, clients, services, index, self.validator, instance_view,
                                            service_view)
+        self.edits = InstanceEdits(live, clock, services, self.validator, self.reads, overlays, edit_view)
         self.subscriptions = Subscriptions(clock, clients, self.validator, self.ephemeral, self.reads)
         self.connections = ConnectionClients(clock, clients, self.moved)
         self.introspection = Introspection(clients, services, index, storage)
-        self.catalog = CatalogService(clients, services, index, storage, self.validator)
+        self.catalog = CatalogService(clients, services, index, storage, self.validator, overlays)
         self.cleaner = EmptyServiceCleaner(live, clock, services, index)
-        self.instance_ops = InstanceOperations(self.ephemeral, self.ip_port, self.reads, self.persistent)
+        self.instance_ops = InstanceOperations(self.ephemeral, self.ip_port, self.reads, self.persistent,
+                                               self.edits)
         self.service_ops = ServiceOperations(self.reads, self.persistent)
 
     @property

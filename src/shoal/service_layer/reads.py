@@ -138,8 +138,9 @@ class NamingReads:
         self.validator.check_params(service, clusters=cluster)
         if self.services.get(service) is None:
             raise NotFound(f"no service {service.grouped_name} found!")
-        for _client, _publication, inst in self.matching(service, ip, port, cluster):
-            return inst
+        for inst in self.storage.view(service).instances:  # as read: an operator's edit on it
+            if inst.ip == ip and inst.port == port and inst.cluster == cluster:
+                return inst
         raise NotFound("no matched ip found!")
 
     def instance_json(self, service: ServiceKey, ip: str, port: int, cluster: str) -> dict[str, Any]:
@@ -147,23 +148,10 @@ class NamingReads:
         inst = self.find_instance(service, ip, port, cluster)
         return inst.to_nacos(service, self.storage.view(service).ephemeral)
 
-    def edited_at(self, service: ServiceKey, ip: str, port: int, cluster: str) -> str | None:
-        """Where an operator's edit of ``ip:port`` must be applied: the address of the peer
-        holding the authoritative copy of the client that publishes it (its connection, or the
-        Distro hash, is there), ``""`` when a publisher is native here (apply it here), None when
-        no publisher is known here. An edit applied to a synced copy would never be replicated."""
-        if self.services.get(service) is None:
-            return None
-        matches = self.matching(service, ip, port, cluster)
-        if not matches:
-            return None
-        if any(client.native for client, _p, _i in matches):
-            return ""
-        return min(client.owner for client, _p, _i in matches)
-
     def matching(self, service: ServiceKey, ip: str, port: int,
                  cluster: str) -> list[tuple[Client, Publication, InstanceInfo]]:
-        """Every publication of ``ip:port`` in ``cluster`` of the service, by client (sorted)."""
+        """Every publication of ``ip:port`` in ``cluster`` of the service, by client (sorted), as its
+        client published it (without an operator's edit)."""
         out: list[tuple[Client, Publication, InstanceInfo]] = []
         for client_id in sorted(self.index.publishers_of(service)):
             client = self.clients.get(client_id)

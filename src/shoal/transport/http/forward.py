@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
 import aiohttp
@@ -197,36 +197,6 @@ class Forwarder:
             log.debug("forwarding %s %s to %s failed (%r): handled here", request.method, request.path, owner, exc)
             fallback.failed(owner, attempt)
             self._locally(fallback, tag)
-            return None
-
-    async def forward_form(self, request: web.Request, owner: str, form: Mapping[str, str]) -> tuple[int, bytes] | None:
-        """Send ``request``'s method and path to ``owner`` with ``form`` as its body (a batch
-        split by responsible node): the owner's status and body, or None when this node is to
-        apply it itself (the request came from a peer, or the owner is not answering)."""
-        if "Nacos-Server" in request.headers.get("User-Agent", ""):
-            return None
-        fallback = self.fallback
-        if fallback is not None and not fallback.answering(owner):
-            return None  # known not to answer now: do not wait for it
-        attempt = fallback.attempt(owner) if fallback is not None else 0
-        if self._session is None:
-            connector = aiohttp.TCPConnector(ssl=self.ssl_context) if self.ssl_context is not None else None
-            self._session = aiohttp.ClientSession(timeout=self.timeout, auto_decompress=False, connector=connector)
-        headers = {"User-Agent": SERVER_USER_AGENT}
-        for name in _PASSED_HEADERS[1:]:  # the body is a new form: not the request's Content-Type
-            value = request.headers.get(name)
-            if value is not None:
-                headers[name] = value
-        url = f"{'https' if self.ssl_context is not None else 'http'}://{owner}{request.path}"
-        try:
-            async with self._deadline(owner), self._session.request(request.method, url, data=dict(form),
-                                                                   headers=headers, allow_redirects=False) as resp:
-                return resp.status, await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("forwarding part of %s %s to %s failed (%r): applied here", request.method, request.path,
-                        owner, exc)
-            if fallback is not None:
-                fallback.failed(owner, attempt)
             return None
 
     def _locally(self, fallback: ForwardFallback, tag: str) -> None:

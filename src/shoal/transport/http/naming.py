@@ -9,7 +9,7 @@ model as the gRPC clients (each sees the other's instances, and both are pushed)
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -30,8 +30,6 @@ from shoal.transport.http.params import Params
 from shoal.transport.http.routes import ADMIN, Route
 
 Handler = Callable[[web.Request, Params], Any]
-#: Forwarder.forward: the owner's answer, or None when this node is to handle the request itself.
-Forward = Callable[[web.Request, str, str], Awaitable[web.Response | None]]
 _SELECTOR_NONE = {"type": "none", "contextType": "NONE"}
 
 
@@ -40,8 +38,7 @@ class NamingRoutes:
     the service layer's use cases (the instance and service façades choose AP or CP)."""
 
     def __init__(self, config: Config, naming: NamingService, is_serving: Callable[[], bool],
-                 owner_of: Callable[[str], str | None], forward: Forward | None = None,
-                 push: PushFigures | None = None) -> None:
+                 owner_of: Callable[[str], str | None], push: PushFigures | None = None) -> None:
         self.config = config
         self.push = push  # the push engine's lag figures (the metrics' pushLag, v3 subscriber lists)
         self.instances = naming.instance_ops
@@ -50,7 +47,6 @@ class NamingRoutes:
         self.introspection = naming.introspection
         self.is_serving = is_serving
         self.owner_of = owner_of  # Responsibility.owner_of: None = this node handles the ip:port
-        self.forward = forward  # instance edits go to the publisher's node (_at_publisher)
 
     def routes(self) -> list[Route]:
         """The naming Open API v1 and v2 (instances, services, health, metrics, clients)."""
@@ -64,7 +60,7 @@ class NamingRoutes:
             table += [
                 Route("POST", f"{base}/instance", register, WRITE, distro=True, api=api),
                 Route("DELETE", f"{base}/instance", deregister, WRITE, distro=True, api=api),
-                Route("PUT", f"{base}/instance", update, WRITE, api=api),  # routed by the handler: the publisher
+                Route("PUT", f"{base}/instance", update, WRITE, api=api),  # an edit: CP, any node takes it
                 Route("GET", f"{base}/instance", detail, READ, api=api),
                 Route("GET", f"{base}/instance/list", listing, READ, api=api),
                 Route("PUT", f"{base}/instance/beat", self.beat, WRITE, distro=True, api=api),
@@ -122,31 +118,12 @@ class NamingRoutes:
         ip, port, ephemeral = p.required("ip"), p.port(), p.boolean("ephemeral", True)
         await self.instances.deregister(service, ip, port, p.cluster(), ephemeral=ephemeral)
 
-    async def _at_publisher(self, request: web.Request, service: ServiceKey, p: Params) -> web.Response | None:
-        """An edit of an ephemeral instance goes to the node holding its publisher's authoritative
-        copy: a connection client's node, whatever the ip:port hashes to (the routes are not
-        forwarded by ip:port up front for that reason), else the node responsible for the
-        ip:port. The owner's answer, or None when the edit is to be applied here."""
-        if self.forward is None or persistent_write(p):
-            return None
-        tag = distro_tag(p)
-        owner = self.reads.edited_at(service, p.required("ip"), p.port(), p.cluster())
-        if owner is None:  # no publisher known here: the ip:port's responsible node, as other writes
-            owner = self.owner_of(tag)
-        return await self.forward(request, owner, tag) if owner else None
-
     async def v1_update(self, request: web.Request, p: Params) -> web.Response:
-        service = p.v1_service()
-        if (answer := await self._at_publisher(request, service, p)) is not None:
-            return answer
-        await self._update(service, p)
+        await self._update(p.v1_service(), p)
         return ok_text()
 
     async def v2_update(self, request: web.Request, p: Params) -> web.Response:
-        service = p.v2_service()
-        if (answer := await self._at_publisher(request, service, p)) is not None:
-            return answer
-        await self._update(service, p)
+        await self._update(p.v2_service(), p)
         return v2_ok('"ok"')
 
     async def _update(self, service: ServiceKey, p: Params) -> None:
@@ -158,8 +135,6 @@ class NamingRoutes:
     async def v1_patch(self, request: web.Request, p: Params) -> web.Response:
         """PATCH: only the given fields change."""
         service = p.v1_service()
-        if (answer := await self._at_publisher(request, service, p)) is not None:
-            return answer
         ip, port = p.required("ip"), p.port()
         p.boolean("healthy", True)  # accepted (and checked) like Nacos; health is the beat's business
         await self.instances.patch(service, ip, port, p.cluster(), weight=p.weight(None), enabled=p.enabled(None),

@@ -23,12 +23,11 @@ from aiohttp import web
 
 from shoal import jsonfast
 from shoal.auth.service import WRITE
-from shoal.errors import ForwardFailed, InvalidParam, MissingParam, NacosError
+from shoal.errors import InvalidParam, MissingParam, NacosError
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 from shoal.service_layer import NamingService
 from shoal.service_layer.switches import Switches
 from shoal.transport.http.api import Api, dumps, json_text, ok_text, v2_ok
-from shoal.transport.http.forward import Forwarder
 from shoal.transport.http.params import Params
 from shoal.transport.http.routes import Route
 
@@ -57,10 +56,9 @@ def set_log_level(names: dict[str, str], name: str, level: str) -> None:
 class OperatorRoutes:
     """Operator endpoints (switches, log levels, metadata batches, v2 health and PATCH)."""
 
-    def __init__(self, naming: NamingService, switches: Switches, forwarder: Forwarder | None = None) -> None:
+    def __init__(self, naming: NamingService, switches: Switches) -> None:
         self.instances = naming.instance_ops
         self.switches = switches
-        self.forwarder = forwarder  # splits an ephemeral batch by responsible node (DistroFilter)
 
     def routes(self, admin: str) -> list[Route]:
         table = []
@@ -132,12 +130,14 @@ class OperatorRoutes:
         """The metadata batch handler answering in ``api``'s shape (v1 bare, v2/v3 in a Result)."""
         async def handle(request: web.Request, p: Params) -> web.Response:
             service = p.v1_service() if api is Api.V1 else p.v2_service()
-            updated = await self._batch_metadata(request, service, p, remove)
+            updated = await self._batch_metadata(service, p, remove)
             body = dumps({"updated": updated})
             return json_text(body) if api is Api.V1 else v2_ok(body)
         return handle
 
-    async def _batch_metadata(self, request: web.Request, service: ServiceKey, p: Params, remove: bool) -> list[str]:
+    async def _batch_metadata(self, service: ServiceKey, p: Params, remove: bool) -> list[str]:
+        """Each instance's edit through the one write of operators' edits (any node takes it: an
+        ephemeral instance's edit is kept in the CP store, as a persistent instance is)."""
         kind = (p.text("consistencyType") or "ephemeral").lower()
         if kind not in ("ephemeral", "persistent"):
             raise InvalidParam("Param 'consistencyType' must be 'ephemeral' or 'persistent'.")
@@ -146,8 +146,6 @@ class OperatorRoutes:
             raise MissingParam("metadata")
         targets = self.instances.metadata_targets(service, kind == "persistent", _instances_param(p.text("instances")))
         updated: list[str] = []
-        if kind == "ephemeral" and self.forwarder is not None:
-            targets = await self._forward_foreign(request, p, targets, updated)
         for ip, port, cluster in targets:
             try:
                 await self.instances.update(service, ip, port, cluster, ephemeral=kind == "ephemeral",
@@ -157,37 +155,6 @@ class OperatorRoutes:
                 continue  # an instance named but not there is skipped, as Nacos does
             updated.append(f"{ip}:{port}:{cluster}")
         return updated
-
-    async def _forward_foreign(self, request: web.Request, p: Params, targets: list[tuple[str, int, str]],
-                               updated: list[str]) -> list[tuple[str, int, str]]:
-        """Send each other node the part of an ephemeral batch it is responsible for (its
-        answer's ``updated`` joins ``updated``); the targets this node applies itself."""
-        assert self.forwarder is not None
-        by_owner: dict[str, list[tuple[str, int, str]]] = {}
-        local: list[tuple[str, int, str]] = []
-        for target in targets:
-            owner = self.forwarder.owner_of(f"{target[0]}:{target[1]}")
-            (by_owner.setdefault(owner, []) if owner is not None else local).append(target)
-        if not by_owner:
-            return local
-        form = {k: v for k, v in (p.form or {}).items() if isinstance(v, str)} | dict(p.query)
-        for owner, part in by_owner.items():
-            form["instances"] = dumps([{"ip": ip, "port": port, "clusterName": cluster} for ip, port, cluster in part])
-            answer = await self.forwarder.forward_form(request, owner, form)
-            if answer is None:  # from a peer, or the owner is not answering: applied here
-                local.extend(part)
-                continue
-            status, body = answer
-            try:
-                parsed = jsonfast.loads(body.decode()) if status == 200 else None
-            except (ValueError, UnicodeDecodeError):
-                parsed = None
-            data = parsed.get("data", parsed) if isinstance(parsed, dict) else None
-            names = data.get("updated") if isinstance(data, dict) else None
-            if not isinstance(names, list):
-                raise ForwardFailed(f"the responsible node {owner} answered {status}: {body[:200]!r}")
-            updated.extend(str(n) for n in names)
-        return local
 
 
 def _instances_param(raw: str) -> list[tuple[str, int, str]]:
