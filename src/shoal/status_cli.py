@@ -5,8 +5,9 @@ Reads the node's HTTP endpoints only (so it works from any machine that reaches 
 gRPC transport, kernels), ``/nacos/v1/ns/operator/metrics`` (counts, and Shoal's push lag: p99
 and the slowest subscribers) and
 ``/nacos/v1/core/cluster/nodes`` (members and their states; admin-only when auth is on: give
-a token, a user and password file, or the cluster identity). Exit codes: 0 the node serves and
-every member is UP, 1 the node cannot be asked, 3 it answers but is not ready or a member is not UP.
+a token, a user and password file, or the cluster identity): one per node, with the states of a
+node's workers when it runs several. Exit codes: 0 the node serves and every member (every worker)
+is UP, 1 the node cannot be asked, 3 it answers but is not ready or a member or worker is not UP.
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ def collect(node: _Node) -> dict[str, Any]:
     if code == 200:
         members = json.loads(body).get("data", [])
         out["members"] = [{"address": m.get("address"), "state": m.get("state"),
-                           "failAccessCnt": m.get("failAccessCnt", 0)} for m in members]
+                           "failAccessCnt": m.get("failAccessCnt", 0),
+                           "workers": _worker_states(m.get("extendInfo") or {})} for m in members]
     else:
         out["members"] = None
         out["members_problem"] = f"member list answered {code} (with auth on it needs an admin token or identity)"
@@ -132,8 +134,19 @@ def render(info: dict[str, Any]) -> str:
         summary = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
         lines.append(f"  members ({len(members)}: {summary}):")
         lines.extend(f"    {m['address']:<24} {m['state']}"
-                     + (f" (failed reports {m['failAccessCnt']})" if m["failAccessCnt"] else "") for m in members)
+                     + (f" (failed reports {m['failAccessCnt']})" if m["failAccessCnt"] else "")
+                     + (f" ({len(m['workers'])} workers: "
+                        + ", ".join(f"{a} {st}" for a, st in m["workers"].items()) + ")" if m.get("workers") else "")
+                     for m in members)
     return "\n".join(lines)
+
+
+def _worker_states(extend: dict[str, Any]) -> dict[str, str]:
+    """A node of workers' ``workerStates`` (``ip:port=STATE,...``) as {worker: state}; {} otherwise."""
+    text = extend.get("workerStates")
+    if not isinstance(text, str):
+        return {}
+    return dict(item.split("=", 1) for item in text.split(",") if "=" in item)
 
 
 def _ms(value: Any) -> str:
@@ -157,9 +170,10 @@ def _render_push_lag(lag: dict[str, Any] | None) -> list[str]:
 
 
 def healthy(info: dict[str, Any]) -> bool:
-    """Ready, and every member (when the list could be read) UP."""
+    """Ready, and every member (when the list could be read) UP, each worker of a node of workers too."""
     members = info["members"] or []
-    return bool(info["ready"]) and all(m["state"] == "UP" for m in members)
+    states = [m["state"] for m in members] + [st for m in members for st in (m.get("workers") or {}).values()]
+    return bool(info["ready"]) and all(state == "UP" for state in states)
 
 
 class UsageError(ValueError):
