@@ -103,9 +103,7 @@ def collect(node: _Node) -> dict[str, Any]:
     code, body = node.get("/nacos/v1/core/cluster/nodes")
     if code == 200:
         members = json.loads(body).get("data", [])
-        out["members"] = [{"address": m.get("address"), "state": m.get("state"),
-                           "failAccessCnt": m.get("failAccessCnt", 0),
-                           "workers": _worker_states(m.get("extendInfo") or {})} for m in members]
+        out["members"] = [member_row(m) for m in members]
     else:
         out["members"] = None
         out["members_problem"] = f"member list answered {code} (with auth on it needs an admin token or identity)"
@@ -139,6 +137,12 @@ def render(info: dict[str, Any]) -> str:
                         + ", ".join(f"{a} {st}" for a, st in m["workers"].items()) + ")" if m.get("workers") else "")
                      for m in members)
     return "\n".join(lines)
+
+
+def member_row(member: dict[str, Any]) -> dict[str, Any]:
+    """What status keeps of one node's Member JSON (``/v1/core/cluster/nodes``)."""
+    return {"address": member.get("address"), "state": member.get("state"),
+            "failAccessCnt": member.get("failAccessCnt", 0), "workers": _worker_states(member.get("extendInfo") or {})}
 
 
 def _worker_states(extend: dict[str, Any]) -> dict[str, str]:
