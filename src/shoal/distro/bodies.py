@@ -61,7 +61,7 @@ def verify_message(body: bytes) -> None:
 def report_request(body: bytes) -> None:
     """MemberReportRequest: empty, or a JSON object whose ``node`` (the sender's Member JSON) is an
     object, ``nodeAddress`` a string and ``workers`` a list of ports, each when present (the sender
-    header names the member; the body says its node and the node's workers, docs/protocol.md §6.1)."""
+    header names the member; the body says its node and the node's workers, docs/protocol.md §6.2)."""
     if not body:
         return
     what = "MemberReportRequest body"

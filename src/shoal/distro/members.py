@@ -152,7 +152,7 @@ class NodeLayout:
 
 
 def parse_report(body: bytes) -> NodeLayout | None:
-    """The sender's layout from a report body or its answer (docs/protocol.md §6.1); None when the
+    """The sender's layout from a report body or its answer (docs/protocol.md §6.2); None when the
     body does not say who sent it. A body without ``nodeAddress`` (an older Shoal node) is a
     single-process node named by its Member JSON."""
     try:
@@ -457,7 +457,7 @@ class MemberReporter:
 
     def _report_body(self) -> bytes:
         """``node`` (this process's Member JSON) as ever; ``nodeAddress`` and ``workers`` say which
-        node it belongs to and the node's workers (docs/protocol.md §6.1)."""
+        node it belongs to and the node's workers (docs/protocol.md §6.2)."""
         members = self.members
         return json.dumps({"node": members.self_member.to_nacos(), "nodeAddress": members.self_node_address,
                            "workers": list(members.self_workers)}).encode()
