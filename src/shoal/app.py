@@ -78,7 +78,7 @@ from shoal.transport.http.v3_naming import V3NamingRoutes
 from shoal.transport.selection import make_peer_transport
 from shoal.transport.sharing import PortSharing
 from shoal.workers.placement import WorkerPlacement
-from shoal.workers.worker import MEMBERS_NOT_YET, worker_dir, worker_ip
+from shoal.workers.worker import worker_dir, worker_ip
 
 log = logging.getLogger(__name__)
 
@@ -143,28 +143,25 @@ def build_members(config: Config, clock: Clock, placement: WorkerPlacement | Non
             member_list = read_cluster_conf(Path(config.cluster_conf))
         except OSError as exc:
             raise ConfigError(f"cannot read cluster.conf {config.cluster_conf}: {exc.strerror}") from None
-    if placement is not None:
-        if member_list:
-            raise ConfigError(MEMBERS_NOT_YET)
-        ip = worker_ip(config)
-        return MemberManager.from_list([(ip, p) for p in placement.ports], placement.private_port, clock.now_ms,
-                                       self_ip=ip, fail_access_cnt=config.member_fail_access_cnt)
+    if placement is not None and not member_list:  # a standalone node of workers: they are its members
+        return MemberManager.from_list([], config.port, clock.now_ms, self_ip=worker_ip(config),
+                                       fail_access_cnt=config.member_fail_access_cnt, placement=placement)
     if not member_list:
         return None
     return MemberManager.from_list(member_list, config.port, clock.now_ms, self_ip=config.self_address,
-                                   host=config.host, fail_access_cnt=config.member_fail_access_cnt)
+                                   host=config.host, fail_access_cnt=config.member_fail_access_cnt,
+                                   placement=placement)
 
 
 def build_cp_phase(config: Config, members: MemberManager | None, worker: bool = False) -> CpPhase:
     """The CP store: persistent instances, service metadata, namespaces, switches and auth data are
-    cluster-wide through it, fed into the model by the views' watches on every node. The CP
-    members are the nodes, never a node's workers: a worker of a standalone node opens the node's
-    one embedded store, polled often, since its siblings write it too."""
-    if worker:
-        runtime = build_cp(config, worker=True)
-    else:
-        runtime = build_cp(config, [(m.ip, m.port) for m in members.all_members()] if members is not None else [],
-                           members.self_address if members is not None else "")
+    cluster-wide through it, fed into the model by the views' watches on every node. Its members are
+    the NODES (one etcd member per node, whatever its workers); a standalone node has none. A worker
+    never runs an etcd member (its supervisor does): standalone, it opens the node's one embedded
+    store, polled often, since its siblings write it too."""
+    clustered = members is not None and bool(config.members or config.cluster_conf)
+    runtime = build_cp(config, [(m.ip, m.port) for m in members.nodes()] if clustered and members else [],
+                       members.self_node_address if clustered and members else "", worker=worker)
     store = runtime.store
     return CpPhase(runtime, json_view(store, Keyspace.NAMESPACES), json_view(store, Keyspace.META))
 
@@ -217,7 +214,7 @@ def build_transport_phase(config: Config, tls: NodeTls, metrics: Metrics, auth: 
                     auth=auth if config.auth_enabled else None, tls=tls.sdk, reuse_port=sharing is not None)
     forwarder = Forwarder(cluster.responsibility, config.http_forward_timeout_ms,
                           tls.http.client_context() if tls.http is not None else None, cluster.fallback)
-    members = MemberList(cluster.members.all_members) if cluster.members is not None else None
+    members = MemberList(cluster.members.nodes) if cluster.members is not None else None  # one per node
     http = HttpServer(config, status, metrics, auth, forwarder, members, tls=tls.http, sharing=sharing)
     cluster_server = (ClusterServer(config, cluster.distro.dispatch, metrics, tls=tls.peer, sharing=sharing)
                       if cluster.distro is not None else None)
@@ -304,14 +301,14 @@ class Node:
                                      self.storage, self.changelog, self._owner_of, self.naming.beats.last_beat_ms)
         # Connection rebalancing: the Nacos loader API, and the automatic round when enabled.
         self.loader_peers = HttpLoaderPeers(config, self.tls.http) if members is not None else None
-        self.loader = ServerLoader(config, net.connections, net.sdk, self.address, self._member_addresses,
+        self.loader = ServerLoader(config, net.connections, net.sdk, self._node_address, self._member_addresses,
                                    self.loader_peers, self.is_serving, clock.monotonic_ms,
                                    on_move=self.naming.moved.mark, kept=lambda: len(self.naming.moved.kept))
         # Which node is stale (issue 23 item 4): this node's digests, the members' comparison, its gauge.
         self.digests = ServiceDigests(self.services, self.storage)
         self.disagreements = DisagreementGauge()
         self.metrics.registry.register(self.disagreements)
-        self.consistency = ConsistencyCheck(config, self.digests, self.address, self._member_addresses,
+        self.consistency = ConsistencyCheck(config, self.digests, self._node_address, self._member_addresses,
                                             self.tls.http, self.disagreements)
         self.periodics = self._periodics()
 
@@ -490,22 +487,29 @@ class Node:
         """This node's ip:port as peers and snapshots name it (resolved once, at construction)."""
         return node_address(self.config, self.members)
 
+    @property
+    def _node_address(self) -> str:
+        """This node's ip:port as operators name it: its public port, even in a worker."""
+        return self.members.self_node_address if self.members is not None else self.address
+
     def _member_jsons(self) -> list[dict[str, Any]]:
-        """Every member's Member JSON (this node's alone when standalone)."""
+        """Every node's Member JSON, one per node (this node's alone when standalone)."""
         return self.http.members.members() if self.http.members is not None else [self._self_member()]
 
     def _self_member(self) -> dict[str, Any]:
-        """This node's Member JSON (v3 ``cluster/node/self``)."""
+        """This node's Member JSON (v3 ``cluster/node/self``): the node, not the worker."""
         if self.members is not None:
-            return self.members.self_member.to_nacos()
+            return self.members.self_node_member().to_nacos()
         return self_member_json(self.config)
 
     def _responsible_server(self, tag: str) -> str:
-        """The member responsible for an ``ip:port`` (v3 ``client/distro``)."""
-        return self.http.forwarder.owner_of(tag) or self.address
+        """The node responsible for an ``ip:port`` (v3 ``client/distro``): the owning worker's node."""
+        owner = self.http.forwarder.owner_of(tag) or self.address
+        return (self.members.node_of(owner) or owner) if self.members is not None else owner
 
     def _member_addresses(self) -> list[str]:
-        return [m.address for m in self.members.all_members()] if self.members is not None else [self.address]
+        """The nodes' addresses (rebalancing and the consistency check are between nodes)."""
+        return [m.address for m in self.members.nodes()] if self.members is not None else [self.address]
 
     def _renew_beats(self, client: Client, now_mono_ms: int) -> None:
         """A verified ip:port copy is as fresh as its owner says (Nacos resets its beat time)."""

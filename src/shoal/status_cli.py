@@ -5,10 +5,11 @@ Reads the node's HTTP endpoints only (so it works from any machine that reaches 
 gRPC transport, kernels), ``/nacos/v1/ns/operator/metrics`` (counts, and Shoal's push lag: p99
 and the slowest subscribers) and
 ``/nacos/v1/core/cluster/nodes`` (members and their states; admin-only when auth is on: give
-a token, a user and password file, or the cluster identity). With ``--data-dir`` on the node's
-machine, a multi-worker node's ``workers.json`` too (its workers, their pids, ports, restarts).
-Exit codes: 0 the node serves and every member is UP (and every worker runs), 1 the node cannot
-be asked, 3 it answers but is not ready, a member is not UP or a worker is not running.
+a token, a user and password file, or the cluster identity): one per node, with the states of a
+node's workers when it runs several. With ``--data-dir`` on the node's machine, a multi-worker
+node's ``workers.json`` too (its workers, their pids, ports, restarts). Exit codes: 0 the node
+serves and every member (every worker) is UP and every local worker runs, 1 the node cannot be
+asked, 3 it answers but is not ready, a member or worker is not UP or a worker is not running.
 """
 
 from __future__ import annotations
@@ -107,8 +108,7 @@ def collect(node: _Node) -> dict[str, Any]:
     code, body = node.get("/nacos/v1/core/cluster/nodes")
     if code == 200:
         members = json.loads(body).get("data", [])
-        out["members"] = [{"address": m.get("address"), "state": m.get("state"),
-                           "failAccessCnt": m.get("failAccessCnt", 0)} for m in members]
+        out["members"] = [member_row(m) for m in members]
     else:
         out["members"] = None
         out["members_problem"] = f"member list answered {code} (with auth on it needs an admin token or identity)"
@@ -149,7 +149,10 @@ def render(info: dict[str, Any]) -> str:
         summary = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
         lines.append(f"  members ({len(members)}: {summary}):")
         lines.extend(f"    {m['address']:<24} {m['state']}"
-                     + (f" (failed reports {m['failAccessCnt']})" if m["failAccessCnt"] else "") for m in members)
+                     + (f" (failed reports {m['failAccessCnt']})" if m["failAccessCnt"] else "")
+                     + (f" ({len(m['workers'])} workers: "
+                        + ", ".join(f"{a} {st}" for a, st in m["workers"].items()) + ")" if m.get("workers") else "")
+                     for m in members)
     workers = info.get("workers")
     if workers:
         lines.append(f"  workers ({len(workers['workers'])}, supervisor pid {workers['supervisor']}"
@@ -157,6 +160,20 @@ def render(info: dict[str, Any]) -> str:
         lines.extend(f"    #{w['index']} pid {w['pid'] or '-':<8} private port {w['port']:<6} restarts {w['restarts']}"
                      + ("" if w["alive"] else " NOT RUNNING") for w in workers["workers"])
     return "\n".join(lines)
+
+
+def member_row(member: dict[str, Any]) -> dict[str, Any]:
+    """What status keeps of one node's Member JSON (``/v1/core/cluster/nodes``)."""
+    return {"address": member.get("address"), "state": member.get("state"),
+            "failAccessCnt": member.get("failAccessCnt", 0), "workers": _worker_states(member.get("extendInfo") or {})}
+
+
+def _worker_states(extend: dict[str, Any]) -> dict[str, str]:
+    """A node of workers' ``workerStates`` (``ip:port=STATE,...``) as {worker: state}; {} otherwise."""
+    text = extend.get("workerStates")
+    if not isinstance(text, str):
+        return {}
+    return dict(item.split("=", 1) for item in text.split(",") if "=" in item)
 
 
 def _ms(value: Any) -> str:
@@ -180,10 +197,11 @@ def _render_push_lag(lag: dict[str, Any] | None) -> list[str]:
 
 
 def healthy(info: dict[str, Any]) -> bool:
-    """Ready, and every member (when the list could be read) UP."""
+    """Ready, and every member (when the list could be read) UP, each worker of a node of workers too."""
     members = info["members"] or []
+    states = [m["state"] for m in members] + [st for m in members for st in (m.get("workers") or {}).values()]
     workers = info.get("workers") or {"alive": True, "workers": []}
-    return (bool(info["ready"]) and all(m["state"] == "UP" for m in members)
+    return (bool(info["ready"]) and all(state == "UP" for state in states)
             and bool(workers["alive"]) and all(w["alive"] for w in workers["workers"]))
 
 

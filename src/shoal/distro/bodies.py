@@ -59,7 +59,21 @@ def verify_message(body: bytes) -> None:
 
 
 def report_request(body: bytes) -> None:
-    """MemberReportRequest: the body is not read (the sender header names the member)."""
+    """MemberReportRequest: empty, or a JSON object whose ``node`` (the sender's Member JSON) is an
+    object, ``nodeAddress`` a string and ``workers`` a list of ports, each when present (the sender
+    header names the member; the body says its node and the node's workers, docs/protocol.md §6.2)."""
+    if not body:
+        return
+    what = "MemberReportRequest body"
+    report = json_object(body, what)
+    if not isinstance(report.get("node", {}), dict):
+        raise BadRequestBody(f"{what}: 'node' must be a JSON object")
+    if not isinstance(report.get("nodeAddress", ""), str):
+        raise BadRequestBody(f"{what}: 'nodeAddress' must be a string")
+    workers = report.get("workers", [])
+    if not isinstance(workers, list) or any(
+            isinstance(p, bool) or not isinstance(p, int) or not 0 < p < 65536 for p in workers):
+        raise BadRequestBody(f"{what}: 'workers' must be a list of ports")
 
 
 def snapshot_request(body: bytes) -> None:

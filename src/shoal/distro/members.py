@@ -1,7 +1,14 @@
 """Cluster membership (Nacos ServerMemberManager, MemberUtil, MemberInfoReportTask), both sides.
 
-Members come from ``--members ip:port,...`` or a Nacos ``cluster.conf`` (one ``ip[:port]`` per
-line, ``#`` comments, reloaded when it changes). Each node reports itself to every peer every
+Operators list *nodes*: ``--members ip:port,...`` or a Nacos ``cluster.conf`` (one ``ip[:port]``
+per line, ``#`` comments, reloaded when it changes). A node run with ``--workers N`` is N Distro
+members, one per worker, each named ``ip:private_port`` (``shoal.workers.placement``): a worker's
+own node's workers are members from the start; another node's are *discovered* from the member
+reports, which say which node the sender belongs to and its workers (docs/protocol.md §6.1).
+Until then that node is a member under its node address (its public cluster port answers from
+any of its workers), as a single-process node always is. Distro, its transport and the HTTP
+forwarder see only members; :meth:`MemberManager.nodes` is the one-member-per-node view that
+Nacos APIs, operators and the CP store see. Each node reports itself to every peer every
 ``report-interval-ms``; a successful exchange marks the peer UP, a failure SUSPICIOUS, and more
 than ``fail-access-cnt`` consecutive failures (or a refused connection) DOWN — suspicion comes
 before death, as in Nacos. The Distro mapper's healthy list is UP + SUSPICIOUS, sorted by address.
@@ -25,15 +32,19 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from shoal import jsonfast
 from shoal.distro.transport import PeerTransport, PeerUnavailable
 from shoal.errors import ConfigError
 from shoal.tasks import run_blocking
+
+if TYPE_CHECKING:
+    from shoal.workers.placement import WorkerPlacement
 
 log = logging.getLogger(__name__)
 
@@ -131,24 +142,89 @@ def local_addresses(extra: Iterable[str] = ()) -> set[str]:
     return found
 
 
-class MemberManager:
-    """The member list, this node's place in it, and every peer's state."""
+@dataclass(frozen=True, slots=True)
+class NodeLayout:
+    """What a member report (or its answer) says about the process that sent it."""
 
-    def __init__(self, self_ip: str, self_port: int, now_ms: Callable[[], int], fail_access_cnt: int = 3) -> None:
+    member: str  #: the sending process's member name (``ip:port``, a worker's ``ip:private_port``)
+    node: str  #: the node it belongs to (``ip:port``, the node's public main port)
+    workers: tuple[int, ...]  #: the node's workers' private ports, sorted; () for a single-process node
+
+
+def parse_report(body: bytes) -> NodeLayout | None:
+    """The sender's layout from a report body or its answer (docs/protocol.md §6.2); None when the
+    body does not say who sent it. A body without ``nodeAddress`` (an older Shoal node) is a
+    single-process node named by its Member JSON."""
+    try:
+        doc = jsonfast.loads(body) if body else None
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    node_json = doc.get("node")
+    if not isinstance(node_json, dict):
+        return None
+    member = node_json.get("address")
+    if not isinstance(member, str) or not member:
+        ip, port = node_json.get("ip"), node_json.get("port")
+        if not isinstance(ip, str) or isinstance(port, bool) or not isinstance(port, int):
+            return None
+        member = f"{ip}:{port}"
+    node = doc.get("nodeAddress") or member
+    workers = doc.get("workers") or []
+    if not isinstance(node, str) or not isinstance(workers, list):
+        return None
+    if any(isinstance(p, bool) or not isinstance(p, int) or not 0 < p < 65536 for p in workers):
+        return None
+    return NodeLayout(member, node, tuple(sorted(set(workers))))
+
+
+#: The worst of a node's workers' states when none is UP or SUSPICIOUS, worst first.
+_WORST_FIRST = (MemberState.DOWN, MemberState.ISOLATION, MemberState.STARTING, MemberState.SUSPICIOUS,
+                MemberState.UP)
+
+
+class MemberManager:
+    """The member list, this process's place in it, and every peer's state.
+
+    Members are Distro's: one per process (a multi-worker node's workers each, a single-process
+    node or a node whose workers are not known yet under its node address). The configured list
+    and :meth:`nodes` are per node."""
+
+    def __init__(self, self_ip: str, self_port: int, now_ms: Callable[[], int], fail_access_cnt: int = 3,
+                 node_port: int = 0, worker_ports: Sequence[int] = ()) -> None:
+        """``self_port`` names this process; ``node_port`` (its node's public port, default
+        ``self_port``) and ``worker_ports`` (every worker's private port, this one's included)
+        place a worker in its node."""
         self.self_member = Member(self_ip, self_port, MemberState.UP)
+        self.self_node = (self_ip, node_port or self_port)
+        self.self_workers: tuple[int, ...] = tuple(sorted(set(worker_ports)))
+        if self.self_workers and self_port not in self.self_workers:
+            raise ConfigError(f"worker port {self_port} is not among the node's worker ports {self.self_workers}")
         self.now_ms = now_ms
         self.fail_access_cnt = fail_access_cnt
         self.peers: dict[str, Member] = {}
         self.listeners: list[Callable[[], None]] = []
         self._healthy_cache: list[str] | None = None
+        #: the configured nodes by address (this node always among them)
+        self._nodes: dict[str, tuple[str, int]] = {self.self_node_address: self.self_node}
+        #: each node's workers as far as known: absent = not known yet, () = a single-process node
+        self._layouts: dict[str, tuple[int, ...]] = {self.self_node_address: self.self_workers}
+        #: every member's node
+        self._node_of: dict[str, str] = {self.self_address: self.self_node_address}
 
     @classmethod
     def from_list(cls, members: list[tuple[str, int]], port: int, now_ms: Callable[[], int],
-                  self_ip: str = "", host: str = "", fail_access_cnt: int = 3) -> MemberManager:
-        """Find this node in ``members`` (port match, then an ip of this host) and build."""
+                  self_ip: str = "", host: str = "", fail_access_cnt: int = 3,
+                  placement: WorkerPlacement | None = None) -> MemberManager:
+        """Find this node in ``members`` (port match, then an ip of this host) and build. With a
+        ``placement`` this process is the worker ``ip:placement.private_port`` of that node and
+        its siblings are members from the start; a node of workers with no list is alone with them."""
         candidates = [(ip, p) for ip, p in members if p == port]
         if self_ip:
             chosen = next(((ip, p) for ip, p in candidates if ip == self_ip), (self_ip, port))
+        elif not members and placement is not None:
+            chosen = (host if host not in ("", "0.0.0.0", "::") else "127.0.0.1", port)
         else:
             mine = local_addresses([host])
             matches = [(ip, p) for ip, p in candidates if ip in mine]
@@ -159,19 +235,31 @@ class MemberManager:
                 )
             chosen = matches[0]
         chosen_ip, chosen_port = chosen
-        manager = cls(chosen_ip, chosen_port, now_ms, fail_access_cnt)
+        if placement is None:
+            manager = cls(chosen_ip, chosen_port, now_ms, fail_access_cnt)
+        else:
+            manager = cls(chosen_ip, placement.private_port, now_ms, fail_access_cnt, node_port=chosen_port,
+                          worker_ports=placement.ports)
         manager.set_members(members)
         return manager
 
     # --- views ----------------------------------------------------------------------------
     @property
     def self_address(self) -> str:
+        """This process's member name (a worker's ``ip:private_port``)."""
         return self.self_member.address
 
+    @property
+    def self_node_address(self) -> str:
+        """This process's node's ``ip:port`` (its own address unless it is a worker)."""
+        return f"{self.self_node[0]}:{self.self_node[1]}"
+
     def all_members(self) -> list[Member]:
+        """Every Distro member, this process included, sorted by address."""
         return sorted([self.self_member, *self.peers.values()], key=lambda m: m.address)
 
     def peer_list(self) -> list[Member]:
+        """Every other Distro member (this node's sibling workers included)."""
         return sorted(self.peers.values(), key=lambda m: m.address)
 
     def healthy_addresses(self) -> list[str]:
@@ -183,21 +271,102 @@ class MemberManager:
         return self._healthy_cache
 
     def is_clustered(self) -> bool:
-        """True when this node has peers."""
+        """True when this process has peers (other nodes or sibling workers)."""
         return bool(self.peers)
+
+    def is_member(self, address: str) -> bool:
+        """True for this process and every peer."""
+        return address == self.self_address or address in self.peers
+
+    def node_of(self, address: str) -> str | None:
+        """The node a member belongs to (None: not a member)."""
+        return self._node_of.get(address)
+
+    def workers_of(self, node: str) -> tuple[int, ...] | None:
+        """A node's workers' private ports: None while not known, () for a single-process node."""
+        return self._layouts.get(node)
+
+    def nodes(self) -> list[Member]:
+        """One Member per configured node, sorted, for Nacos APIs, operators and the CP store.
+
+        This node is UP. Another node is its member's copy while it is one process (or its
+        workers are not known yet); a node of workers is UP while any worker is UP or
+        SUSPICIOUS, else its workers' worst state. ``extend`` carries ``workers`` (the count,
+        once known) and, for a node of workers, ``workerStates`` (``ip:port=STATE,...``)."""
+        by_node: dict[str, list[Member]] = {}
+        for member in self.all_members():
+            by_node.setdefault(self._node_of.get(member.address, member.address), []).append(member)
+        out: list[Member] = []
+        for node, (ip, port) in sorted(self._nodes.items()):
+            workers = by_node.get(node, [])
+            layout = self._layouts.get(node)
+            extend = {"workers": str(len(layout) or 1)} if layout is not None else {}
+            if layout:
+                extend["workerStates"] = ",".join(f"{m.address}={m.state.value}" for m in workers)
+            if node == self.self_node_address:
+                out.append(Member(ip, port, MemberState.UP, extend=extend))
+            elif len(workers) == 1 and workers[0].address == node:
+                out.append(replace(workers[0], extend={**workers[0].extend, **extend}))
+            elif workers:
+                alive = any(m.state in (MemberState.UP, MemberState.SUSPICIOUS) for m in workers)
+                state = MemberState.UP if alive else min((m.state for m in workers), key=_WORST_FIRST.index)
+                last = max(workers, key=lambda m: m.last_failure_ms)
+                out.append(Member(ip, port, state, fail_count=min(m.fail_count for m in workers),
+                                  last_seen_ms=max(m.last_seen_ms for m in workers),
+                                  successes=sum(m.successes for m in workers), extend=extend,
+                                  last_failure_ms=last.last_failure_ms, last_failure=last.last_failure))
+        return out
+
+    def self_node_member(self) -> Member:
+        """This node's entry of :meth:`nodes`."""
+        return next(m for m in self.nodes() if m.address == self.self_node_address)
 
     # --- changes --------------------------------------------------------------------------
     def set_members(self, members: Iterable[tuple[str, int]]) -> bool:
-        """Replace the list (keeping the state of members already known); True if it changed."""
-        wanted = {f"{ip}:{port}": (ip, port) for ip, port in members}
+        """Replace the list of nodes (keeping the state of members already known, and the
+        workers of nodes that stay); True if the members changed."""
+        nodes = {f"{ip}:{port}": (ip, port) for ip, port in members}
+        nodes[self.self_node_address] = self.self_node
+        for gone in set(self._layouts) - set(nodes):
+            del self._layouts[gone]  # a node leaving the list takes its workers with it
+        self._nodes = nodes
+        return self._rebuild()
+
+    def learn(self, layout: NodeLayout, via: str | None = None) -> bool:
+        """A report (or, ``via`` the member we called, its answer) told us a node's workers: its
+        members become those workers (its node address while it reports none). Only a listed
+        node other than this one is learnt, and only from one of the processes it names (and,
+        for an answer, from a call to a member of that node). True when the members changed."""
+        node = self._nodes.get(layout.node)
+        if node is None or layout.node == self.self_node_address:
+            return False
+        names = {f"{node[0]}:{p}" for p in layout.workers} if layout.workers else {layout.node}
+        if layout.member not in names or (via is not None and self._node_of.get(via) != layout.node):
+            return False
+        if self._layouts.get(layout.node) == layout.workers:
+            return False
+        log.info("node %s runs %s", layout.node,
+                 f"{len(layout.workers)} workers {sorted(names)}" if layout.workers else "one process")
+        self._layouts[layout.node] = layout.workers
+        return self._rebuild()
+
+    def _rebuild(self) -> bool:
+        """The members from the nodes and their known workers; True (and listeners told) if they changed."""
+        wanted: dict[str, tuple[str, int, str]] = {}
+        for node, (ip, port) in self._nodes.items():
+            workers = self._layouts.get(node)
+            for member_port in workers or (port,):
+                wanted.setdefault(f"{ip}:{member_port}", (ip, member_port, node))
         wanted.pop(self.self_address, None)
+        self._node_of = {address: node for address, (_, _, node) in wanted.items()}
+        self._node_of[self.self_address] = self.self_node_address
         changed = False
         for address in list(self.peers):
             if address not in wanted:
                 del self.peers[address]
                 changed = True
                 log.info("member %s left the list", address)
-        for address, (ip, port) in wanted.items():
+        for address, (ip, port, _node) in wanted.items():
             if address not in self.peers:
                 # a new peer is presumed UP until a report fails, so Distro syncs to it at once
                 self.peers[address] = Member(ip, port, MemberState.UP, last_seen_ms=self.now_ms())
@@ -275,8 +444,9 @@ class MemberManager:
 
 
 class MemberReporter:
-    """Both sides of the member report: send this node's Member JSON to every peer (the answer,
-    or its absence, drives that peer's state) and answer a peer's report (it is UP)."""
+    """Both sides of the member report: send this process's Member JSON, its node and the node's
+    workers to every peer (the answer, or its absence, drives that peer's state; the answer says
+    the same of the answering side, so both directions learn) and answer a peer's report."""
 
     def __init__(self, members: MemberManager, transport: PeerTransport, timeout_ms: int) -> None:
         self.members = members
@@ -286,7 +456,11 @@ class MemberReporter:
         self._in_flight: set[asyncio.Task[None]] = set()
 
     def _report_body(self) -> bytes:
-        return json.dumps({"node": self.members.self_member.to_nacos()}).encode()
+        """``node`` (this process's Member JSON) as ever; ``nodeAddress`` and ``workers`` say which
+        node it belongs to and the node's workers (docs/protocol.md §6.2)."""
+        members = self.members
+        return json.dumps({"node": members.self_member.to_nacos(), "nodeAddress": members.self_node_address,
+                           "workers": list(members.self_workers)}).encode()
 
     async def report_round(self) -> None:
         """Report to every peer at once and wait for every answer (or its timeout)."""
@@ -307,7 +481,7 @@ class MemberReporter:
     async def _report(self, address: str, body: bytes) -> None:
         attempt = self.members.attempt(address)
         try:
-            kind, _ = await self.transport.call(address, REPORT_REQUEST, body, self.timeout_ms)
+            kind, answer = await self.transport.call(address, REPORT_REQUEST, body, self.timeout_ms)
         except PeerUnavailable as exc:
             self.members.report_failed(address, refused=exc.refused, attempt=attempt,
                                        reason=failure_text("member report", exc))
@@ -317,12 +491,25 @@ class MemberReporter:
             return
         if kind == REPORT_RESPONSE:
             self.members.report_succeeded(address)
+            layout = parse_report(answer)
+            if layout is not None:
+                self.members.learn(layout, via=address)
         else:
             self.members.report_failed(address, attempt=attempt, reason=f"member report: answered {kind}")
 
+    def admit(self, sender: str, body: bytes) -> bool:
+        """Learn the sender's node and workers from its report; True when the sender is a member
+        then (a worker of a listed node we did not know yet becomes one here)."""
+        layout = parse_report(body)
+        if layout is not None and layout.member == sender:
+            self.members.learn(layout)
+        return self.members.is_member(sender)
+
     async def handle(self, sender: str, body: bytes) -> tuple[str, bytes]:
-        """Answer a MemberReportRequest with this node's Member JSON. The sender is alive, but
-        only our own calls say whether we reach it: when it is not UP here, report back now."""
+        """Answer a MemberReportRequest with this process's Member JSON, node and workers, having
+        learnt the sender's. The sender is alive, but only our own calls say whether we reach it:
+        when it is not UP here, report back now."""
+        self.admit(sender, body)
         if self.members.heard_from(sender):
             self._probe(sender)
         return REPORT_RESPONSE, self._report_body()

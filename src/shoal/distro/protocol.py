@@ -173,7 +173,9 @@ class DistroProtocol:
         Raises Forbidden (not a member), NoHandler (unknown type), BadRequestBody (the body does
         not have its type's shape) or ValueError (a binary part does not decode, e.g. a sync
         batch's SyncDecodeError: answered 500, as before)."""
-        if sender and sender != self.members.self_address and sender not in self.members.peers:
+        # a worker of a listed node is not known before its node's first report: learnt there
+        if sender and not self.members.is_member(sender) and (
+                type_name != REPORT_REQUEST or not self.reporter.admit(sender, body)):
             raise Forbidden(f"{sender} is not a member of this cluster")
         handler = self._routes.get(type_name)
         if handler is None:
@@ -370,6 +372,7 @@ class DistroProtocol:
         return {
             "self": self.members.self_address,
             "members": [m.to_nacos() for m in self.members.all_members()],
+            "nodes": [m.to_nacos() for m in self.members.nodes()],
             "loaded": self.loaded,
             "sync_pending": self.engine.pending_count(),
             "verify_rounds": self.verify_stats.rounds,

@@ -61,6 +61,24 @@ class InMemoryNetwork:
     def attach(self, address: str, dispatch: Callable[[str, str, bytes], Awaitable[tuple[str, bytes]]]) -> None:
         self.handlers[address] = dispatch
 
+    def attach_shared(self, address: str, members: list[str]) -> None:
+        """``address`` answered by one of ``members`` in turn (a node's public cluster port, which
+        every worker serves): a call to it reaches the next member that is not down."""
+        turn = 0
+
+        async def dispatch(source: str, type_name: str, body: bytes) -> tuple[str, bytes]:
+            nonlocal turn
+            live = [m for m in members if m not in self.down and m in self.handlers]
+            if not live:
+                raise PeerUnavailable(f"{address}: no worker answers", refused=True)
+            target = live[turn % len(live)]
+            turn += 1
+            if (source, target) in self.cut:
+                raise TimeoutError(f"{address} unreachable (partitioned)")
+            return await self.handlers[target](source, type_name, body)
+
+        self.handlers[address] = dispatch
+
     def partition(self, a: str, b: str) -> None:
         """Cut the link between ``a`` and ``b`` both ways (calls time out)."""
         self.cut |= {(a, b), (b, a)}

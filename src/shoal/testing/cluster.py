@@ -7,6 +7,7 @@ Each node is a real :class:`~shoal.stack.ModelStack` with a real
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from shoal.model.services import ServiceManager, ServiceStorage
 from shoal.service_layer import NamingService
 from shoal.stack import ModelStack
 from shoal.testing.model import config_with, scratch_store
+from shoal.workers.placement import WorkerPlacement
 
 #: The service the helpers register into unless told otherwise.
 SVC = ServiceKey("public", "DEFAULT_GROUP", "svc")
@@ -57,23 +59,58 @@ class SimNode:
 
 
 class SimCluster:
-    """``size`` loaded nodes 10.9.0.<i>:8848 sharing one ManualClock and one InMemoryNetwork."""
+    """``size`` loaded nodes 10.9.0.<i>:8848 sharing one ManualClock and one InMemoryNetwork.
+
+    :meth:`of_workers` builds nodes of several workers instead: each worker is a :class:`SimNode`
+    (a Distro member ``ip:private_port``) and the node's address is answered by its workers in
+    turn, as a node's public cluster port is."""
 
     def __init__(self, size: int, **overrides: Any) -> None:
         self.clock = ManualClock()
         self.network = InMemoryNetwork()
         self.config = config_with(**overrides)
         self.addresses = [f"10.9.0.{i + 1}:8848" for i in range(size)]
+        #: the configured nodes (``--members``); equal to :attr:`addresses` without workers
+        self.node_addresses = list(self.addresses)
         self.nodes: dict[str, SimNode] = {}
         for address in self.addresses:
             self.add_node(address, self.addresses, loaded=True)
 
-    def add_node(self, address: str, member_list: list[str], loaded: bool) -> SimNode:
-        """Build a node at ``address`` that knows ``member_list`` and attach it to the network."""
+    @classmethod
+    def of_workers(cls, workers: Sequence[int], **overrides: Any) -> SimCluster:
+        """Node ``i`` at 10.9.0.<i+1>:8848 runs ``workers[i]`` workers (private ports 9100, 9102,
+        ...), or is one process when it is 0. :attr:`addresses` lists every member (process)."""
+        cluster = cls(0, **overrides)
+        cluster.node_addresses = [f"10.9.0.{i + 1}:8848" for i in range(len(workers))]
+        for node, count in zip(cluster.node_addresses, workers, strict=True):
+            if count == 0:
+                cluster.addresses.append(node)
+                cluster.add_node(node, cluster.node_addresses, loaded=True)
+                continue
+            ports = tuple(9100 + 2 * j for j in range(count))
+            names = [f"{node.split(':')[0]}:{p}" for p in ports]
+            for index in range(count):
+                cluster.addresses.append(names[index])
+                cluster.add_node(node, cluster.node_addresses, loaded=True,
+                                 placement=WorkerPlacement(index, ports))
+            cluster.network.attach_shared(node, names)
+        return cluster
+
+    def add_node(self, address: str, member_list: list[str], loaded: bool,
+                 placement: WorkerPlacement | None = None) -> SimNode:
+        """Build a node at ``address`` that knows ``member_list`` and attach it to the network;
+        with a ``placement``, the worker of node ``address`` it places (at ``ip:private_port``)."""
         model = ModelStack.build(self.config, self.clock, scratch_store())  # CP half never started
         ip, port = address.split(":")
-        members = MemberManager(ip, int(port), self.clock.now_ms, self.config.member_fail_access_cnt)
-        members.set_members([(a.split(":")[0], int(a.split(":")[1])) for a in member_list])
+        listed = [(a.split(":")[0], int(a.split(":")[1])) for a in member_list]
+        if placement is None:
+            members = MemberManager(ip, int(port), self.clock.now_ms, self.config.member_fail_access_cnt)
+            members.set_members(listed)
+        else:
+            members = MemberManager.from_list(listed, int(port), self.clock.now_ms, self_ip=ip,
+                                              fail_access_cnt=self.config.member_fail_access_cnt,
+                                              placement=placement)
+            address = members.self_address
         distro = DistroProtocol(self.config, self.clock, model.bus, model.clients, model.services, members,
                                 self.network.transport(address))
         distro.loaded = loaded
@@ -93,6 +130,12 @@ class SimCluster:
                 for target in list(node.distro.engine.queues):
                     while await node.distro.engine.flush(target):
                         pass
+
+    async def report_rounds(self, rounds: int = 2) -> None:
+        """Every node reports to its peers ``rounds`` times (members learn each other's workers)."""
+        for _ in range(rounds):
+            for node in list(self.nodes.values()):
+                await node.distro.report_round()
 
     def calls(self, type_name: str) -> list[tuple[str, str, str, int]]:
         """The network calls of request type ``type_name``: (sender, target, type, size)."""

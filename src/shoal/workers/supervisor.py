@@ -37,7 +37,6 @@ from shoal.config import Config, TestHooks
 from shoal.errors import ConfigError, NacosError
 from shoal.tasks import run_blocking
 from shoal.workers.placement import WorkerPlacement
-from shoal.workers.worker import MEMBERS_NOT_YET
 
 if TYPE_CHECKING:
     from shoal.cp.supervisor import EtcdSupervisor
@@ -265,8 +264,7 @@ def preflight(config: Config) -> MemberManager | None:
         from shoal.app import build_members
         from shoal.clock import SystemClock
 
-        members = build_members(config, SystemClock())
-        raise ConfigError(MEMBERS_NOT_YET)
+        members = build_members(config, SystemClock())  # the nodes: checked as a single process checks them
     TestHooks.from_env()  # malformed hooks: refused here once, not by every worker
     for port in (config.port, config.grpc_port, config.cluster_port):
         with socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET) as probe:

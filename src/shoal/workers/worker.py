@@ -18,11 +18,6 @@ from pathlib import Path
 from shoal.config import Config
 from shoal.workers.placement import WorkerPlacement
 
-#: Until the member list expands a peer node into its workers (issue 21, item 3), a node with
-#: workers runs standalone; both the supervisor and a worker refuse members with this.
-MEMBERS_NOT_YET = ("--workers with --members (or a cluster.conf) needs the worker-aware member list (issue 21, "
-                   "item 3); run such a node with --workers 1 for now")
-
 #: Linux prctl option: the signal a process gets when its parent (thread) dies.
 PR_SET_PDEATHSIG = 1
 #: Exit code of a worker whose supervisor is gone before it could tie itself to it.
