@@ -41,8 +41,7 @@ from typing import Any
 import nacos_client as nc
 import native_gen  # siblings: this file is run as a script, so its folder is on the path
 import run
-
-import workers as scaling
+import scaling
 
 SERVICE = "fanout-svc"
 WRITER_IP = "10.250.0.1"

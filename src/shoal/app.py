@@ -159,7 +159,7 @@ def build_cp_phase(config: Config, members: MemberManager | None, worker: bool =
     the NODES (one etcd member per node, whatever its workers); a standalone node has none. A worker
     never runs an etcd member (its supervisor does): standalone, it opens the node's one embedded
     store, polled often, since its siblings write it too."""
-    clustered = members is not None and bool(config.members or config.cluster_conf)
+    clustered = members is not None and (len(members.nodes()) > 1 or bool(config.members or config.cluster_conf))
     runtime = build_cp(config, [(m.ip, m.port) for m in members.nodes()] if clustered and members else [],
                        members.self_node_address if clustered and members else "", worker=worker)
     store = runtime.store

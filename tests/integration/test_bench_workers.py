@@ -1,5 +1,5 @@
 """bench/load's multi-worker runs with tiny counts against real one-worker nodes: the scaling run
-(workers.py, with --memory) and the push fan-out (push_fanout.py) complete and write JSON whose
+(scaling.py, with --memory) and the push fan-out (push_fanout.py) complete and write JSON whose
 figures match the load they were given."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def run_bench(script: str, out: Path, *args: str) -> dict[str, Any]:
 
 
 def test_scaling_run_with_memory(tmp_path: Path) -> None:
-    report = run_bench("workers.py", tmp_path / "workers.json", "--workers", "1", "--repeat", "1",
+    report = run_bench("scaling.py", tmp_path / "workers.json", "--workers", "1", "--repeat", "1",
                        "--services", "10", "--instances", "5", "--connections", "5", "--query-ops", "500",
                        "--memory", "--memory-services", "20", "--memory-instances", "5")
     (node,) = report["rounds"]

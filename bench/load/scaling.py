@@ -19,7 +19,7 @@ node's, RSS per process; the ratios of each count to 1 worker next to the issue'
 2 workers on a 2-core box (a report: the exit code does not depend on them); /proc/loadavg at
 the start and end of every node's run.
 
-    .venv/bin/python bench/load/workers.py --workers 1,2 --repeat 3 --memory --out /tmp/workers.json
+    .venv/bin/python bench/load/scaling.py --workers 1,2 --repeat 3 --memory --out /tmp/workers.json
 """
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ def print_table(summary: dict[str, Any], memory: list[dict[str, Any]]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bench/load/workers.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="bench/load/scaling.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=parse_counts, default=[1, 2],
                    help="comma list of node worker counts, a fresh node each (default 1,2)")
@@ -344,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     report: dict[str, Any] = {
-        "tool": "bench/load/workers.py",
+        "tool": "bench/load/scaling.py",
         "schema": 1,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": {"cpus": os.cpu_count(), "loadavg_at_start": loadavg()},
