@@ -298,3 +298,20 @@ def expected_balance(data: dict[str, Any], joiner: str, vnodes: int) -> dict[str
             movement[(scenario, member, scheme)] = (moved, must)
     assert n == len(members)
     return {"members": members, "per_node": per_node, "movement": movement, "keys": len(keys)}
+
+
+# -- one input for every job ---------------------------------------------------------------------------
+
+
+def make_snapshots_for_every_job(root: Path, t0: int = 1_700_000_000_000) -> Path:
+    """Two snapshots per node, a minute apart, holding instances (with missing, extra and different
+    copies), clients and change events (the newer log overlaps the older one): input every job can
+    read, for runs that compare one job's results across masters. Returns the input directory."""
+    instances = make_consistency_snapshots(root / "scratch-consistency")
+    clients = make_balance_snapshots(root / "scratch-balance")["clients"]
+    for i, node in enumerate(NODES):
+        events = make_events(i + 1, 150, t0)
+        for k, (ts, log) in enumerate(((t0 + 60_000, events[:100]), (t0 + 120_000, events[50:]))):
+            rows = instances[node] if k else instances[node][: len(instances[node]) * 2 // 3]
+            write_snapshot(root / "in", node, ts + i, instances=rows, clients=clients[node], events=log)
+    return root / "in"

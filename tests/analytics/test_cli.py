@@ -120,3 +120,21 @@ def test_missing_analytics_extra_is_explained(tmp_path: Path, monkeypatch: pytes
     code = cli.main(["simulate", "--nodes", "3", "--clients", "10", "--out", str(tmp_path)])
     assert code == cli.EXIT_MISSING_EXTRA
     assert "pip install 'shoal[analytics]'" in capsys.readouterr().err
+
+
+def test_spark_settings_and_masters_on_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
+    from shoal.analytics.session import on_this_machine
+
+    parser = argparse.ArgumentParser(prog="shoal")
+    cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["simulate", "--nodes", "3", "--clients", "10", "--conf", "spark.executor.memory=512m",
+                              "--conf", "spark.x=a=b"])
+    assert dict(args.conf) == {"spark.executor.memory": "512m", "spark.x": "a=b"}
+    for bad in ("executor.memory=1g", "spark.executor.memory"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["simulate", "--nodes", "3", "--clients", "10", "--conf", bad])
+        assert f"expected spark.KEY=VALUE, got '{bad}'" in capsys.readouterr().err
+    assert all(map(on_this_machine, ["local[*]", "local", "spark://127.0.0.1:7077", "spark://localhost:7077",
+                                     "spark://127.0.0.1:7077,127.0.0.2:7078", "spark://[::1]:7077"]))
+    assert not any(map(on_this_machine, ["spark://10.0.0.5:7077", "spark://127.0.0.1:7077,10.0.0.5:7077",
+                                         "yarn", "k8s://https://127.0.0.1:6443"]))

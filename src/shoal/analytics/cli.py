@@ -54,10 +54,20 @@ def _common(p: argparse.ArgumentParser, job: str, *, inputs: bool) -> None:
     p.add_argument("--master", metavar="URL", default=None,
                    help="Spark master URL (default: local[*]); e.g. spark://host:7077. "
                         "Executors need Shoal installed")
+    p.add_argument("--conf", metavar="KEY=VALUE", action="append", default=[], type=_spark_conf,
+                   help="a Spark setting for this run, repeatable (as spark-submit's --conf); e.g. "
+                        "spark.executor.memory=2g on a cluster whose workers offer less than 1g")
     if inputs:
         p.add_argument("--keep-staging", action="store_true",
                        help="keep the Parquet copies of the snapshots under OUT/_staging")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+
+
+def _spark_conf(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip().startswith("spark."):
+        raise argparse.ArgumentTypeError(f"expected spark.KEY=VALUE, got {text!r}")
+    return key.strip(), value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -213,7 +223,7 @@ def _run_consistency(args: argparse.Namespace) -> int:
         from shoal.analytics import consistency
         from shoal.analytics.session import spark_session
 
-        with spark_session(args.master, "shoal-consistency") as spark:
+        with spark_session(args.master, "shoal-consistency", dict(args.conf)) as spark:
             res = consistency.run(spark, args.input, args.out, first=args.first,
                                   keep_staging=args.keep_staging, show_progress=not args.quiet)
         _print_summary(args, res.outputs["summary"])
@@ -229,7 +239,7 @@ def _run_churn(args: argparse.Namespace) -> int:
         from shoal.analytics import churn
         from shoal.analytics.session import spark_session
 
-        with spark_session(args.master, "shoal-churn") as spark:
+        with spark_session(args.master, "shoal-churn", dict(args.conf)) as spark:
             res = churn.run(spark, args.input, args.out, bucket_s=args.bucket_seconds, top=args.top,
                             keep_staging=args.keep_staging, show_progress=not args.quiet)
         _print_summary(args, res.outputs["summary"])
@@ -243,7 +253,7 @@ def _run_balance(args: argparse.Namespace) -> int:
         from shoal.analytics import balance
         from shoal.analytics.session import spark_session
 
-        with spark_session(args.master, "shoal-balance") as spark:
+        with spark_session(args.master, "shoal-balance", dict(args.conf)) as spark:
             res = balance.run(spark, args.input, args.out, join_member=args.join_member, vnodes=args.vnodes,
                               keep_staging=args.keep_staging, show_progress=not args.quiet)
         _print_summary(args, res.outputs["summary"])
@@ -262,7 +272,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
             seed=args.seed, vnodes=args.vnodes, partitions=args.partitions,
         )
         params.validate()  # before paying for a JVM
-        with spark_session(args.master, "shoal-simulate") as spark:
+        with spark_session(args.master, "shoal-simulate", dict(args.conf)) as spark:
             res = simulate.run(spark, params, args.out, show_progress=not args.quiet)
         _print_summary(args, res.outputs["summary"])
         return EXIT_OK

@@ -11,7 +11,10 @@ Imported from here (no dependency beyond the server's own):
 * :class:`NodeCluster` and its presets :class:`CpCluster`, :class:`FaultCluster` — several real
   nodes on one member list (:mod:`shoal.testing.nodes`);
 * :func:`call`, :func:`call_json`, :func:`http_get`, :func:`timed_call` — HTTP requests
-  (:mod:`shoal.testing.http`).
+  (:mod:`shoal.testing.http`);
+* :class:`SparkStandalone`, :func:`spark_standalone` — a real standalone Spark master and workers
+  on loopback for the analytics jobs (:mod:`shoal.testing.spark`; pyspark is imported only when one
+  starts, and then needs the ``analytics`` extra and Java).
 
 Imported from their modules (they need the ``dev`` extra or are specific):
 :mod:`~shoal.testing.rawclient` (a Nacos gRPC client over grpc.aio that sends exactly the bytes a
@@ -47,6 +50,7 @@ from shoal.testing.procs import (
     metric_values,
     start_server,
 )
+from shoal.testing.spark import SparkStandalone, spark_standalone
 from shoal.testing.wait import poll_until, wait_until
 
 __all__ = [
@@ -65,6 +69,7 @@ __all__ = [
     "ServerSet",
     "SimCluster",
     "SimNode",
+    "SparkStandalone",
     "call",
     "call_json",
     "config_with",
@@ -76,6 +81,7 @@ __all__ = [
     "metric_sum",
     "metric_values",
     "poll_until",
+    "spark_standalone",
     "start_server",
     "timed_call",
     "wait_until",
