@@ -92,8 +92,8 @@ def test_memory_per_worker_and_node() -> None:
 def test_grid_and_evaluate_agree_with_the_formulas() -> None:
     p = wm.WorkersParams(nodes=3, cores=(2,), write_fraction=0.33)
     configs = wm.grid(p)
-    # schemes x node counts {1, 3} x workers 1..2 x (21 fractions + 0.33)
-    assert len(configs) == 2 * 2 * 2 * 22
+    # schemes x node counts {1, 3} x workers 1..2 x (23 fractions + 0.33)
+    assert len(configs) == 2 * 2 * 2 * 24
     assert len(set(configs)) == len(configs)
     batch = wm.evaluate(HAND, configs, 1.0).to_pylist()
     for cfg, row in zip(configs, batch, strict=True):
@@ -102,7 +102,7 @@ def test_grid_and_evaluate_agree_with_the_formulas() -> None:
         x = wm.node_ops_per_s(HAND, k, c, w, f, scheme=scheme)
         assert row["node_ops_per_s"] == pytest.approx(x)
         assert row["node_queries_per_s"] + row["node_writes_per_s"] == pytest.approx(x)
-    assert len(wm.grid(wm.WorkersParams(cores=(4,), workers=6))) == 2 * 2 * 6 * 21  # workers 1..6
+    assert len(wm.grid(wm.WorkersParams(cores=(4,), workers=6))) == 2 * 2 * 6 * 23  # workers 1..6
 
 
 @pytest.mark.parametrize(

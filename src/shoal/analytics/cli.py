@@ -192,8 +192,9 @@ def _register_workers(models: argparse._SubParsersAction[argparse.ArgumentParser
             node gets the same load, spread over its min(workers, cores) busy cores. The per-operation
             costs and the memory per instance are measured on a real node (--inputs; the shipped
             figures and how they were measured: docs/workers-model.md). A Spark job sweeps every core
-            count x workers 1..cores x write fraction (0 to 1 in steps of 0.05) for the cluster and
-            for one node alone, and for the alternative of one replica per node shared by its workers.
+            count x workers 1..cores x write fraction (0, 0.01, 0.02, then to 1 in steps of 0.05)
+            for the cluster and for one node alone, and for the alternative of one replica per node
+            shared by its workers.
 
             Writes sweep.parquet, table.parquet (per core count: query-only, register-only and mixed
             rates, replication share, memory per worker and node), knees.parquet, inputs.json,

@@ -37,8 +37,9 @@ real node, ``docs/workers-model.md`` names the runs):
   holds all of them), ``b`` bytes per instance measured on one node; a node holds ``W`` of them
   (scheme ``node``: ``W·idle + I·b``). Past the measured instance count it is an extrapolation.
 
-The sweep (every scheme × nodes ∈ {1, K} × cores × workers 1..cores × write fraction) runs as a
-Spark job (``spark.range`` + ``mapInArrow``, local by default, ``--master URL`` for a cluster);
+The sweep (every scheme × nodes ∈ {1, K} × cores × workers 1..cores × write fraction, the
+fractions of :data:`FRACTIONS`) runs as a Spark job (``spark.range`` + ``mapInArrow``, local by
+default, ``--master URL`` for a cluster);
 the formulas are the plain functions below. Outputs, in the job's directory (the CLI's default:
 ``report/simulate-workers/``): ``sweep.parquet`` (every configuration), ``table.parquet`` (the
 requested workers per core count: query, register, mixed, replication share, memory),
@@ -75,8 +76,9 @@ STEPS: Final[tuple[str, ...]] = ("sweeping configurations", "writing report")
 #: The measured inputs shipped with Shoal (docs/workers-model.md says how they were measured).
 DEFAULT_INPUTS: Final[Path] = Path(__file__).with_name("workers_inputs.json")
 SCHEMES: Final[tuple[str, ...]] = ("worker", "node")
-#: Write fractions every sweep covers (0 = query-only, 1 = register-only), besides --write-fraction.
-FRACTIONS: Final[tuple[float, ...]] = tuple(i / 20 for i in range(21))
+#: Write fractions every sweep covers (0 = query-only, 1 = register-only), besides --write-fraction:
+#: 0.01 and 0.02 (a registry's usual mix is mostly reads), then steps of 0.05.
+FRACTIONS: Final[tuple[float, ...]] = tuple(sorted({0.01, 0.02, *(i / 20 for i in range(21))}))
 _COST_FIELDS: Final[tuple[str, ...]] = (
     "query_us", "register_us", "sync_send_us", "sync_apply_us", "idle_rss_bytes", "bytes_per_instance",
 )
@@ -490,11 +492,12 @@ def _summary(res: WorkersResult, master: str) -> list[str]:
         lines += ["", title, *("  " + line for line in report.table_lines(headers, body))]
     lines += ["", "knee: the workers after which one more adds less than half of one worker's rate "
               "(best: the workers with the highest rate, up to the cores):"]
-    kn = [r for r in res.knees.to_pylist() if r["scheme"] == "worker" and r["nodes"] == p.nodes]
-    body = [[r["cores"], r["load"], "none" if r["knee_workers"] is None else r["knee_workers"], r["best_workers"],
-             _k(r["best_per_s"]), _k(r["one_worker_per_s"])] for r in kn]
+    kn = [r for r in res.knees.to_pylist() if r["scheme"] == "worker"]
+    kn.sort(key=lambda r: (-r["nodes"], r["cores"]))
+    body = [[r["nodes"], r["cores"], r["load"], "none" if r["knee_workers"] is None else r["knee_workers"],
+             r["best_workers"], _k(r["best_per_s"]), _k(r["one_worker_per_s"])] for r in kn]
     lines += ["  " + line for line in report.table_lines(
-        ["cores", "load", "knee", "best", "best/s", "1 worker/s"], body)]
+        ["nodes", "cores", "load", "knee", "best", "best/s", "1 worker/s"], body)]
     ceiling = write_ceiling_per_node(inp, p.nodes)
     lines += ["", f"write ceiling per node with {p.nodes} nodes, any number of workers: 10^6 / ({p.nodes} x "
               f"(send {inp.sync_send_us:.1f} + apply {inp.sync_apply_us:.1f} µs)) = {_k(ceiling)}/s"]
