@@ -51,6 +51,7 @@ def sync_costs(syncs: list[dict[str, Any]]) -> tuple[float, float, list[dict[str
         apply = statistics.mean(p["cpu_us_per_record_received"] for p in peers)
         rounds.append({"send_us": round(send, 1), "apply_us": round(apply, 1),
                        "records_per_batch": statistics.mean(p["records_per_batch_mean"] for p in peers),
+                       "ops_per_record": r["a_ops_acked"] * len(peers) / records,
                        "loadavg_1m": r["loadavg"][0]})
     return (statistics.median(x["send_us"] for x in rounds), statistics.median(x["apply_us"] for x in rounds), rounds)
 
@@ -64,8 +65,8 @@ def build(load: dict[str, Any], syncs: list[dict[str, Any]], memory: dict[str, A
     sync_la = "load average " + ", ".join(f"{s['host']['loadavg_at_start']} -> {s['host']['loadavg_at_end']}"
                                           for s in syncs)
     mem_la = f"load average {memory['loadavg_at_start']} -> {memory['loadavg_at_end']}"
-    per_round = "; ".join(f"{x['send_us']}/{x['apply_us']} µs at {x['records_per_batch']:.0f} records/batch"
-                          for x in rounds)
+    per_round = "; ".join(f"{x['send_us']}/{x['apply_us']} µs at {x['records_per_batch']:.0f} records/batch, "
+                          f"{x['ops_per_record']:.1f} ops/record" for x in rounds)
     doc = {
         "about": "Measured inputs of shoal simulate workers (docs/workers-model.md). Rebuild with "
                  "python -m bench.workers.inputs; every value names its run.",
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sync", type=Path, nargs="+", required=True,
                    help="bench.distro.sync_throughput --transports native JSON (several: their rounds pooled)")
     p.add_argument("--memory", type=Path, required=True, help="bench.workers.memory JSON")
-    p.add_argument("--label", default=None, help="how the runs are named in the sources (default: their dates)")
+    p.add_argument("--label", default=None, help="appended to each run's name in the sources, e.g. ' (2026-11-27)'")
     p.add_argument("--out", type=Path, default=DEFAULT_INPUTS, help=f"where to write (default {DEFAULT_INPUTS})")
     args = p.parse_args(argv)
     docs = {k: json.loads(getattr(args, k).read_text()) for k in ("load", "memory")}

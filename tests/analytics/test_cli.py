@@ -155,7 +155,7 @@ def test_simulate_workers_end_to_end(spark: SparkSession, tmp_path: Path, capsys
         assert row["node_ops_per_s"] == pytest.approx(wm.node_ops_per_s(
             hand, row["nodes"], row["cores"], row["workers"], row["write_fraction"], scheme=row["scheme"]))
     table = {(r["scheme"], r["nodes"], r["cores"]): r for r in pq.read_table(out / "table.parquet").to_pylist()}
-    assert len(table) == 2 * 2 * 2  # schemes x {alone, 3 nodes} x core counts
+    assert len(table) == 3 * 2 * 2  # schemes x {alone, 3 nodes} x core counts
     eight = table[("worker", 3, 8)]
     assert (eight["workers"], eight["members"]) == (8, 24)
     assert eight["query_per_s"] == pytest.approx(200_000)
@@ -169,7 +169,10 @@ def test_simulate_workers_end_to_end(spark: SparkSession, tmp_path: Path, capsys
     assert knees[("worker", 3, 8, "query")]["knee_workers"] is None
     assert knees[("worker", 3, 8, "register")]["knee_workers"] == 1
     assert "queries 200.0k/s (met), registrations 11.1k/s (NOT met)" in printed
-    assert "registrations need send + apply <= 7.4 µs per record (measured 30.0)" in printed
+    assert "send + apply would need <= 7.4 µs per record (measured 30.0)" in printed
+    # one replica per node with one writer: 10^6 / (3 x 20 µs) registrations per node
+    assert "replica per node-single-writer, 8 workers: queries 200.0k/s (met), registrations 16.7k/s" in printed
+    assert "the writer's apply would need <= 8.3 µs per record (measured 20.0)" in printed
     assert "8 at 1M instances" in printed  # full-replica workers that fit in 16 GiB
     assert json.loads((out / "inputs.json").read_text()) == hand.to_json()
     assert pq.read_table(out / "run.parquet").to_pylist()[0]["configurations"] == len(sweep)

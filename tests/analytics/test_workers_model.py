@@ -21,6 +21,7 @@ HAND = wm.Inputs(query_us=40.0, register_us=30.0, sync_send_us=10.0, sync_apply_
 def test_members_per_scheme() -> None:
     assert wm.members(3, 8) == 24  # every worker a member
     assert wm.members(3, 8, "node") == 3  # one replica per node
+    assert wm.members(3, 8, "node-single-writer") == 3
     assert wm.members(1, 1) == 1
     with pytest.raises(ValueError, match="unknown replica scheme"):
         wm.members(3, 8, "shard")
@@ -41,6 +42,16 @@ def test_node_rates_for_three_nodes_of_eight_workers() -> None:
     assert wm.node_ops_per_s(HAND, 3, 8, 8, 1.0, scheme="node") == pytest.approx(8e6 / 90)
     # half a core per core
     assert wm.node_ops_per_s(HAND, 3, 8, 8, 0.0, efficiency=0.5) == pytest.approx(100_000)
+
+
+def test_one_writer_per_node_caps_a_node_at_what_it_can_apply() -> None:
+    # the writer applies the cluster's writes, 3 x X x f, at 20 µs each
+    assert wm.node_ops_per_s(HAND, 3, 8, 8, 1.0, scheme="node-single-writer") == pytest.approx(1e6 / 60)
+    assert wm.node_ops_per_s(HAND, 3, 8, 8, 0.25, scheme="node-single-writer") == pytest.approx(1e6 / 15)
+    # below the cap it is the node scheme: 8e6 / (0.99 x 40 + 0.01 x 90)
+    assert wm.node_ops_per_s(HAND, 3, 8, 8, 0.01, scheme="node-single-writer") == pytest.approx(8e6 / 40.5)
+    assert wm.node_ops_per_s(HAND, 3, 8, 8, 0.0, scheme="node-single-writer") == pytest.approx(8e6 / 40)
+    assert wm.node_rss_bytes(HAND, 8, 100_000, "node-single-writer") == 8 * 50 * 2**20 + 200_000_000
 
 
 def test_workers_beyond_the_cores_add_replication_but_no_capacity() -> None:
@@ -92,8 +103,8 @@ def test_memory_per_worker_and_node() -> None:
 def test_grid_and_evaluate_agree_with_the_formulas() -> None:
     p = wm.WorkersParams(nodes=3, cores=(2,), write_fraction=0.33)
     configs = wm.grid(p)
-    # schemes x node counts {1, 3} x workers 1..2 x (23 fractions + 0.33)
-    assert len(configs) == 2 * 2 * 2 * 24
+    # 3 schemes x node counts {1, 3} x workers 1..2 x (23 fractions + 0.33)
+    assert len(configs) == 3 * 2 * 2 * 24
     assert len(set(configs)) == len(configs)
     batch = wm.evaluate(HAND, configs, 1.0).to_pylist()
     for cfg, row in zip(configs, batch, strict=True):
@@ -102,7 +113,7 @@ def test_grid_and_evaluate_agree_with_the_formulas() -> None:
         x = wm.node_ops_per_s(HAND, k, c, w, f, scheme=scheme)
         assert row["node_ops_per_s"] == pytest.approx(x)
         assert row["node_queries_per_s"] + row["node_writes_per_s"] == pytest.approx(x)
-    assert len(wm.grid(wm.WorkersParams(cores=(4,), workers=6))) == 2 * 2 * 6 * 23  # workers 1..6
+    assert len(wm.grid(wm.WorkersParams(cores=(4,), workers=6))) == 3 * 2 * 6 * 23  # workers 1..6
 
 
 @pytest.mark.parametrize(

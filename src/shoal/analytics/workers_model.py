@@ -29,10 +29,14 @@ real node, ``docs/workers-model.md`` names the runs):
 * **Knee**: for one (K, C, f), the first worker count at which one more worker adds less than
   half of what the first one serves (``X(W+1) − X(W) < X(1)/2``); none when every worker up to
   the cores pays. ``best`` is the worker count with the highest ``X``.
-* **Replica schemes**: ``worker`` (the design: each worker a member with its own replica) and
-  ``node`` (the alternative: one replica per node that its workers share, so ``M = K`` for the
-  sync cost; the shared store's own cost — IPC or shared memory, locking — is not in the model,
-  so this is its upper bound).
+* **Replica schemes**: ``worker`` (the design: each worker a member with its own replica);
+  ``node`` (the alternative: one replica per node, ``M = K`` for the sync cost, its writes spread
+  over the node's cores, e.g. the registry sharded by service among the workers; the forwarding of
+  requests to the worker holding their shard, or the shared store's own cost, is not in the
+  model, so this is the upper bound of any one-replica-per-node design); ``node-single-writer``
+  (as ``node``, but one process applies every write to the node's replica, which the other
+  workers read: a node then applies at most ``10⁶ / a`` writes per second, the cluster's
+  ``K·X·f``, so ``X ≤ 10⁶ / (f·K·a)``).
 * **Memory**: a worker's RSS is ``idle + I·b`` for ``I`` instances in the cluster (every replica
   holds all of them), ``b`` bytes per instance measured on one node; a node holds ``W`` of them
   (scheme ``node``: ``W·idle + I·b``). Past the measured instance count it is an extrapolation.
@@ -75,7 +79,7 @@ JOB: Final[str] = "simulate-workers"
 STEPS: Final[tuple[str, ...]] = ("sweeping configurations", "writing report")
 #: The measured inputs shipped with Shoal (docs/workers-model.md says how they were measured).
 DEFAULT_INPUTS: Final[Path] = Path(__file__).with_name("workers_inputs.json")
-SCHEMES: Final[tuple[str, ...]] = ("worker", "node")
+SCHEMES: Final[tuple[str, ...]] = ("worker", "node", "node-single-writer")
 #: Write fractions every sweep covers (0 = query-only, 1 = register-only), besides --write-fraction:
 #: 0.01 and 0.02 (a registry's usual mix is mostly reads), then steps of 0.05.
 FRACTIONS: Final[tuple[float, ...]] = tuple(sorted({0.01, 0.02, *(i / 20 for i in range(21))}))
@@ -178,7 +182,10 @@ def node_ops_per_s(inp: Inputs, nodes: int, cores: int, workers: int, write_frac
                    scheme: str = "worker", efficiency: float = 1.0) -> float:
     """Operations per second one node serves when every node of the cluster is loaded alike."""
     busy = min(workers, cores) * efficiency
-    return busy * 1e6 / op_cpu_us(inp, members(nodes, workers, scheme), write_fraction)
+    rate = busy * 1e6 / op_cpu_us(inp, members(nodes, workers, scheme), write_fraction)
+    if scheme == "node-single-writer" and write_fraction > 0 and inp.sync_apply_us > 0:
+        rate = min(rate, 1e6 / (write_fraction * nodes * inp.sync_apply_us))
+    return rate
 
 
 def replication_share(inp: Inputs, n_members: int, write_fraction: float) -> float:
@@ -211,7 +218,7 @@ def worker_rss_bytes(inp: Inputs, instances: int) -> float:
 
 
 def node_rss_bytes(inp: Inputs, workers: int, instances: int, scheme: str = "worker") -> float:
-    """A node's resident memory: ``workers`` replicas, or one replica shared (scheme ``node``)."""
+    """A node's resident memory: ``workers`` replicas, or one replica shared (the ``node`` schemes)."""
     if scheme == "worker":
         return workers * worker_rss_bytes(inp, instances)
     members(1, workers, scheme)  # validates the scheme
@@ -386,7 +393,7 @@ def _derive(inp: Inputs, p: WorkersParams, sw: list[dict[str, Any]]) -> tuple[pa
 def _goal(inp: Inputs, p: WorkersParams, sw: list[dict[str, Any]]) -> dict[str, Any]:
     """Whether one 8-core node of the cluster (and alone) reaches the targets, and what it would take."""
     c = 8
-    cfgs = [(p.nodes, "worker"), (1, "worker"), (p.nodes, "node")]
+    cfgs = [(p.nodes, "worker"), (1, "worker"), (p.nodes, "node"), (p.nodes, "node-single-writer")]
     out: dict[str, Any] = {"cores": c, "rows": []}
     for k, scheme in cfgs:
         w = p.workers_for(c)
@@ -395,13 +402,23 @@ def _goal(inp: Inputs, p: WorkersParams, sw: list[dict[str, Any]]) -> dict[str, 
         r = _lookup(sw, scheme, k, c, w, 1.0)["node_ops_per_s"] if c in p.cores else \
             node_ops_per_s(inp, k, c, w, 1.0, scheme=scheme, efficiency=p.efficiency)
         m = members(k, w, scheme)
-        # the send + apply per record that would let W workers reach the registration target
-        needed = (min(w, c) * p.efficiency * 1e6 / p.target_registers - inp.register_us) / (m - 1) if m > 1 else None
         out["rows"].append({"nodes": k, "scheme": scheme, "workers": w, "query_per_s": q, "register_per_s": r,
                             "queries_met": q >= p.target_queries, "registers_met": r >= p.target_registers,
-                            "sync_us_needed": needed, "write_ceiling": write_ceiling_per_node(inp, k)
-                            if scheme == "worker" else None})
+                            "needs": "" if r >= p.target_registers else _needs(inp, p, k, min(w, c), m, scheme)})
     return out
+
+
+def _needs(inp: Inputs, p: WorkersParams, k: int, busy: int, m: int, scheme: str) -> str:
+    """What the per-record costs would have to be for ``busy`` cores to reach the registration target."""
+    target = p.target_registers
+    if scheme == "node-single-writer" and busy * p.efficiency * 1e6 / op_cpu_us(inp, m, 1.0) >= target:
+        return (f"the writer's apply would need <= {1e6 / (k * target):.1f} µs per record "
+                f"(measured {inp.sync_apply_us:.1f})")
+    budget = busy * p.efficiency * 1e6 / target - inp.register_us  # µs per write left for replication
+    if budget <= 0 or m <= 1:
+        return "handling alone is too slow on these cores, even with free replication"
+    return (f"send + apply would need <= {budget / (m - 1):.1f} µs per record "
+            f"(measured {inp.sync_send_us + inp.sync_apply_us:.1f})")
 
 
 def run(spark: SparkSession, params: WorkersParams, inputs: Inputs, out: str | os.PathLike[str], *,
@@ -475,8 +492,11 @@ def _summary(res: WorkersResult, master: str) -> list[str]:
                  "share of the CPU; RSS: resident memory):")]
     if p.nodes > 1:
         sections.append(("worker", 1, "one node alone (its workers replicate only among themselves):"))
-    sections.append(("node", p.nodes, f"alternative: one replica per node shared by its workers, {p.nodes} node(s) "
-                     "(the sharing itself costs nothing here: an upper bound):"))
+    sections.append(("node", p.nodes, f"alternative: one replica per node, its writes spread over the node's cores "
+                     f"(e.g. sharded by service among the workers), {p.nodes} node(s); the forwarding to a shard "
+                     "costs nothing here: an upper bound:"))
+    sections.append(("node-single-writer", p.nodes, f"alternative: one replica per node written by one process, read "
+                     f"by the workers, {p.nodes} node(s) (the writer applies every write of the cluster):"))
     for scheme, k, title in sections:
         body = []
         for r in res.table.to_pylist():
@@ -506,10 +526,7 @@ def _summary(res: WorkersResult, master: str) -> list[str]:
               f">= {_k(p.target_registers)} registrations/s:"]
     for r in g["rows"]:
         where = f"{r['nodes']} node(s), replica per {r['scheme']}, {r['workers']} workers"
-        need = "" if r["registers_met"] or r["sync_us_needed"] is None else (
-            f"; registrations need send + apply <= {r['sync_us_needed']:.1f} µs per record "
-            f"(measured {inp.sync_send_us + inp.sync_apply_us:.1f})" if r["sync_us_needed"] > 0 else
-            "; registrations cannot reach it even with free replication (handling alone is too slow)")
+        need = f"; {r['needs']}" if r["needs"] else ""
         lines.append(f"  {where}: queries {_k(r['query_per_s'])}/s "
                      f"({'met' if r['queries_met'] else 'NOT met'}), registrations {_k(r['register_per_s'])}/s "
                      f"({'met' if r['registers_met'] else 'NOT met'}){need}")
