@@ -546,18 +546,18 @@ def _chart(path: Path, res: WorkersResult, master: str) -> Path:
                  f"writes, efficiency {p.efficiency:.2f}\nrun {report.fmt_ms(res.started_at_ms)} on {master}",
                  fontsize="large")
     sw = res.sweep.to_pylist()
-    for c in sorted(set(p.cores)):
-        for name, f, style in (("query", 0.0, "-"), ("register", 1.0, ":"), ("mixed", p.write_fraction, "--")):
-            rates = _rates(sw, "worker", p.nodes, c, f)
-            ax1.plot(range(1, len(rates) + 1), rates, style, label=f"{c} cores, {name}")
+    c_max = max(p.cores)  # a node of fewer cores follows the same curves up to its core count
+    for k, name, f, style in ((p.nodes, "query", 0.0, "-"), (p.nodes, "register", 1.0, ":"),
+                              (p.nodes, "mixed", p.write_fraction, "--"), (1, "register, node alone", 1.0, "-.")):
+        rates = _rates(sw, "worker", k, c_max, f)
+        ax1.plot(range(1, len(rates) + 1), rates, style, label=name)
     ax1.axhline(p.target_queries, color="grey", lw=0.8)
     ax1.axhline(p.target_registers, color="grey", lw=0.8, ls=":")
     ax1.set_yscale("log")
-    ax1.set_xlabel("workers per node")
+    ax1.set_xlabel(f"workers per node (one per core, up to {c_max})")
     ax1.set_ylabel("ops per second per node (log)")
     ax1.set_title("throughput per node (grey: the 8-core goals)")
-    ax1.legend(fontsize="x-small", ncol=2)
-    c_max = max(p.cores)
+    ax1.legend(fontsize="small")
     for name, f in (("register", 1.0), ("mixed", p.write_fraction)):
         rows = sorted((r for r in sw if r["scheme"] == "worker" and r["nodes"] == p.nodes and r["cores"] == c_max
                        and r["write_fraction"] == f), key=lambda r: r["workers"])
@@ -573,5 +573,5 @@ def _chart(path: Path, res: WorkersResult, master: str) -> Path:
     report.headroom(ax3, max(gib))
     ax3.set_xlabel("instances in the cluster")
     ax3.set_ylabel("GiB")
-    ax3.set_title("RSS per worker (beyond the measured count: extrapolated)")
+    ax3.set_title(f"RSS per worker (measured to {inp.measured_instances:,})")
     return report.save_figure(fig, path)
