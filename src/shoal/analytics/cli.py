@@ -183,18 +183,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _register_workers(models: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     w = models.add_parser(
         "workers",
-        help="nodes of several workers (shoal server --workers N): throughput, replication share, memory",
+        help="nodes run as several worker processes: throughput, replication share, memory",
         formatter_class=_FORMATTER,
         description=_doc("""
-            Model nodes run with `shoal server --workers N`, each worker a Distro member with a full
-            replica: a query costs q on one worker; a write costs r on its worker plus, for each of
-            the other nodes x workers - 1 members, a sync send (s) and a receive + apply (a); every
-            node gets the same load, spread over its min(workers, cores) busy cores. The per-operation
-            costs and the memory per instance are measured on a real node (--inputs; the shipped
-            figures and how they were measured: docs/workers-model.md). A Spark job sweeps every core
+            Model nodes run as N worker processes (a supervisor and N workers), each worker a Distro
+            member with a full replica: a query costs q on one worker; a write costs r on its worker
+            plus, for each of the other nodes x workers - 1 members, a sync send (s) and a receive +
+            apply (a); every node gets the same load, spread over its min(workers, cores) busy
+            cores. The per-operation costs and the memory per instance are measured on a real node
+            (--inputs; the shipped figures and how they were measured: docs/workers-model.md). A
+            Spark job sweeps every core
             count x workers 1..cores x write fraction (0, 0.01, 0.02, then to 1 in steps of 0.05)
-            for the cluster and for one node alone, and for the alternative of one replica per node
-            shared by its workers.
+            for the cluster and for one node alone, and for two alternatives: one replica per node
+            with its writes spread over the cores, and one replica per node with one writer.
 
             Writes sweep.parquet, table.parquet (per core count: query-only, register-only and mixed
             rates, replication share, memory per worker and node), knees.parquet, inputs.json,
