@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,7 @@ A, B = "10.0.0.1:8848", "10.0.0.2:8848"
         (["analytics", "churn", "--help"], "--bucket-seconds"),
         (["analytics", "balance", "--help"], "--join-member"),
         (["simulate", "--help"], "--clients M"),
+        (["simulate", "workers", "--help"], "--workers-per-node auto|N"),
     ],
 )
 def test_help_texts(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -112,6 +114,74 @@ def test_simulate_end_to_end(spark: SparkSession, tmp_path: Path, capsys: pytest
     assert run["clients"] == 2000 and run["partitions"] == 2 and run["rows_per_s"] > 0
     assert sum(pq.read_table(out / "ownership.parquet")["owned"].to_pylist()) == 2000
     assert (out / "simulate.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_simulate_without_a_model_still_needs_nodes_and_clients(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["simulate", "--nodes", "3"]) == cli.EXIT_BAD_INPUT
+    assert "required: --clients" in capsys.readouterr().err
+
+
+def test_bad_workers_model_input_fails_before_spark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "inputs.json").write_text('{"inputs": {}}')
+    code = cli.main(["simulate", "workers", "--inputs", str(tmp_path / "inputs.json"), "--out", str(tmp_path / "o")])
+    assert code == cli.EXIT_BAD_INPUT
+    assert "query_us" in capsys.readouterr().err
+    code = cli.main(["simulate", "workers", "--write-fraction", "2", "--out", str(tmp_path / "o")])
+    assert code == cli.EXIT_BAD_INPUT
+    assert "--write-fraction must be in [0, 1]" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["simulate", "workers", "--cores", "8,x"])
+    assert "comma-separated whole numbers" in capsys.readouterr().err
+
+
+def test_simulate_workers_end_to_end(spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from shoal.analytics import workers_model as wm
+
+    # the hand case of test_workers_model: q 40, r 30, send 10 + apply 20 µs, 50 MiB idle, 2,000 B/instance
+    hand = wm.Inputs(query_us=40.0, register_us=30.0, sync_send_us=10.0, sync_apply_us=20.0,
+                     idle_rss_bytes=50 * 2**20, bytes_per_instance=2000.0, measured_instances=100_000)
+    inputs = tmp_path / "inputs.json"
+    inputs.write_text(json.dumps(hand.to_json()))
+    out = tmp_path / "workers"
+    code = cli.main(["simulate", "workers", "--nodes", "3", "--cores", "8,16", "--inputs", str(inputs),
+                     "--partitions", "2", "--out", str(out), "-q"])
+    assert code == cli.EXIT_OK
+    printed = capsys.readouterr().out
+    assert printed == (out / "summary.txt").read_text()
+    params = wm.WorkersParams(nodes=3, cores=(8, 16))
+    sweep = pq.read_table(out / "sweep.parquet").to_pylist()
+    assert len(sweep) == len(wm.grid(params))
+    for row in sweep[::37]:
+        assert row["node_ops_per_s"] == pytest.approx(wm.node_ops_per_s(
+            hand, row["nodes"], row["cores"], row["workers"], row["write_fraction"], scheme=row["scheme"]))
+    table = {(r["scheme"], r["nodes"], r["cores"]): r for r in pq.read_table(out / "table.parquet").to_pylist()}
+    assert len(table) == 3 * 2 * 2  # schemes x {alone, 3 nodes} x core counts
+    eight = table[("worker", 3, 8)]
+    assert (eight["workers"], eight["members"]) == (8, 24)
+    assert eight["query_per_s"] == pytest.approx(200_000)
+    assert eight["register_per_s"] == pytest.approx(8e6 / 720)
+    assert eight["mixed_per_s"] == pytest.approx(8e6 / 210)
+    assert eight["replication_share_register"] == pytest.approx(690 / 720)
+    assert eight["worker_rss_bytes_1000000"] == 50 * 2**20 + 2_000_000_000
+    assert table[("node", 3, 16)]["register_per_s"] == pytest.approx(16e6 / 90)
+    knees = {(r["scheme"], r["nodes"], r["cores"], r["load"]): r
+             for r in pq.read_table(out / "knees.parquet").to_pylist()}
+    assert knees[("worker", 3, 8, "query")]["knee_workers"] is None
+    assert knees[("worker", 3, 8, "register")]["knee_workers"] == 1
+    assert "queries 200.0k/s (met), registrations 11.1k/s (NOT met)" in printed
+    assert "send + apply would need <= 7.4 µs per record (measured 30.0)" in printed
+    # one replica per node with one writer: 10^6 / (3 x 20 µs) registrations per node
+    assert "replica per node-single-writer, 8 workers: queries 200.0k/s (met), registrations 16.7k/s" in printed
+    assert "the writer's apply would need <= 8.3 µs per record (measured 20.0)" in printed
+    assert "8 at 1M instances" in printed  # full-replica workers that fit in 16 GiB
+    assert json.loads((out / "inputs.json").read_text()) == hand.to_json()
+    assert pq.read_table(out / "run.parquet").to_pylist()[0]["configurations"] == len(sweep)
+    assert (out / "simulate-workers.png").read_bytes()[:4] == b"\x89PNG"
+    # its own directory: the Distro simulation's directory is refused
+    sim_dir = tmp_path / "sim"
+    (sim_dir).mkdir()
+    (sim_dir / ".shoal-job").write_text("simulate\n")
+    assert cli.main(["simulate", "workers", "--inputs", str(inputs), "--out", str(sim_dir), "-q"]) == cli.EXIT_BAD_INPUT
 
 
 def test_missing_analytics_extra_is_explained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

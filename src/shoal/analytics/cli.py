@@ -1,4 +1,4 @@
-"""The ``shoal analytics <job>`` and ``shoal simulate`` subcommands.
+"""The ``shoal analytics <job>``, ``shoal simulate`` and ``shoal simulate workers`` subcommands.
 
 ``shoal/__main__.py`` owns the ``shoal`` parser and calls :func:`register` (importing this module
 lazily, so the server never imports analytics). Until then, and for scripts, ``python -m
@@ -71,7 +71,8 @@ def _spark_conf(text: str) -> tuple[str, str]:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``analytics`` (with ``consistency|churn|balance``) and ``simulate`` to ``subparsers``."""
+    """Add ``analytics`` (with ``consistency|churn|balance``) and ``simulate`` (with its optional
+    model ``workers``) to ``subparsers``."""
     analytics = subparsers.add_parser(
         "analytics",
         help="PySpark jobs over exported registry snapshots",
@@ -153,7 +154,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     s = subparsers.add_parser(
         "simulate",
-        help="model a Distro cluster at scale with Spark (ownership, verify, sync, movement)",
+        help="model a Distro cluster at scale with Spark (ownership, verify, sync, movement; workers per node)",
         formatter_class=_FORMATTER,
         description=_doc("""
             Generate M synthetic ip:port clients across N nodes inside Spark partitions and compute,
@@ -166,11 +167,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             Writes ownership.parquet, rounds.parquet, node_rounds.parquet, movement.parquet,
             run.parquet (parameters, started_at, elapsed time), simulate.png and summary.txt (with
             elapsed time and clients/s).
+
+            `shoal simulate workers ...` models nodes of several workers instead (see its --help).
         """),
         epilog="example: shoal simulate --nodes 1000 --clients 10000000 --churn 0.01   (writes report/simulate/)",
     )
-    s.add_argument("--nodes", type=int, required=True, metavar="N", help="cluster members (2..64000)")
-    s.add_argument("--clients", type=int, required=True, metavar="M", help="ip:port clients")
+    s.add_argument("--nodes", type=int, default=None, metavar="N", help="cluster members (2..64000; required)")
+    s.add_argument("--clients", type=int, default=None, metavar="M", help="ip:port clients (required)")
     s.add_argument("--churn", type=float, default=0.01, metavar="R",
                    help="fraction of clients changing per round (default: 0.01)")
     s.add_argument("--rounds", type=int, default=5, metavar="K", help="verify rounds simulated (default: 5)")
@@ -183,6 +186,77 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="virtual nodes per member on the consistent-hash ring (default: 160)")
     _common(s, "simulate", inputs=False)
     s.set_defaults(func=_run_simulate)
+    models = s.add_subparsers(dest="model", metavar="MODEL", required=False)
+    _register_workers(models)
+
+
+def _register_workers(models: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    w = models.add_parser(
+        "workers",
+        help="nodes run as several worker processes: throughput, replication share, memory",
+        formatter_class=_FORMATTER,
+        description=_doc("""
+            Model nodes run as N worker processes (a supervisor and N workers), each worker a Distro
+            member with a full replica: a query costs q on one worker; a write costs r on its worker
+            plus, for each of the other nodes x workers - 1 members, a sync send (s) and a receive +
+            apply (a); every node gets the same load, spread over its min(workers, cores) busy
+            cores. The per-operation costs and the memory per instance are measured on a real node
+            (--inputs; the shipped figures and how they were measured: docs/workers-model.md). A
+            Spark job sweeps every core
+            count x workers 1..cores x write fraction (0, 0.01, 0.02, then to 1 in steps of 0.05)
+            for the cluster and for one node alone, and for two alternatives: one replica per node
+            with its writes spread over the cores, and one replica per node with one writer.
+
+            Writes sweep.parquet, table.parquet (per core count: query-only, register-only and mixed
+            rates, replication share, memory per worker and node), knees.parquet, inputs.json,
+            run.parquet, simulate-workers.png and summary.txt (with whether one 8-core node reaches
+            --target-queries and --target-registers).
+        """),
+        epilog="example: shoal simulate workers --nodes 3 --cores 8,16,32   (writes report/simulate-workers/)",
+    )
+    w.add_argument("--nodes", type=int, default=3, metavar="K", help="nodes in the cluster (default: 3)")
+    w.add_argument("--cores", type=_int_list, default=(8, 16, 32), metavar="C,C,...",
+                   help="cores per node, comma-separated (default: 8,16,32)")
+    w.add_argument("--workers-per-node", type=_workers, default=None, metavar="auto|N",
+                   help="workers per node in the table (default: auto, one per core)")
+    w.add_argument("--write-fraction", type=float, default=0.25, metavar="F",
+                   help="writes in the mixed load (default: 0.25, i.e. 40,000 registrations per 120,000 queries)")
+    w.add_argument("--efficiency", type=float, default=1.0, metavar="E",
+                   help="parallel efficiency of a node's cores, (0, 1] (default: 1, every core a whole core)")
+    w.add_argument("--instances", type=_int_list, default=(100_000, 1_000_000), metavar="I,I,...",
+                   help="instances in the cluster for the memory columns (default: 100000,1000000)")
+    w.add_argument("--node-memory-gib", type=float, default=16.0, metavar="G",
+                   help="a node's memory for the workers-that-fit figure (default: 16)")
+    w.add_argument("--target-queries", type=float, default=120_000, metavar="Q",
+                   help="queries/s one 8-core node should serve (default: 120000)")
+    w.add_argument("--target-registers", type=float, default=40_000, metavar="R",
+                   help="registrations/s one 8-core node should serve (default: 40000)")
+    w.add_argument("--inputs", type=Path, default=None, metavar="FILE",
+                   help="measured per-operation costs as JSON (default: the figures shipped with Shoal, "
+                        "shoal/analytics/workers_inputs.json)")
+    w.add_argument("--partitions", type=int, default=None, metavar="P",
+                   help="Spark partitions for the sweep (default: Spark's default parallelism)")
+    _common(w, "simulate-workers", inputs=False)
+    w.set_defaults(func=_run_simulate_workers)
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one number")
+    return values
+
+
+def _workers(text: str) -> int | None:
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto or a whole number, got {text!r}") from None
 
 
 # -- handlers ---------------------------------------------------------------------------------------
@@ -206,7 +280,8 @@ def _guarded(args: argparse.Namespace, body: Callable[[], int]) -> int:
 
 def _name(args: argparse.Namespace) -> str:
     job = getattr(args, "job", None)
-    return f"analytics {job}" if job else "simulate"
+    model = getattr(args, "model", None)
+    return f"analytics {job}" if job else f"simulate {model}" if model else "simulate"
 
 
 def _print_summary(args: argparse.Namespace, path: Path) -> None:
@@ -267,6 +342,10 @@ def _run_simulate(args: argparse.Namespace) -> int:
         from shoal.analytics import simulate
         from shoal.analytics.session import spark_session
 
+        missing = [f"--{name}" for name in ("nodes", "clients") if getattr(args, name) is None]
+        if missing:
+            raise ValueError(f"the following arguments are required: {', '.join(missing)} "
+                             "(or a model: shoal simulate workers ...)")
         params = simulate.SimParams(
             nodes=args.nodes, clients=args.clients, churn=args.churn, rounds=args.rounds, loss=args.loss,
             seed=args.seed, vnodes=args.vnodes, partitions=args.partitions,
@@ -274,6 +353,26 @@ def _run_simulate(args: argparse.Namespace) -> int:
         params.validate()  # before paying for a JVM
         with spark_session(args.master, "shoal-simulate", dict(args.conf)) as spark:
             res = simulate.run(spark, params, args.out, show_progress=not args.quiet)
+        _print_summary(args, res.outputs["summary"])
+        return EXIT_OK
+
+    return _guarded(args, body)
+
+
+def _run_simulate_workers(args: argparse.Namespace) -> int:
+    def body() -> int:
+        from shoal.analytics import workers_model
+        from shoal.analytics.session import spark_session
+
+        params = workers_model.WorkersParams(
+            nodes=args.nodes, cores=args.cores, workers=args.workers_per_node, write_fraction=args.write_fraction,
+            efficiency=args.efficiency, instances=args.instances, node_memory_gib=args.node_memory_gib,
+            target_queries=args.target_queries, target_registers=args.target_registers, partitions=args.partitions,
+        )
+        params.validate()  # before paying for a JVM
+        inputs = workers_model.Inputs.load(args.inputs or workers_model.DEFAULT_INPUTS)
+        with spark_session(args.master, "shoal-simulate-workers") as spark:
+            res = workers_model.run(spark, params, inputs, args.out, show_progress=not args.quiet)
         _print_summary(args, res.outputs["summary"])
         return EXIT_OK
 
