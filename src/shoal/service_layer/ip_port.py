@@ -15,6 +15,7 @@ from shoal.config import Config, LiveConfig
 from shoal.errors import BeatCode, InvalidParam, NotFound
 from shoal.model.client import Client, ClientKind, Publication
 from shoal.model.clients import ClientManager
+from shoal.model.events import REASON_BEAT, REASON_EDITED
 from shoal.model.instance import HEART_BEAT_INTERVAL_KEY, InstanceInfo, metadata_millis
 from shoal.model.ip_port import BeatTable, ip_port_client_id
 from shoal.model.keys import ServiceKey
@@ -96,7 +97,7 @@ class IpPortInstances:
         client.last_updated_ms = now
         publication = client.publications[service]
         if not all(i.healthy for i in publication.instances):
-            self.beats.set_health(client, service, True)
+            self.beats.set_health(client, service, True, REASON_BEAT)
         metadata = publication.instances[0].metadata if publication.instances else {}
         return BEAT_OK, metadata_millis(metadata, HEART_BEAT_INTERVAL_KEY, self.config.client_beat_interval_ms)
 
@@ -126,5 +127,6 @@ class IpPortInstances:
             if updated == inst:
                 continue
             instances = tuple(updated if i is inst else i for i in publication.instances)
-            self.clients.publish(client, service, Publication(instances, publication.batch), self.clock.monotonic_ms())
+            self.clients.publish(client, service, Publication(instances, publication.batch), self.clock.monotonic_ms(),
+                                 REASON_EDITED)
         return len(matches)
