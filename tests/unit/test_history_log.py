@@ -23,10 +23,10 @@ def row(i: int, pad: int = 60) -> dict[str, object]:
             "service": "orders", "ip": "10.0.0.1", "port": i, "reason": "x" * pad}
 
 
-def payload(*ports: int) -> str:
+def payload(*ports: int, ref: int = 1) -> str:
     hosts = [{"ip": "10.0.0.9", "port": p, "weight": 1.0, "healthy": True, "enabled": True, "clusterName": "DEFAULT",
               "metadata": {}} for p in ports]
-    return json.dumps({"name": "orders", "lastRefTime": 1, "hosts": hosts})
+    return json.dumps({"name": "orders", "lastRefTime": ref, "hosts": hosts})
 
 
 def test_segments_rotate_and_the_total_stays_within_the_bound(tmp_path: Path) -> None:
@@ -67,11 +67,13 @@ def test_a_pushed_list_is_stored_once_per_segment(tmp_path: Path) -> None:
     files = HistoryFiles(tmp_path, max_bytes=100_000, segment_bytes=10_000)
     push = {"ts": 1, "node": "n1", "kind": hr.PUSH, "ns": "public", "group": "DEFAULT_GROUP", "service": "orders",
             "client": "c1", "sent": 1, "acked": 2, "result": "success"}
-    files.append([{**push, "payload": payload(1, 2)}, {**push, "ts": 3, "payload": payload(2, 1)}])
+    files.append([{**push, "payload": payload(1, 2)}, {**push, "ts": 3, "payload": payload(1, 2, ref=7)},
+                  {**push, "ts": 4, "payload": payload(1)}])
     lines = files.segments()[0].read_text().splitlines()
-    assert '"hosts":' in lines[0] and '"hosts":' not in lines[1]  # same list in another order: one copy
-    (first, _), (second, lists) = list(files.rows())
-    assert first["digest"] == second["digest"]
+    assert '"hosts":' in lines[0] and '"hosts":' not in lines[1]  # the same list again (a fresh lastRefTime)
+    assert '"hosts":' in lines[2]
+    (first, _), (second, lists), (third, _) = list(files.rows())
+    assert first["digest"] == second["digest"] != third["digest"]
     assert [h["port"] for h in lists[second["digest"]]] == [1, 2]
 
 

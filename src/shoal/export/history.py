@@ -61,7 +61,8 @@ class HistoryLog:
         self.node = node
         self.files = HistoryFiles(directory, max_bytes, segment_bytes)
         self.capacity = queue_capacity
-        self.queue: list[dict[str, Any]] = []
+        #: rows as tuples (built into dicts off the loop, :func:`to_row`)
+        self.queue: list[tuple[Any, ...]] = []
         self.dropped = 0
         self.written = 0
         self._lock = asyncio.Lock()  # one file operation at a time
@@ -72,7 +73,7 @@ class HistoryLog:
         bus.subscribe(ClientOwnershipChanged, self._on_ownership)
 
     # --- rows -------------------------------------------------------------------------
-    def _add(self, row: dict[str, Any]) -> None:
+    def _add(self, row: tuple[Any, ...]) -> None:
         if len(self.queue) >= self.capacity:
             self.dropped += 1
             return
@@ -98,15 +99,8 @@ class HistoryLog:
                        instances: tuple[InstanceInfo, ...], reason: str, source: str, values: bool) -> None:
         now = self.clock.now_ms()
         owner = self._owner(client)
-        for inst in instances:
-            row: dict[str, Any] = {
-                "ts": now, "node": self.node, "kind": kind, "ns": service.namespace, "group": service.group,
-                "service": service.name, "ip": inst.ip, "port": inst.port, "cluster": inst.cluster,
-                "client": client_id, "owner": owner, "source": source, "reason": reason}
-            if values:
-                row.update(weight=inst.weight, healthy=inst.healthy, enabled=inst.enabled,
-                           metadata=dict(inst.metadata))
-            self._add(row)
+        for inst in instances:  # a tuple here; the dict is built off the loop
+            self._add((kind, now, service, client_id, owner, source, reason, inst, values))
 
     def _on_register(self, event: ClientRegisteredService) -> None:
         client = self.clients.get(event.client_id)
@@ -159,9 +153,7 @@ class HistoryLog:
     def pushed(self, client_id: str, service: ServiceKey, payload: str, sent_ms: int, acked_ms: int | None,
                result: str) -> None:
         """A push went out (the push engine's observer): its list is digested off the loop."""
-        self._add({"ts": sent_ms, "node": self.node, "kind": hr.PUSH, "ns": service.namespace,
-                   "group": service.group, "service": service.name, "client": client_id, "sent": sent_ms,
-                   "acked": acked_ms, "result": result, "payload": payload})
+        self._add((hr.PUSH, sent_ms, service, client_id, acked_ms, result, payload))
 
     # --- the file side ----------------------------------------------------------------
     async def flush(self) -> int:
@@ -171,12 +163,16 @@ class HistoryLog:
             if not batch:
                 return 0
             try:
-                written = await run_blocking(self.files.append, batch)
+                written = await run_blocking(self._write, batch)
             except OSError as exc:
                 log.warning("history: %d rows not written: %s", len(batch), exc)
                 return 0
             self.written += written
             return written
+
+    def _write(self, batch: list[tuple[Any, ...]]) -> int:
+        node = self.node
+        return self.files.append([to_row(item, node) for item in batch])
 
     async def close(self) -> None:
         await self.flush()
@@ -202,6 +198,23 @@ class HistoryLog:
         return {"queued": len(self.queue), "dropped": self.dropped, "written": self.written,
                 "bytes": self.files.total_bytes, "segments": len(self.files.sizes),
                 "deletedSegments": self.files.deleted_segments}
+
+
+def to_row(item: tuple[Any, ...], node: str) -> dict[str, Any]:
+    """A queued tuple as the row written (off the loop)."""
+    kind, ts, service = item[0], item[1], item[2]
+    if kind == hr.PUSH:
+        _, _, _, client_id, acked_ms, result, payload = item
+        return {"ts": ts, "node": node, "kind": kind, "ns": service.namespace, "group": service.group,
+                "service": service.name, "client": client_id, "sent": ts, "acked": acked_ms, "result": result,
+                "payload": payload}
+    _, _, _, client_id, owner, source, reason, inst, values = item
+    row = {"ts": ts, "node": node, "kind": kind, "ns": service.namespace, "group": service.group,
+           "service": service.name, "ip": inst.ip, "port": inst.port, "cluster": inst.cluster, "client": client_id,
+           "owner": owner, "source": source, "reason": reason}
+    if values:
+        row.update(weight=inst.weight, healthy=inst.healthy, enabled=inst.enabled, metadata=dict(inst.metadata))
+    return row
 
 
 def _select(files: HistoryFiles, needle: str, keep: Callable[[dict[str, Any]], bool],

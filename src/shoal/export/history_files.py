@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from shoal import jsonfast
 from shoal.export.history_rows import PUSH
 
 log = logging.getLogger(__name__)
@@ -35,15 +35,19 @@ PREFIX = "history-"
 SUFFIX = ".jsonl"
 
 
-def list_digest(hosts: list[dict[str, Any]]) -> str:
-    """The revision of a pushed list: a digest of its instances in a canonical order."""
-    canon = sorted(json.dumps(h, sort_keys=True, separators=(",", ":")) for h in hosts)
-    return hashlib.blake2b("\n".join(canon).encode(), digest_size=8).hexdigest()
+def list_digest(payload: str) -> str:
+    """The revision of a pushed list: a digest of the ServiceInfo JSON without its ``lastRefTime``
+    value (fresh on every push), so equal lists pushed twice share one digest."""
+    start = payload.find('"lastRefTime":')
+    if start >= 0:
+        end = payload.find(",", start)
+        payload = payload[:start] + (payload[end:] if end >= 0 else "")
+    return hashlib.blake2b(payload.encode(), digest_size=8).hexdigest()
 
 
 def hosts_of(payload: str) -> list[dict[str, Any]]:
     """The instances of a pushed ServiceInfo JSON, with the fields a subscriber acts on."""
-    info = json.loads(payload)
+    info = jsonfast.loads(payload)
     return [{"ip": h.get("ip"), "port": h.get("port"), "cluster": h.get("clusterName"), "weight": h.get("weight"),
              "healthy": h.get("healthy"), "enabled": h.get("enabled"), "metadata": h.get("metadata") or {}}
             for h in info.get("hosts") or ()]
@@ -100,25 +104,20 @@ class HistoryFiles:
         chunks: list[bytes] = []
         for row in rows:
             payload = row.pop("payload", None) if row.get("kind") == PUSH else None
-            hosts: list[dict[str, Any]] | None = None
             if payload is not None:
-                try:
-                    hosts = hosts_of(payload)
-                except (ValueError, AttributeError):
-                    hosts = []
-                row["digest"] = list_digest(hosts)
-            line = self._encode(row, hosts)
+                row["digest"] = list_digest(payload)
+            line = self._encode(row, payload)
             if self.sizes[self._seq] + len(line) > self.segment_bytes and self.sizes[self._seq] > 0:
                 self._file.write(b"".join(chunks))
                 chunks = []
                 self._rotate()
-                line = self._encode(row, hosts)  # a new segment holds no list yet
+                line = self._encode(row, payload)  # a new segment holds no list yet
             while self.total_bytes + len(line) > self.max_bytes and len(self.sizes) > 1:
                 self._delete_oldest()
             if self.total_bytes + len(line) > self.max_bytes:
                 self.dropped += 1
                 continue
-            if hosts is not None and "hosts" in row:
+            if payload is not None and "hosts" in row:
                 self._lists.add(row["digest"])
             chunks.append(line)
             self.sizes[self._seq] += len(line)
@@ -127,13 +126,18 @@ class HistoryFiles:
         self._file.flush()
         return written
 
-    def _encode(self, row: dict[str, Any], hosts: list[dict[str, Any]] | None) -> bytes:
-        if hosts is not None:
+    def _encode(self, row: dict[str, Any], payload: str | None) -> bytes:
+        """One line; a push row carries its list's hosts unless this segment has them already
+        (only then is the pushed JSON decoded)."""
+        if payload is not None:
             if row["digest"] in self._lists:
                 row.pop("hosts", None)
-            else:
-                row["hosts"] = hosts
-        return json.dumps(row, separators=(",", ":"), default=str).encode() + b"\n"
+            elif "hosts" not in row:
+                try:
+                    row["hosts"] = hosts_of(payload)
+                except (ValueError, AttributeError):
+                    row["hosts"] = []
+        return jsonfast.dumps(row) + b"\n"
 
     def _delete_oldest(self) -> None:
         seq = next(iter(self.sizes))
@@ -178,7 +182,7 @@ def read_segment(path: Path, needle: str = "") -> Iterator[tuple[dict[str, Any],
             if raw_needle and raw_needle not in line and not has_hosts:
                 continue
             try:
-                row = json.loads(line)
+                row = jsonfast.loads(line)
             except ValueError:
                 continue
             if not isinstance(row, dict):
