@@ -24,6 +24,7 @@ from typing import Any
 from shoal.clock import Clock
 from shoal.export import history_rows as hr
 from shoal.export.history_files import HistoryFiles
+from shoal.logutil import RateLimitedLog
 from shoal.model.client import Client, ClientKind, Publication
 from shoal.model.clients import ClientManager
 from shoal.model.events import (
@@ -42,6 +43,8 @@ from shoal.model.keys import ServiceKey
 from shoal.tasks import run_blocking
 
 log = logging.getLogger(__name__)
+#: a data dir that cannot be written fails every flush: one line per minute says so
+_write_failures = RateLimitedLog(log, 60.0)
 
 #: What a Distro release means, in the history's words.
 _RELEASE_REASONS = {
@@ -165,7 +168,8 @@ class HistoryLog:
             try:
                 written = await run_blocking(self._write, batch)
             except OSError as exc:
-                log.warning("history: %d rows not written: %s", len(batch), exc)
+                self.dropped += len(batch)
+                _write_failures.warning("write", "history: %d rows not written: %s", len(batch), exc)
                 return 0
             self.written += written
             return written
