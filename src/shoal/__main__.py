@@ -93,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     check_cli.register(sub)
 
+    from shoal import history_cli
+
+    history_cli.register(sub)
+
     try:  # analytics needs the optional PySpark extra; the server must not require it
         from shoal.analytics import cli as analytics_cli
     except ImportError:

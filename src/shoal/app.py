@@ -28,6 +28,7 @@ from shoal.distro.responsibility import (
 from shoal.dns import DnsServer
 from shoal.errors import ConfigError
 from shoal.export.eventlog import ChangeLog
+from shoal.export.history import HistoryLog
 from shoal.export.node_export import NodeExporter, export_and_rotate
 from shoal.health.checker import CheckSettings, PersistentHealthChecker
 from shoal.health.heartbeat import HeartbeatChecker
@@ -63,6 +64,7 @@ from shoal.transport.http.consistency import ConsistencyCheck, ConsistencyRoutes
 from shoal.transport.http.console_api import ClusterFiguresRoutes, ConsoleRoutes
 from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import Forwarder, MemberList
+from shoal.transport.http.history import HistoryRoutes
 from shoal.transport.http.loader import HttpLoaderPeers, LoaderRoutes
 from shoal.transport.http.namespaces import NamespaceRoutes
 from shoal.transport.http.naming import NamingRoutes
@@ -288,8 +290,13 @@ class Node:
         self.cp_views = (cp.namespaces, *self.model.views, cp.meta)
 
         # --- the loops over them ------------------------------------------------------------------
+        # The instance history (issue 23 item 5): model events and pushes, on disk under the data dir.
+        self.history = (HistoryLog(self.bus, clock, self.clients, self.address, self.scratch_dir / "history",
+                                   config.history_max_bytes, config.history_segment_bytes, config.history_queue)
+                        if config.history_enabled else None)
         self.push = PushService(self.live, clock, self.bus, net.requests, self.index.subscribers_of,
-                                self._push_payload, self.metrics, self.services, self.grpc_transport)
+                                self._push_payload, self.metrics, self.services, self.grpc_transport,
+                                observer=self.history)
         self.keepalive = ConnectionKeepAlive(config, net.connections, net.sdk, self.limits)
         self.heartbeats = HeartbeatChecker(self.live, clock, self.clients, self.services, self.naming.beats,
                                            cluster.responsibility)
@@ -333,6 +340,8 @@ class Node:
             Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick),
             Periodic("lock-sweep", 60_000, self.locks.sweep),
         ]
+        if self.history is not None:
+            periodics.append(Periodic("history-flush", config.history_flush_ms, self.history.flush))
         if config.export_dir:
             periodics.append(Periodic("arrow-export", config.export_interval_ms, self._export_periodically))
         if config.rebalance_grace_ms > 0:  # moved clients kept listed until they are back (beyond Nacos)
@@ -370,6 +379,7 @@ class Node:
             *ClusterFiguresRoutes(config, self.distro, self.clients).routes(),
             *loader.routes(ADMIN),
             *ConsistencyRoutes(self.digests, self.consistency).routes(ADMIN),
+            *HistoryRoutes(self.history, self.address).routes(ADMIN),
             *v3_core.routes(ADMIN),
             *V3Routes(self.naming, naming, self.auth).routes(ADMIN, IDENTITY),
             *v3_naming.routes(ADMIN),
@@ -451,6 +461,8 @@ class Node:
             await self.cluster_server.stop(0.5)
         await self.health_checker.stop()
         await self.push.stop()
+        if self.history is not None:  # what the node's stop itself released is written too
+            await self.history.close()
         await self.fuzzy_notifier.stop()
         if self.loader_peers is not None:
             await self.loader_peers.stop()

@@ -555,6 +555,32 @@ class Config:
         check=positive,
     )
 
+    # --- instance history (issue 23 item 5) -----------------------------------------------------
+    history_enabled: bool = _setting(
+        True, "shoal.history.enabled",
+        "Keep a rotated log of instance events and pushes under <data_dir>/history (shoal history).",
+    )
+    history_max_bytes: int = _setting(
+        64 * 1024 * 1024, "shoal.history.max-bytes",
+        "Bound on the history files' total size; the oldest segment is deleted to stay within it.",
+        check=positive,
+    )
+    history_segment_bytes: int = _setting(
+        8 * 1024 * 1024, "shoal.history.segment-bytes",
+        "Size at which the history log starts a new segment file (at most half of max-bytes).",
+        check=positive,
+    )
+    history_flush_ms: int = _setting(
+        500, "shoal.history.flush-interval-ms",
+        "How often the history rows queued on the event loop are written (off the loop) to disk.",
+        check=positive,
+    )
+    history_queue: int = _setting(
+        200_000, "shoal.history.queue-capacity",
+        "History rows queued between two writes; beyond it rows are dropped and counted.",
+        check=positive,
+    )
+
     # --- consistency check (issue 23 item 4) ----------------------------------------------------
     consistency_recheck_ms: int = _setting(
         1000, "shoal.consistency.recheck-ms",
@@ -847,6 +873,9 @@ class Config:
                               "nacos.core.auth.enabled, .admin.enabled and .console.enabled = false)")
         if self.auth_system_type.lower() == "ldap" and not self.ldap_url:
             raise ConfigError("nacos.core.auth.system.type=ldap needs nacos.core.auth.ldap.url")
+        if self.history_segment_bytes * 2 > self.history_max_bytes:
+            raise ConfigError(f"shoal.history.segment-bytes ({self.history_segment_bytes}) must be at most half of "
+                              f"shoal.history.max-bytes ({self.history_max_bytes})")
         self._validate_tls()
         if not 0 < self.grpc_port < 65536 or not 0 < self.cluster_port < 65536:
             raise ConfigError(f"server.port {self.port} (+{self.grpc_port_offset}) is not a usable port")

@@ -11,8 +11,8 @@
 * The transports do not import the push service or the composition root either: push owns its
   sender protocol, and app.py wires the SDK server in as that sender. The HTTP transport does not
   import the gRPC one (what both need, such as the transport choice, lives in ``shoal.transport``).
-* The offline analytics import nothing of the server but the leaf kernels and the snapshot
-  reader, so they run on any machine that has the snapshots.
+* The offline analytics import nothing of the server but the leaf kernels, the snapshot
+  reader and the history rows, so they run on any machine that has the snapshots or logs.
 * Only ``shoal.testing`` imports ``shoal.testing``: the server never runs test support.
 * ``bench/`` never imports ``tests/``: what both need lives in ``shoal.testing``.
 
@@ -53,7 +53,8 @@ TRANSPORT_FORBIDDEN = ("shoal.push", "shoal.app", "shoal.__main__")
 #: What a module of the HTTP transport must not import.
 HTTP_FORBIDDEN = ("shoal.transport.grpc",)
 #: The only parts of ``shoal`` the analytics may import.
-ANALYTICS_ALLOWED = ("shoal.analytics", "shoal.kernels", "shoal.export.reader", "shoal.export.schema")
+ANALYTICS_ALLOWED = ("shoal.analytics", "shoal.kernels", "shoal.export.reader", "shoal.export.schema",
+                     "shoal.export.history_rows")
 
 
 @dataclass(frozen=True)

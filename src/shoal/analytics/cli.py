@@ -71,8 +71,8 @@ def _spark_conf(text: str) -> tuple[str, str]:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``analytics`` (with ``consistency|churn|balance``) and ``simulate`` (with its optional
-    model ``workers``) to ``subparsers``."""
+    """Add ``analytics`` (with ``consistency|churn|balance|history``) and ``simulate`` (with its
+    optional model ``workers``) to ``subparsers``."""
     analytics = subparsers.add_parser(
         "analytics",
         help="PySpark jobs over exported registry snapshots",
@@ -151,6 +151,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--vnodes", type=int, default=160, metavar="V",
                    help="virtual nodes per member on the consistent-hash ring (default: 160)")
     p.set_defaults(func=_run_balance)
+
+    p = jobs.add_parser(
+        "history",
+        help="an instance's lifecycle across every node's history log",
+        formatter_class=_FORMATTER,
+        description=_doc("""
+            Read the history logs of every node (each node writes them under <data_dir>/history;
+            give those directories, the data directories, or copies of them) and print the
+            lifecycle of a service's instances across the nodes, in time order: registered by
+            which client on which node, edits, health flips, and how each went (deregistered,
+            expired with the beat reason, connection closed, Distro removal, moved).
+
+            Writes lifecycle.parquet (one row per event, at: a timestamp) and summary.txt.
+        """),
+        epilog="example: shoal analytics history --input node-a/history node-b/history --service orders",
+    )
+    p.add_argument("--input", "-i", nargs="+", required=True, metavar="PATH", type=Path,
+                   help="history directories, data directories or segment files of every node")
+    p.add_argument("--service", required=True, metavar="NAME",
+                   help="the service (name, group@@name or namespace/group@@name)")
+    p.add_argument("--ip", default="", help="only instances with this IP")
+    p.add_argument("--since", default="", metavar="T",
+                   help="only events at or after T (epoch ms, ISO 8601, or a span back from now: 15m, 2h)")
+    _common(p, "history", inputs=False)
+    p.set_defaults(func=_run_history)
 
     s = subparsers.add_parser(
         "simulate",
@@ -331,6 +356,25 @@ def _run_balance(args: argparse.Namespace) -> int:
         with spark_session(args.master, "shoal-balance", dict(args.conf)) as spark:
             res = balance.run(spark, args.input, args.out, join_member=args.join_member, vnodes=args.vnodes,
                               keep_staging=args.keep_staging, show_progress=not args.quiet)
+        _print_summary(args, res.outputs["summary"])
+        return EXIT_OK
+
+    return _guarded(args, body)
+
+
+def _run_history(args: argparse.Namespace) -> int:
+    def body() -> int:
+        import time
+
+        from shoal.analytics import history
+        from shoal.analytics.session import spark_session
+        from shoal.export.history_rows import parse_service, parse_time
+
+        parse_service(args.service)  # before paying for a JVM
+        since = parse_time(args.since, int(time.time() * 1000)) if args.since else 0
+        history.find_segments(args.input)
+        with spark_session(args.master, "shoal-history") as spark:
+            res = history.run(spark, args.input, args.out, service=args.service, ip=args.ip, since_ms=since)
         _print_summary(args, res.outputs["summary"])
         return EXIT_OK
 

@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 
 SUMMARY_NAME = "summary.txt"
 #: The jobs writing result directories (each directory holds one job's results).
-JOBS: tuple[str, ...] = ("consistency", "churn", "balance", "simulate", "simulate-workers")
+JOBS: tuple[str, ...] = ("consistency", "churn", "balance", "simulate", "simulate-workers", "history")
 #: File in a result directory naming the job whose results it holds.
 JOB_MARKER = ".shoal-job"
 #: Parquet/Arrow type of every point in time the jobs write (the snapshots' epoch milliseconds).

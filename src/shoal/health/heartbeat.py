@@ -26,6 +26,7 @@ from shoal.clock import Clock
 from shoal.config import Config, LiveConfig
 from shoal.model.client import ClientKind
 from shoal.model.clients import ClientManager
+from shoal.model.events import no_beat_for
 from shoal.model.ip_port import BeatTable, Responsibility, client_beat_disabled, responsible_tag
 from shoal.model.keys import ServiceKey
 from shoal.model.services import ServiceManager
@@ -95,10 +96,10 @@ class HeartbeatChecker:
                 continue
             idle_ms = self._idle_ms(client_id, service)  # read first: expiry drops the beat record
             if remove:
-                if self.beats.expire(client, service):
+                if self.beats.expire(client, service, no_beat_for(idle_ms)):
                     stats["removed"] += 1
                     log.info("[AUTO-DELETE-IP] %s of %s: no beat for %d ms", client_id, service, idle_ms)
-            elif self.beats.set_health(client, service, False):
+            elif self.beats.set_health(client, service, False, no_beat_for(idle_ms)):
                 stats["unhealthy"] += 1
                 log.info("[IP-DISABLED] %s of %s: no beat for %d ms", client_id, service, idle_ms)
 

@@ -96,7 +96,8 @@ class ClientManager:
         client.last_renew_ms = now_mono_ms
 
     # --- publications -------------------------------------------------------------------
-    def publish(self, client: Client, service: ServiceKey, publication: Publication, now_ms: int) -> bool:
+    def publish(self, client: Client, service: ServiceKey, publication: Publication, now_ms: int,
+                reason: str = "") -> bool:
         """Store the client's publication for the service, replacing any previous one.
 
         Publishes ClientRegisteredService then ClientChanged; a publication equal to the
@@ -106,11 +107,11 @@ class ClientManager:
             return False
         client.publications[service] = publication
         _bump(client, now_ms)
-        self._bus.publish(ClientRegisteredService(service, client.client_id))
+        self._bus.publish(ClientRegisteredService(service, client.client_id, reason))
         self._bus.publish(ClientChanged(client))
         return True
 
-    def unpublish(self, client: Client, service: ServiceKey, now_ms: int) -> Publication | None:
+    def unpublish(self, client: Client, service: ServiceKey, now_ms: int, reason: str = "") -> Publication | None:
         """Remove the client's publication for the service; returns it (None: there was none).
 
         Publishes ClientDeregisteredService carrying the removed instances, then ClientChanged.
@@ -119,7 +120,7 @@ class ClientManager:
         if removed is None:
             return None
         _bump(client, now_ms)
-        self._bus.publish(ClientDeregisteredService(service, client.client_id, removed.instances))
+        self._bus.publish(ClientDeregisteredService(service, client.client_id, removed.instances, reason))
         self._bus.publish(ClientChanged(client))
         return removed
 
@@ -153,7 +154,7 @@ class ClientManager:
             self._bus.publish(ClientChanged(client))
         return True
 
-    def set_health(self, client: Client, service: ServiceKey, healthy: bool, wall_ms: int) -> bool:
+    def set_health(self, client: Client, service: ServiceKey, healthy: bool, wall_ms: int, reason: str = "") -> bool:
         """Flip the health of the client's instances of the service; False if unchanged.
 
         Publishes InstanceHealthChanged, ServiceChanged (views drop, subscribers are pushed,
@@ -165,7 +166,7 @@ class ClientManager:
         client.publications[service] = Publication(
             tuple(i.with_health(healthy) for i in publication.instances), publication.batch)
         client.revision += 1  # a health flip does not count as activity (last_updated_ms stays)
-        self._bus.publish(InstanceHealthChanged(service, client.client_id, healthy))
+        self._bus.publish(InstanceHealthChanged(service, client.client_id, healthy, reason))
         self._bus.publish(ServiceChanged(service, wall_ms))
         self._bus.publish(ClientChanged(client))
         return True

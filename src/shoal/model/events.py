@@ -56,6 +56,16 @@ REASON_REPLACED = "replaced"  # a client with the same id took its place
 REASON_DELETED_BY_OWNER = "deleted by owner"  # Distro DELETE from the owning node
 REASON_EXPIRED = "expired: not renewed by its owner"  # a synced copy nobody renews
 
+#: Reasons carried by instance events (the history log shows them; nothing else acts on them).
+REASON_BY_CLIENT = "deregistered by its client"
+REASON_EDITED = "edited: weight, enabled or metadata"
+REASON_BEAT = "beat received"
+
+
+def no_beat_for(idle_ms: int) -> str:
+    """The reason of a beat-check expiry or health flip: ``no beat for N s``."""
+    return f"no beat for {max(idle_ms, 0) // 1000} s"
+
 
 @dataclass(frozen=True, slots=True)
 class ClientReleased:
@@ -76,6 +86,8 @@ class ClientRegisteredService:
 
     service: ServiceKey
     client_id: str
+    #: why, when the writer knows more than "registered" (an edit: :data:`REASON_EDITED`)
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +97,9 @@ class ClientDeregisteredService:
     service: ServiceKey
     client_id: str
     instances: tuple[InstanceInfo, ...]
+    #: who decided it: the client, the beat check (``no beat for N s``), a moved client's return;
+    #: empty when a whole-client write (a Distro apply, a persistent rebuild) removed it
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +129,26 @@ class ServiceChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class InstanceEdited:
+    """An operator's edit of one ephemeral instance was set or removed (shoal/model/overlays.py):
+    ``edit`` says what it lays over the published instance now ("" when it was removed)."""
+
+    service: ServiceKey
+    ip: str
+    port: int
+    cluster: str
+    edit: str
+    changed_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class InstanceHealthChanged:
     """The health of a client's instances of a service flipped (beat check or a beat)."""
 
     service: ServiceKey
     client_id: str
     healthy: bool
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,21 +170,21 @@ class BeatTable:
                 [k for k in (owner[s] for s in to_remove) if k is not None])
 
     # --- changes (through the model writer, which publishes the events) ----------------
-    def set_health(self, client: Client, service: ServiceKey, healthy: bool) -> bool:
+    def set_health(self, client: Client, service: ServiceKey, healthy: bool, reason: str = "") -> bool:
         """Flip the health of the client's instance for the service (beat checker / beat).
 
         :meth:`ClientManager.set_health` publishes InstanceHealthChanged (this table's healthy
         flag follows it), ServiceChanged and ClientChanged. False if unchanged.
         """
-        return self._clients.set_health(client, service, healthy, self._now_ms())
+        return self._clients.set_health(client, service, healthy, self._now_ms(), reason)
 
-    def expire(self, client: Client, service: ServiceKey) -> bool:
+    def expire(self, client: Client, service: ServiceKey, reason: str = "") -> bool:
         """Remove the client's instance for the service (ExpiredInstanceChecker → deleteIp).
 
         :meth:`ClientManager.unpublish` publishes ClientDeregisteredService with the removed
         instance (so the change log records its address) and ClientChanged.
         """
-        if self._clients.unpublish(client, service, self._monotonic_ms()) is None:
+        if self._clients.unpublish(client, service, self._monotonic_ms(), reason) is None:
             self.untrack(client.client_id, service)
             return False
         return True

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from shoal.model.events import EventBus, ServiceChanged
+from shoal.model.events import EventBus, InstanceEdited, ServiceChanged
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
 
@@ -107,5 +107,21 @@ class InstanceOverlays:
                 del self._by_service[service]
         else:
             self._by_service.setdefault(service, {})[target] = overlay
+        ip, port, cluster = target
+        self._bus.publish(InstanceEdited(service, ip, port, cluster, describe(overlay), wall_ms))
         self._bus.publish(ServiceChanged(service, wall_ms))
         return True
+
+
+def describe(overlay: InstanceOverlay | None) -> str:
+    """What an edit sets, in words (the history log's reason): ``weight=3.0, enabled=false, metadata k=v, -gone``."""
+    if overlay is None:
+        return ""
+    parts = []
+    if overlay.weight is not None:
+        parts.append(f"weight={overlay.weight}")
+    if overlay.enabled is not None:
+        parts.append(f"enabled={str(overlay.enabled).lower()}")
+    parts.extend(f"metadata {k}={v}" if v is not None else f"metadata -{k}"
+                 for k, v in sorted(overlay.metadata.items()))
+    return ", ".join(parts)

@@ -50,7 +50,8 @@ from shoal.tasks import wait_until_due
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EMPTY_PROTECTION_KEY", "PendingPush", "PushGone", "PushMetrics", "PushSender", "PushService"]
+__all__ = ["EMPTY_PROTECTION_KEY", "PendingPush", "PushGone", "PushMetrics", "PushObserver", "PushSender",
+           "PushService"]
 
 #: Service metadata key that turns empty-push protection on ("true") or off ("false") for one
 #: service, whatever ``shoal.naming.push.empty-protection`` says.
@@ -72,6 +73,14 @@ class PushSender(Protocol):
 
 #: How a ServiceInfo JSON without hosts ends (``service_info_json`` writes ``hosts`` last, compact).
 _EMPTY_HOSTS_TAIL = '"hosts":[]}'
+
+
+class PushObserver(Protocol):
+    """Told of every push that went out: the subscriber, the ServiceInfo JSON sent, when (wall
+    ms) it was sent and acked (None: no ack) and the result (the history log keeps them)."""
+
+    def pushed(self, client_id: str, service: ServiceKey, payload: str, sent_ms: int, acked_ms: int | None,
+               result: str) -> None: ...
 
 
 class PushMetrics(Protocol):
@@ -125,7 +134,7 @@ class PushService:
                  subscribers_of: Callable[[ServiceKey], set[str]],
                  payload_for: Callable[[str, ServiceKey], str | None],
                  metrics: PushMetrics | None = None, services: ServiceManager | None = None,
-                 transport: str = "grpc") -> None:
+                 transport: str = "grpc", observer: PushObserver | None = None) -> None:
         self.live = live  # pushEnabled is a switch: read each time (self.config)
         self.clock = clock
         self.sender = sender
@@ -134,6 +143,7 @@ class PushService:
         self.metrics = metrics
         self.services = services
         self.transport = transport
+        self.observer = observer
         #: services whose empty push was withheld, with when (monotonic ms) it first was
         self.protected: dict[ServiceKey, int] = {}
         self.pending: dict[ServiceKey, PendingPush] = {}
@@ -230,6 +240,8 @@ class PushService:
     async def _push(self, client_id: str, service: ServiceKey, state: _Subscriber) -> None:
         result = "failed"
         empty = False
+        payload: str | None = None
+        sent_ms: int | None = None
         try:
             payload = self.payload_for(client_id, service)
             if payload is None:  # unsubscribed meanwhile
@@ -247,6 +259,7 @@ class PushService:
                 return
             if not empty:
                 self.protected.pop(service, None)
+            sent_ms = self.clock.now_ms()
             ok = await self.sender.send_push(client_id, payload, self.config.push_task_timeout_ms)
             result = "success" if ok else "failed"
             if ok and self._state.get(client_id) is state:
@@ -261,6 +274,9 @@ class PushService:
         except Exception:
             log.exception("push of %s to %s failed unexpectedly", service, client_id)
         finally:
+            if self.observer is not None and sent_ms is not None and payload is not None and result != "cancelled":
+                self.observer.pushed(client_id, service, payload, sent_ms,
+                                     self.clock.now_ms() if result == "success" else None, result)
             self._finish(client_id, service, state, result, empty)
 
     def _finish(self, client_id: str, service: ServiceKey, state: _Subscriber, result: str,

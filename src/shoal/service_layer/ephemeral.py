@@ -14,6 +14,7 @@ from shoal.clock import Clock
 from shoal.errors import ClientDisconnected, InvalidParam
 from shoal.model.client import Client, Publication
 from shoal.model.clients import ClientManager
+from shoal.model.events import REASON_BY_CLIENT
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import DEFAULT_CLUSTER, ServiceKey
 from shoal.model.services import ServiceManager
@@ -78,7 +79,7 @@ class EphemeralInstances:
         client = self.clients.get(client_id)
         if client is None:
             return
-        self.clients.unpublish(client, service, self.clock.monotonic_ms())
+        self.clients.unpublish(client, service, self.clock.monotonic_ms(), REASON_BY_CLIENT)
 
     def publish(self, client_id: str, service: ServiceKey, publication: Publication) -> None:
         """Publish ``publication`` as the client's instances of the service (the service record

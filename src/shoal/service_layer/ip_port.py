@@ -14,6 +14,7 @@ from shoal.config import Config, LiveConfig
 from shoal.errors import BeatCode
 from shoal.model.client import Client, ClientKind, Publication
 from shoal.model.clients import ClientManager
+from shoal.model.events import REASON_BEAT
 from shoal.model.instance import HEART_BEAT_INTERVAL_KEY, InstanceInfo, metadata_millis
 from shoal.model.ip_port import BeatTable, ip_port_client_id
 from shoal.model.keys import ServiceKey
@@ -95,6 +96,6 @@ class IpPortInstances:
         client.last_updated_ms = now
         publication = client.publications[service]
         if not all(i.healthy for i in publication.instances):
-            self.beats.set_health(client, service, True)
+            self.beats.set_health(client, service, True, REASON_BEAT)
         metadata = publication.instances[0].metadata if publication.instances else {}
         return BEAT_OK, metadata_millis(metadata, HEART_BEAT_INTERVAL_KEY, self.config.client_beat_interval_ms)

@@ -121,7 +121,7 @@ class MovedClients:
             for service in list(client.publications):
                 if self._covered(client, service, live_cache, now):
                     self._covered_since.pop((client_id, service), None)
-                    self.clients.unpublish(client, service, now)
+                    self.clients.unpublish(client, service, now, REASON_MOVED_RETURNED)
                     live_cache.pop(service, None)
             if not client.publications:
                 self._drop(client_id)

@@ -17,6 +17,7 @@ from shoal.distro.protocol import DistroProtocol
 from shoal.distro.transport import InMemoryNetwork
 from shoal.model.client import Client, ClientKind
 from shoal.model.clients import ClientManager
+from shoal.model.events import EventBus
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
 from shoal.model.services import ServiceManager, ServiceStorage
@@ -40,6 +41,7 @@ class SimNode:
     naming: NamingService
     members: MemberManager
     distro: DistroProtocol
+    bus: EventBus  #: the node's model events (a test may listen, as the history log does)
 
     def connect(self, client_id: str) -> Client:
         """Add a native connection client."""
@@ -115,7 +117,8 @@ class SimCluster:
                                 self.network.transport(address))
         distro.loaded = loaded
         self.network.attach(address, distro.dispatch)
-        node = SimNode(address, model.clients, model.services, model.storage, model.naming, members, distro)
+        node = SimNode(address, model.clients, model.services, model.storage, model.naming, members, distro,
+                       model.bus)
         self.nodes[address] = node
         return node
 
