@@ -476,6 +476,28 @@ class Metrics:
         return int(sum(entry[0] for (t, n, c, _), entry in self._entries.items()
                        if (t, n, c) == (transport, type_name, code)))
 
+    def requests_by_transport(self) -> dict[str, float]:
+        """Requests counted since the start, by transport (``grpc``, ``cluster``, ``http``): one
+        pass over the bounded request entries, for the console's charts."""
+        totals: dict[str, float] = {}
+        for (transport, _type, _code, _method), entry in list(self._entries.items()):
+            totals[transport] = totals.get(transport, 0.0) + entry[0]
+        return totals
+
+    def push_ack_buckets(self) -> list[float]:
+        """``shoal_push_ack_seconds`` summed over its labels: the cumulative count of each bucket
+        of :data:`PUSH_BUCKETS`, then +Inf (read from the histogram, as a scrape does)."""
+        counts = [0.0] * (len(PUSH_BUCKETS) + 1)
+        index = {_bound_text(b): i for i, b in enumerate(PUSH_BUCKETS)}
+        index["+Inf"] = len(PUSH_BUCKETS)
+        for family in self.push_ack.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    i = index.get(sample.labels.get("le", ""))
+                    if i is not None:
+                        counts[i] += sample.value
+        return counts
+
     def push_done(self, result: str, latency_s: float | None, empty: bool = False) -> None:
         """One push finished: ``result`` as PushService names it, the change → ack latency of a
         successful push, and whether it carried no hosts (Nacos's emptyPush)."""
