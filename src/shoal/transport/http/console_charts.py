@@ -3,7 +3,7 @@
 
 ``{"intervalMs","windowMs","capacity","samples":[{"time","requests":{kind: per second},
 "pushes","pushP99Ms","connections","instances","sync":{peer:{"pending","failed"}},
-"disagreements"}]}``, oldest first; times are wall-clock epoch ms (docs/protocol.md §5.2).
+"disagreements"}]}``, oldest first; times are wall-clock epoch ms (docs/protocol.md §5.3).
 An admin route, as the cluster page's other figures.
 """
 
