@@ -4,13 +4,25 @@ by a real :class:`Metrics` and a manual clock."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from shoal.clock import ManualClock
 from shoal.config import MAX_CHART_SAMPLES, Config
 from shoal.errors import ConfigError
 from shoal.metrics import PUSH_BUCKETS, Metrics
 from shoal.metrics_history import ChartHistory, ChartSources, PeerSync, count_in_chunks, quantile_from_buckets
+
+
+class Status:
+    def is_serving(self) -> bool:
+        return True
+
+    def readiness_problem(self) -> str | None:
+        return None
 
 
 class Figures:
@@ -134,3 +146,32 @@ def test_a_window_that_holds_no_sample_or_too_many_is_refused(interval: int, win
 def test_the_default_window_is_fifteen_minutes_of_five_second_samples() -> None:
     config = Config().validate()
     assert config.console_chart_window_ms // config.console_chart_interval_ms == 180
+
+
+async def test_the_route_serves_the_series(tmp_path: Path) -> None:
+    from shoal.transport.http.console_charts import ChartRoutes
+    from shoal.transport.http.server import HttpServer
+
+    metrics, clock, figures = Metrics(), ManualClock(), Figures()
+    charts = history(metrics, clock, figures)
+    await charts.sample()
+    metrics.request("grpc", "QueryRequest", 200)
+    metrics.push_acked("public", "grpc", 0.004)
+    figures.instances = 2
+    clock.advance(1000)
+    await charts.sample()
+    server = HttpServer(Config(data_dir=str(tmp_path), auth_enabled=False, auth_admin_enabled=False,
+                               auth_console_enabled=False), Status(), metrics)
+    server.install(ChartRoutes(charts).routes())
+    client = TestClient(TestServer(server.app))
+    await client.start_server()
+    try:
+        resp = await client.get("/nacos/v1/console/cluster/charts")
+        assert resp.status == 200
+        body = json.loads(await resp.text())
+    finally:
+        await client.close()
+    [sample] = body["samples"]
+    assert (sample["requests"], sample["pushes"], sample["instances"], sample["sync"]) == ({"grpc": 1.0}, 1, 2, {})
+    assert 2.5 < sample["pushP99Ms"] <= 5.0  # in the (2.5, 5] ms bucket
+    assert body["capacity"] == 5
