@@ -19,8 +19,7 @@ from shoal.testing import ServerProcess, http_get, wait_until
 from .test_console_browser import WAIT_S, Browser, browser, in_browser, pytestmark  # noqa: F401  (fixture, marks)
 from .test_sdk_naming import Pushes
 
-webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.webdriver.common.by import By  # noqa: E402
+pytest.importorskip("selenium.webdriver")
 
 
 async def charts_of(server: ServerProcess) -> dict[str, Any]:
@@ -36,19 +35,30 @@ async def subscriber_lag(server: ServerProcess, service: str) -> list[dict[str, 
     return [s["pushLag"] for s in json.loads(body)["subscribers"]]
 
 
+#: Read in one script, so a chart redrawn meanwhile (every interval) is read whole, never half.
+CHART_FIGURES_JS = """
+const box = document.getElementById(arguments[0]);
+if (!box) return null;
+const all = (css) => [...box.querySelectorAll(css)];
+return {
+  max: Number(box.dataset.max),
+  lines: Object.fromEntries(all("svg path.line").map((p) => [p.dataset.series, Number(p.dataset.points)])),
+  marks: all("svg path.line").map((p) => (p.getAttribute("d").match(/L/g) || []).length).reduce((a, b) => a + b, 0)
+    + all("svg circle.dot").length,
+  ylabels: all("svg text.ylabel").map((t) => t.textContent),
+  xlabels: all("svg text.xlabel").map((t) => t.textContent),
+  last: Object.fromEntries(all(".legend .key").map((k) => [k.dataset.series, k.querySelector(".last").textContent])),
+  title: box.querySelector(".chart-title").textContent,
+  text: box.textContent,
+};
+"""
+
+
 def chart_figures(driver: Any, chart: str) -> dict[str, Any]:
     """What the page drew for one chart: its lines' point counts, axis labels, last values."""
-    box = driver.find_element(By.CSS_SELECTOR, f"#{chart}")
-    return {
-        "max": float(box.get_attribute("data-max")),
-        "lines": {p.get_attribute("data-series"): int(p.get_attribute("data-points"))
-                  for p in box.find_elements(By.CSS_SELECTOR, "svg path.line")},
-        "ylabels": [t.text for t in box.find_elements(By.CSS_SELECTOR, "svg text.ylabel")],
-        "xlabels": [t.text for t in box.find_elements(By.CSS_SELECTOR, "svg text.xlabel")],
-        "last": {k.get_attribute("data-series"): k.find_element(By.CSS_SELECTOR, ".last").text
-                 for k in box.find_elements(By.CSS_SELECTOR, ".legend .key")},
-        "title": box.find_element(By.CSS_SELECTOR, ".chart-title").text,
-    }
+    figures = driver.execute_script(CHART_FIGURES_JS, chart)
+    assert figures is not None, f"no chart {chart}"
+    return dict(figures)
 
 
 async def test_cluster_charts_and_push_lag_per_subscriber(servers: Callable[..., ServerProcess], sdk: Any,
@@ -66,7 +76,15 @@ async def test_cluster_charts_and_push_lag_per_subscriber(servers: Callable[...,
         await wait_until(lambda n=n: len(pushes.latest_ips() or ()) == n + 1, timeout=WAIT_S,
                          what=f"push with {n + 1} instances")
     for _ in range(20):  # queries: gRPC requests counted in the next samples
-        await watcher.list_instances(ListInstanceParam(service_name="orders", subscribe=False))
+        await watcher.list_instances(ListInstanceParam(service_name="orders", subscribe=False, healthy_only=None))
+    for weight in range(2, 6):  # a push in each of several samples: the p99 line has points to join
+        samples = (await charts_of(server))["samples"]
+        taken = samples[-1]["time"] if samples else 0
+        assert await publishers[0].register_instance(RegisterInstanceParam(
+            service_name="orders", ip="10.9.0.1", port=8080, weight=float(weight)))
+        await wait_until(lambda w=weight: any(float(i.weight) == w for i in (pushes.calls[-1] if pushes.calls else ())),
+                         timeout=WAIT_S, what=f"push with weight {weight}")
+        await wait_until(lambda t=taken: _sampled_since(server, t), timeout=WAIT_S, what="a sample after the push")
 
     # The ring buffer: samples every 200 ms, with the requests, an acked push's p99, the model's sizes.
     async def sampled() -> bool:
@@ -94,14 +112,16 @@ async def test_cluster_charts_and_push_lag_per_subscriber(servers: Callable[...,
     assert requests["ylabels"][0] == "0" and len(requests["ylabels"]) == 3, requests
     assert all(":" in label for label in requests["xlabels"]) and len(requests["xlabels"]) == 2, requests
     p99 = await in_browser(chart_figures, browser.driver, "chart-push-p99")
-    assert p99["lines"]["p99"] >= 1 and p99["max"] > 0, p99
+    assert p99["lines"]["p99"] >= 2 and p99["max"] > 0, p99
+    assert p99["marks"] >= 2, p99  # every point shows: a segment's end or a dot of its own
+    assert "no push acked yet" not in p99["text"], p99
     for chart, last in (("chart-instances", "3"), ("chart-connections", "4")):
         figures = await in_browser(chart_figures, browser.driver, chart)
         assert list(figures["last"].values()) == [last], figures
         assert sum(figures["lines"].values()) >= 10, figures
     sync = await in_browser(chart_figures, browser.driver, "chart-sync")
     assert sync["lines"] == {} and "Distro sync" in sync["title"], sync
-    await in_browser(browser.wait_text, "#chart-sync", "standalone")
+    assert "standalone" in sync["text"], sync
     # the page re-reads the series: more points a moment later
     before = requests["lines"]["gRPC (SDK)"]
     await wait_until(lambda: _more_points(browser, before), timeout=WAIT_S, what="the charts refreshed")
@@ -112,7 +132,8 @@ async def test_cluster_charts_and_push_lag_per_subscriber(servers: Callable[...,
     await in_browser(browser.wait_text, "#subscribers tbody tr .last-lag", " ms")
     await in_browser(browser.wait_text, "#subscribers tbody tr .p99-lag", " ms")
     await in_browser(browser.wait_exact, "#subscribers tbody tr .pending", "0")
-    await in_browser(browser.screenshot, "21-service-push-lag", True)
+    await in_browser(browser.driver.execute_script, "document.getElementById('subscribers').scrollIntoView()")
+    await in_browser(browser.screenshot, "21-service-push-lag")
 
 
 async def _acked(rows: Any) -> bool:
@@ -123,3 +144,8 @@ async def _acked(rows: Any) -> bool:
 async def _more_points(page: Browser, before: int) -> bool:
     figures = await in_browser(chart_figures, page.driver, "chart-requests")
     return bool(figures["lines"].get("gRPC (SDK)", 0) > before)
+
+
+async def _sampled_since(server: ServerProcess, last_time: int) -> bool:
+    """Two samples ended after ``last_time``: the interval holding the push's ack is in."""
+    return sum(s["time"] > last_time for s in (await charts_of(server))["samples"]) >= 2

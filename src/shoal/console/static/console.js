@@ -718,8 +718,9 @@ function num(v) {
 
 function hms(ms) { return new Date(ms).toLocaleTimeString([], { hour12: false }); }
 
-// One line chart: series [{name, points: [[time ms, value or null]]}]; a null is a gap.
-function lineChart(id, title, unit, series, t0, t1, note = "") {
+// One line chart: series [{name, points: [[time ms, value or null]]}]; a null is a gap. `empty`
+// is written in the plot while it has no value; `note` under it always.
+function lineChart(id, title, unit, series, t0, t1, empty = "no data yet", note = "") {
   const W = 440, H = 160, L = 48, R = 12, T = 10, B = 22;
   const values = series.flatMap((se) => se.points.map((p) => p[1]).filter((v) => v !== null && v !== undefined));
   const max = values.length ? Math.max(...values) : 0;
@@ -736,24 +737,28 @@ function lineChart(id, title, unit, series, t0, t1, note = "") {
     svg("text", { x: L, y: H - 5, class: "xlabel" }, hms(t0)),
     svg("text", { x: W - R, y: H - 5, class: "xlabel", "text-anchor": "end" }, hms(t1)));
   if (!values.length) {
-    plot.append(svg("text", { x: (L + W - R) / 2, y: (T + H - B) / 2, class: "nodata", "text-anchor": "middle" }, note || "no data yet"));
+    plot.append(svg("text", { x: (L + W - R) / 2, y: (T + H - B) / 2, class: "nodata", "text-anchor": "middle" }, empty));
   }
   const keys = series.map((se, i) => {
     const color = CHART_COLORS[i % CHART_COLORS.length];
-    let d = "", pen = false, n = 0, last = null;
+    let d = "", n = 0, run = [], last = null;
+    const dots = [];  // a point with no neighbour (a gap either side) is a dot: a path would not show it
+    const endRun = () => { if (run.length === 1) dots.push(run[0]); run = []; };
     for (const [t, v] of se.points) {
-      if (v === null || v === undefined) { pen = false; continue; }
-      d += `${pen ? "L" : "M"}${x(t).toFixed(1)},${y(v).toFixed(1)}`;
-      pen = true; n += 1; last = [t, v];
+      if (v === null || v === undefined) { endRun(); continue; }
+      d += `${run.length ? "L" : "M"}${x(t).toFixed(1)},${y(v).toFixed(1)}`;
+      run.push([t, v]); n += 1; last = [t, v];
     }
+    endRun();
     if (d) plot.append(svg("path", { d, class: "line", stroke: color, "data-series": se.name, "data-points": n }));
-    if (last) plot.append(svg("circle", { cx: x(last[0]).toFixed(1), cy: y(last[1]).toFixed(1), r: 2.5, fill: color }));
+    for (const [t, v] of dots) plot.append(svg("circle", { cx: x(t).toFixed(1), cy: y(v).toFixed(1), r: 2, fill: color, class: "dot" }));
+    if (last) plot.append(svg("circle", { cx: x(last[0]).toFixed(1), cy: y(last[1]).toFixed(1), r: 2.5, fill: color, class: "last-dot" }));
     return h("span", { class: "key", dataset: { series: se.name } }, h("i", { style: `background:${color}` }),
       `${se.name} `, h("b", { class: "last" }, last ? num(last[1]) : "—"));
   });
   return h("div", { class: "card chart", id, dataset: { max: String(max), points: String(values.length) } },
     h("div", { class: "chart-title" }, title, h("span", { class: "muted" }, unit ? ` · ${unit}` : "")),
-    plot, h("div", { class: "legend" }, keys), note && values.length ? h("div", { class: "small muted" }, note) : "");
+    plot, h("div", { class: "legend" }, keys), note ? h("div", { class: "small muted" }, note) : "");
 }
 
 function drawCharts(box, data) {
@@ -775,9 +780,10 @@ function drawCharts(box, data) {
     lineChart("chart-instances", "Instances held", "", [line("instances", (s) => s.instances)], t0, t1),
     lineChart("chart-sync", "Distro sync queue per member", "clients waiting",
       peers.map((p) => line(p, (s) => (s.sync && s.sync[p] ? s.sync[p].pending : null))), t0, t1,
-      peers.length ? "" : "no peers: a standalone node"),
+      peers.length ? "no data yet" : "no peers: a standalone node"),
     lineChart("chart-disagreements", "Services in disagreement", "services",
-      [line("services", (s) => s.disagreements)], t0, t1, "at the last consistency check; none run yet"));
+      [line("services", (s) => s.disagreements)], t0, t1, "no consistency check run yet",
+      "at the last consistency check (the panel below, or every shoal.consistency.check-interval-ms)"));
 }
 
 function refreshCharts(box, now = false) {
