@@ -134,17 +134,17 @@ class ChartHistory:
         self.window_ms = window_ms
         self.capacity = max(1, window_ms // interval_ms)
         self.samples: deque[ChartSample] = deque(maxlen=self.capacity)
-        # the counters at the previous tick (None until the first tick, which only takes them)
-        self._last_mono_ms: int | None = None
-        self._last_requests: dict[str, float] = {}
-        self._last_buckets: list[float] = []
-        self._last_failed: dict[str, int] = {}
+        # the counters at the previous tick; taken now, so the first tick is a sample already
+        self._last_mono_ms = clock.monotonic_ms()
+        self._last_requests = sources.requests()
+        self._last_buckets = list(sources.push_buckets())
+        self._last_failed = {p.peer: p.failed_batches for p in sources.peers()}
 
     async def tick(self) -> None:
         await self.sample()
 
-    async def sample(self) -> ChartSample | None:
-        """Take one sample (the first call takes the counters only and returns None)."""
+    async def sample(self) -> ChartSample:
+        """Take one sample: the interval since the previous one (or since the history was made)."""
         src = self.sources
         instances = await src.instances()  # first: it may yield; the counters below are read together
         now_mono = self.clock.monotonic_ms()
@@ -156,8 +156,6 @@ class ChartHistory:
         last_requests, last_buckets, last_failed = self._last_requests, self._last_buckets, self._last_failed
         self._last_mono_ms, self._last_requests, self._last_buckets = now_mono, requests, buckets
         self._last_failed = failed_now
-        if previous_mono is None:
-            return None
         seconds = max(now_mono - previous_mono, 1) / 1000
         # a counter that went down (a reset) counts from zero
         rates = {kind: max(total - last_requests.get(kind, 0.0), 0.0) / seconds

@@ -51,9 +51,7 @@ async def test_requests_per_second_by_kind_from_counter_deltas() -> None:
     metrics, clock, figures = Metrics(), ManualClock(), Figures()
     for _ in range(7):
         metrics.request("grpc", "InstanceRequest", 200)
-    charts = history(metrics, clock, figures)
-    assert await charts.sample() is None  # the first tick only takes the counters
-    assert not charts.samples
+    charts = history(metrics, clock, figures)  # takes the counters: the 7 are before its first interval
     for _ in range(20):
         metrics.request("grpc", "QueryRequest", 200)
     for _ in range(4):
@@ -61,13 +59,12 @@ async def test_requests_per_second_by_kind_from_counter_deltas() -> None:
     figures.connections, figures.instances = 3, 11
     clock.advance(2000)
     sample = await charts.sample()
-    assert sample is not None
-    # the 7 requests before the first tick are not in the rate; the interval's measured length is
+    # the 7 requests before the history was made are not in the rate; the interval's measured length is
     assert sample.requests_per_s == {"grpc": 10.0, "http": 2.0}
     assert (sample.connections, sample.instances, sample.pushes, sample.push_p99_ms) == (3, 11, 0, None)
     clock.advance(1000)
     quiet = await charts.sample()
-    assert quiet is not None and quiet.requests_per_s == {"grpc": 0.0, "http": 0.0}
+    assert quiet.requests_per_s == {"grpc": 0.0, "http": 0.0}
     out = charts.to_json()
     assert [s["requests"] for s in out["samples"]] == [{"grpc": 10.0, "http": 2.0}, {"grpc": 0.0, "http": 0.0}]
     assert out["samples"][0]["time"] == clock.now_ms() - 1000
@@ -77,7 +74,6 @@ async def test_requests_per_second_by_kind_from_counter_deltas() -> None:
 async def test_the_buffer_keeps_only_the_window() -> None:
     metrics, clock, figures = Metrics(), ManualClock(), Figures()
     charts = history(metrics, clock, figures, interval_ms=1000, window_ms=5000)
-    await charts.sample()
     for n in range(12):
         figures.instances = n
         clock.advance(1000)
@@ -89,22 +85,21 @@ async def test_the_buffer_keeps_only_the_window() -> None:
 async def test_push_p99_is_of_the_interval_alone() -> None:
     metrics, clock, figures = Metrics(), ManualClock(), Figures()
     charts = history(metrics, clock, figures)
-    await charts.sample()
     for _ in range(50):  # a slow interval: every ack in (0.5, 1] s
         metrics.push_acked("public", "grpc", 0.8)
     clock.advance(1000)
     slow = await charts.sample()
-    assert slow is not None and slow.pushes == 50
+    assert slow.pushes == 50
     assert slow.push_p99_ms == pytest.approx(500 + 500 * 0.99)  # linear within the (0.5, 1] bucket
     for n in range(100):  # then a fast one, in two namespaces: the slow acks are not in its p99
         metrics.push_acked("public" if n % 2 else "dev", "grpc", 0.0015)
     clock.advance(1000)
     fast = await charts.sample()
-    assert fast is not None and fast.pushes == 100
+    assert fast.pushes == 100
     assert fast.push_p99_ms == pytest.approx(1 + 1.5 * 0.99)  # within (1, 2.5] ms
     clock.advance(1000)
     idle = await charts.sample()
-    assert idle is not None and (idle.pushes, idle.push_p99_ms) == (0, None)
+    assert (idle.pushes, idle.push_p99_ms) == (0, None)
 
 
 def test_quantile_from_buckets() -> None:
@@ -118,14 +113,12 @@ def test_quantile_from_buckets() -> None:
 
 async def test_sync_per_member_and_disagreements() -> None:
     metrics, clock, figures = Metrics(), ManualClock(), Figures()
-    charts = history(metrics, clock, figures)
     figures.peers = [PeerSync("10.0.0.2:8848", 0, 4)]
-    await charts.sample()
+    charts = history(metrics, clock, figures)
     figures.peers = [PeerSync("10.0.0.2:8848", 120, 7), PeerSync("10.0.0.3:8848", 5, 2)]
     figures.disagreements = 2
     clock.advance(1000)
     sample = await charts.sample()
-    assert sample is not None
     # failures counted in the interval; a member first seen now starts from its current count
     assert sample.to_json()["sync"] == {"10.0.0.2:8848": {"pending": 120, "failed": 3},
                                         "10.0.0.3:8848": {"pending": 5, "failed": 0}}
@@ -154,7 +147,6 @@ async def test_the_route_serves_the_series(tmp_path: Path) -> None:
 
     metrics, clock, figures = Metrics(), ManualClock(), Figures()
     charts = history(metrics, clock, figures)
-    await charts.sample()
     metrics.request("grpc", "QueryRequest", 200)
     metrics.push_acked("public", "grpc", 0.004)
     figures.instances = 2

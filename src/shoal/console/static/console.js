@@ -764,25 +764,30 @@ function lineChart(id, title, unit, series, t0, t1, empty = "no data yet", note 
 function drawCharts(box, data) {
   const samples = data.samples || [];
   const minutes = Math.round(data.windowMs / 60000);
+  const every = data.intervalMs >= 1000 ? `${data.intervalMs / 1000} s` : `${data.intervalMs} ms`;
   const title = document.getElementById("charts-title");
-  if (title) title.textContent = `The last ${minutes >= 1 ? `${minutes} min` : `${Math.round(data.windowMs / 1000)} s`} · one sample every ${data.intervalMs >= 1000 ? `${data.intervalMs / 1000} s` : `${data.intervalMs} ms`}`;
+  if (title) title.textContent = `The last ${minutes >= 1 ? `${minutes} min` : `${Math.round(data.windowMs / 1000)} s`} · one sample every ${every}`;
   const now = samples.length ? samples[samples.length - 1].time : Date.now();
   const t0 = Math.min(samples.length ? samples[0].time : now, now), t1 = now;
   const line = (name, get) => ({ name, points: samples.map((s) => [s.time, get(s)]) });
+  // before the first sample, every chart says when it comes (a node's first one: one interval after its start)
+  const empty = (text) => (samples.length ? text : `the first sample comes within ${every}`);
   const kinds = [...new Set(samples.flatMap((s) => Object.keys(s.requests || {})))].sort();
   const peers = [...new Set(samples.flatMap((s) => Object.keys(s.sync || {})))].sort();
   box.replaceChildren(
     lineChart("chart-requests", "Requests per second, by kind", "req/s",
-      kinds.map((k) => line(KIND_NAMES[k] || k, (s) => (s.requests || {})[k] ?? 0)), t0, t1),
+      kinds.map((k) => line(KIND_NAMES[k] || k, (s) => (s.requests || {})[k] ?? 0)), t0, t1, empty("no data yet")),
     lineChart("chart-push-p99", "Push lag p99, change → ack", "ms",
-      [line("p99", (s) => s.pushP99Ms)], t0, t1, "no push acked yet"),
-    lineChart("chart-connections", "SDK connections", "", [line("connections", (s) => s.connections)], t0, t1),
-    lineChart("chart-instances", "Instances held", "", [line("instances", (s) => s.instances)], t0, t1),
+      [line("p99", (s) => s.pushP99Ms)], t0, t1, empty("no push acked yet")),
+    lineChart("chart-connections", "SDK connections", "", [line("connections", (s) => s.connections)], t0, t1,
+      empty("no data yet")),
+    lineChart("chart-instances", "Instances held", "", [line("instances", (s) => s.instances)], t0, t1,
+      empty("no data yet")),
     lineChart("chart-sync", "Distro sync queue per member", "clients waiting",
       peers.map((p) => line(p, (s) => (s.sync && s.sync[p] ? s.sync[p].pending : null))), t0, t1,
-      peers.length ? "no data yet" : "no peers: a standalone node"),
+      empty(peers.length ? "no data yet" : "no peers: a standalone node")),
     lineChart("chart-disagreements", "Services in disagreement", "services",
-      [line("services", (s) => s.disagreements)], t0, t1, "no consistency check run yet",
+      [line("services", (s) => s.disagreements)], t0, t1, empty("no consistency check run yet"),
       "at the last consistency check (the panel below, or every shoal.consistency.check-interval-ms)"));
 }
 
