@@ -167,3 +167,19 @@ async def test_the_route_serves_the_series(tmp_path: Path) -> None:
     assert (sample["requests"], sample["pushes"], sample["instances"], sample["sync"]) == ({"grpc": 1.0}, 1, 2, {})
     assert 2.5 < sample["pushP99Ms"] <= 5.0  # in the (2.5, 5] ms bucket
     assert body["capacity"] == 5
+
+
+def test_push_ack_buckets_match_the_histogram() -> None:
+    """The plain bucket counts the charts read are the scrape's ``shoal_push_ack_seconds``, summed
+    over namespaces and transports (bounds included in their bucket, as Prometheus's ``le``)."""
+    metrics = Metrics()
+    for n, seconds in enumerate((0.0005, 0.001, 0.004, 0.02, 0.3, 2.5, 7.0, 42.0) * 3):
+        metrics.push_acked(f"ns{n % 4}", "grpc" if n % 2 else "http", seconds)
+    scraped = [0.0] * (len(PUSH_BUCKETS) + 1)
+    bounds = [repr(float(b)) for b in PUSH_BUCKETS] + ["+Inf"]
+    for family in metrics.push_ack.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                scraped[bounds.index(sample.labels["le"])] += sample.value
+    assert metrics.push_ack_buckets() == scraped
+    assert scraped[-1] == 24
