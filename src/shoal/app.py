@@ -35,9 +35,10 @@ from shoal.health.heartbeat import HeartbeatChecker
 from shoal.health.keepalive import ConnectionKeepAlive
 from shoal.health.rebalance import ServerLoader
 from shoal.metrics import Metrics
+from shoal.metrics_history import ChartHistory
 from shoal.model.client import Client, ClientKind
 from shoal.model.keys import ServiceKey
-from shoal.node_metrics import watch_node
+from shoal.node_metrics import chart_sources, watch_node
 from shoal.push.fuzzy import FuzzyNotifier
 from shoal.push.service import PushService
 from shoal.service_layer import instance_ids
@@ -62,6 +63,7 @@ from shoal.transport.http import disabled_modules
 from shoal.transport.http.auth_routes import AuthRoutes
 from shoal.transport.http.consistency import ConsistencyCheck, ConsistencyRoutes, DisagreementGauge
 from shoal.transport.http.console_api import ClusterFiguresRoutes, ConsoleRoutes
+from shoal.transport.http.console_charts import ChartRoutes
 from shoal.transport.http.export import ExportRoutes
 from shoal.transport.http.forward import Forwarder, MemberList
 from shoal.transport.http.history import HistoryRoutes
@@ -317,6 +319,9 @@ class Node:
         self.metrics.registry.register(self.disagreements)
         self.consistency = ConsistencyCheck(config, self.digests, self._node_address, self._member_addresses,
                                             self.tls.http, self.disagreements)
+        # The console's charts (issue 23 item 6): the last minutes of the node's figures, in memory.
+        self.charts = ChartHistory(chart_sources(self), clock, config.console_chart_interval_ms,
+                                   config.console_chart_window_ms)
         self.periodics = self._periodics()
 
         # --- the HTTP routes, all installed here, one way (transport/http/routes.py) ---------------
@@ -339,6 +344,7 @@ class Node:
                      self.health_checker.tick),
             Periodic("beat-check", config.beat_check_interval_ms, self.heartbeats.tick),
             Periodic("lock-sweep", 60_000, self.locks.sweep),
+            Periodic("console-charts", config.console_chart_interval_ms, self.charts.tick),
         ]
         if self.history is not None:
             periodics.append(Periodic("history-flush", config.history_flush_ms, self.history.flush))
@@ -377,6 +383,7 @@ class Node:
             *ExportRoutes(self.exporter, self.scratch_dir / "export-scratch").routes(ADMIN),
             # the console's cluster page: every member's Distro figures as this node sees them
             *ClusterFiguresRoutes(config, self.distro, self.clients).routes(),
+            *ChartRoutes(self.charts).routes(),
             *loader.routes(ADMIN),
             *ConsistencyRoutes(self.digests, self.consistency).routes(ADMIN),
             *HistoryRoutes(self.history, self.address).routes(ADMIN),

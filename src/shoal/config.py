@@ -94,6 +94,8 @@ def dns_suffix(value: Any) -> str | None:
 AUTO_WORKERS_CAP = 4
 #: The most workers a node may be asked for.
 MAX_WORKERS = 256
+#: The most samples the console's charts keep (``shoal.console.chart.window-ms`` / ``interval-ms``).
+MAX_CHART_SAMPLES = 10_000
 
 
 def worker_count(value: Any) -> str | None:
@@ -596,6 +598,19 @@ class Config:
         check=non_negative,
     )
 
+    # --- console charts (issue 23 item 6) -------------------------------------------------------
+    console_chart_interval_ms: int = _setting(
+        5000, "shoal.console.chart.interval-ms",
+        "How often the console's cluster charts take a sample of the node's figures (kept in memory).",
+        check=positive,
+    )
+    console_chart_window_ms: int = _setting(
+        900_000, "shoal.console.chart.window-ms",
+        "How far back the console's cluster charts reach; at most "
+        "10000 samples (window / interval) are kept.",
+        check=positive,
+    )
+
     # --- Distro and membership timings ---------------------------------------------------------
     member_report_timeout_ms: int = _setting(
         3000, "shoal.member.report-timeout-ms", "Timeout of one member report to a peer.", check=positive
@@ -876,6 +891,11 @@ class Config:
         if self.history_segment_bytes * 2 > self.history_max_bytes:
             raise ConfigError(f"shoal.history.segment-bytes ({self.history_segment_bytes}) must be at most half of "
                               f"shoal.history.max-bytes ({self.history_max_bytes})")
+        if self.console_chart_window_ms < self.console_chart_interval_ms or \
+                self.console_chart_window_ms // self.console_chart_interval_ms > MAX_CHART_SAMPLES:
+            raise ConfigError(f"shoal.console.chart.window-ms ({self.console_chart_window_ms}) must hold between 1 "
+                              f"and {MAX_CHART_SAMPLES} samples of shoal.console.chart.interval-ms "
+                              f"({self.console_chart_interval_ms})")
         self._validate_tls()
         if not 0 < self.grpc_port < 65536 or not 0 < self.cluster_port < 65536:
             raise ConfigError(f"server.port {self.port} (+{self.grpc_port_offset}) is not a usable port")

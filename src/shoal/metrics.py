@@ -422,6 +422,8 @@ class Metrics:
             ["namespace", "transport"], buckets=PUSH_BUCKETS, registry=self.registry,
         )
         self._push_ack_namespaces: set[str] = set()
+        #: the same observations per bucket of PUSH_BUCKETS (+Inf last), over every label, not cumulative
+        self._push_ack_counts = [0] * (len(PUSH_BUCKETS) + 1)
         self.connections_closed = Counter(
             "shoal_connections_closed", "Connections unregistered, by reason", ["reason"], registry=self.registry,
         )
@@ -476,6 +478,25 @@ class Metrics:
         return int(sum(entry[0] for (t, n, c, _), entry in self._entries.items()
                        if (t, n, c) == (transport, type_name, code)))
 
+    def requests_by_transport(self) -> dict[str, float]:
+        """Requests counted since the start, by transport (``grpc``, ``cluster``, ``http``): one
+        pass over the bounded request entries, for the console's charts."""
+        totals: dict[str, float] = {}
+        for (transport, _type, _code, _method), entry in list(self._entries.items()):
+            totals[transport] = totals.get(transport, 0.0) + entry[0]
+        return totals
+
+    def push_ack_buckets(self) -> list[float]:
+        """``shoal_push_ack_seconds`` summed over its labels: the cumulative count of each bucket
+        of :data:`PUSH_BUCKETS`, then +Inf (kept as plain numbers next to the histogram, so the
+        console's charts read 14 numbers instead of collecting every labelled child)."""
+        out: list[float] = []
+        running = 0
+        for count in self._push_ack_counts:
+            running += count
+            out.append(float(running))
+        return out
+
     def push_done(self, result: str, latency_s: float | None, empty: bool = False) -> None:
         """One push finished: ``result`` as PushService names it, the change → ack latency of a
         successful push, and whether it carried no hosts (Nacos's emptyPush)."""
@@ -514,6 +535,7 @@ class Metrics:
             else:
                 self._push_ack_namespaces.add(namespace)
         self.push_ack.labels(namespace, transport).observe(seconds)
+        self._push_ack_counts[bisect_left(PUSH_BUCKETS, seconds)] += 1
 
     def health_checked(self, kind: str) -> None:
         self.health_checks.labels(kind).inc()

@@ -10,8 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shoal.metrics import ClusterFigures, Metrics, NamingFigures, PeerSyncFigures, ReceivedSyncFigures
-from shoal.model.client import ClientKind
+from shoal.metrics import (
+    PUSH_BUCKETS,
+    ClusterFigures,
+    Metrics,
+    NamingFigures,
+    PeerSyncFigures,
+    ReceivedSyncFigures,
+)
+from shoal.metrics_history import ChartSources, PeerSync, count_in_chunks
+from shoal.model.client import Client, ClientKind
 
 if TYPE_CHECKING:
     from shoal.app import Node
@@ -29,6 +37,28 @@ def watch_node(metrics: Metrics, node: Node) -> None:
     metrics.add_gauge("shoal_push_empty_protected_services",
                       "Services whose empty instance list is withheld from subscribers (empty-push protection)",
                       lambda: len(node.push.protected_services()))
+
+
+def chart_sources(node: Node) -> ChartSources:
+    """What the console's charts sample (:mod:`shoal.metrics_history`): the request counters, the
+    push-ack histogram, the connection table, the clients' instances, each peer's Distro
+    send queue and the last consistency check. Each is a read of a counter or a size."""
+    distro = node.distro
+
+    def peers() -> list[PeerSync]:
+        if distro is None:
+            return []
+        return [PeerSync(q.target, len(q.pending), q.failed_batches) for q in list(distro.engine.queues.values())]
+
+    return ChartSources(
+        requests=node.metrics.requests_by_transport,
+        push_buckets=node.metrics.push_ack_buckets,
+        push_bounds=PUSH_BUCKETS,
+        connections=lambda: len(node.sdk_connections),
+        instances=lambda: count_in_chunks(node.clients, Client.instance_count),
+        peers=peers,
+        disagreements=lambda: node.disagreements.services,
+    )
 
 
 def naming_figures(node: Node) -> NamingFigures:

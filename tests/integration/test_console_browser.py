@@ -244,7 +244,7 @@ async def test_unhealthy_filter_and_paging_without_auth(server: ServerProcess, s
 def test_cluster_page_shows_three_members(tmp_path: Path, browser: Browser) -> None:
     from .test_cluster import FAST
 
-    cluster = NodeCluster(tmp_path, 3, FAST, auth=OPEN)
+    cluster = NodeCluster(tmp_path, 3, [*FAST, "-D", "shoal.console.chart.interval-ms=300"], auth=OPEN)
     try:
         cluster.start_all()
         node = cluster.nodes[0]
@@ -270,6 +270,11 @@ def test_cluster_page_shows_three_members(tmp_path: Path, browser: Browser) -> N
         owned = [int(browser.text_of(f'tr[data-member="{cluster.addr(i)}"] .clients-owned')) for i in range(3)]
         assert sum(owned) == 30, owned
         browser.wait_text("#consistency", "All 3 members agree on 1 service.")  # issue 23 item 4
+        # the charts (issue 23 item 6): the Distro sync queue towards each peer, one line each
+        poll_until(lambda: set(browser.driver.execute_script(
+            "return [...document.querySelectorAll('#chart-sync path.line')].map((p) => p.dataset.series)"))
+            == {cluster.addr(1), cluster.addr(2)}, timeout=WAIT_S, what="a sync line per peer")
+        browser.wait_text("#chart-instances .last", "30")
         browser.screenshot("07-cluster-3-nodes", full_page=True)
     finally:
         cluster.kill_all()

@@ -303,8 +303,8 @@ async function servicePage(q) {
     const waiting = lag.pendingForMs ? ` (waiting ${lag.pendingForMs} ms)` : "";
     return h("tr", { dataset: { client: s.clientId || "" } },
       h("td", {}, s.addrStr), h("td", {}, s.app), h("td", {}, s.agent), h("td", {}, s.cluster || "(all)"),
-      h("td", { class: "num" }, ms(lag.lastMs)), h("td", { class: "num" }, ms(lag.p99Ms)),
-      h("td", { class: "num" }, `${lag.pending ?? 0}${waiting}`));
+      h("td", { class: "num last-lag" }, ms(lag.lastMs)), h("td", { class: "num p99-lag" }, ms(lag.p99Ms)),
+      h("td", { class: "num pending" }, `${lag.pending ?? 0}${waiting}`));
   });
   if (!subRows.length) subRows.push(h("tr", {}, h("td", { colspan: 7, class: "muted" }, "No subscribers on this node.")));
 
@@ -652,6 +652,9 @@ async function clusterPage() {
     h("p", { class: "muted" }, figures && !figures.standalone
       ? `As ${figures.self} sees it${figures.loaded ? "" : " (still loading its snapshot)"}.`
       : "A standalone node."),
+    h("h2", { id: "charts-title" }, "The last minutes"),
+    h("div", { class: "charts", id: "charts" }, h("span", { class: "muted" }, "loading…")),
+    h("h2", {}, "Members"),
     h("table", { id: "members" }, h("thead", {}, h("tr", {}, h("th", {}, "Member"), h("th", {}, "State"),
       h("th", { class: "num" }, "Clients owned"), h("th", { class: "num" }, "Sync queue"),
       h("th", { class: "num" }, "Batches sent / failed"), h("th", {}, "Last sync"), h("th", {}, "Last verify"),
@@ -667,6 +670,7 @@ async function clusterPage() {
     h("h2", {}, "This node: registry figures"),
     h("div", { class: "card grid", id: "node-figures" }, h("span", { class: "muted" }, "loading…")));
   if (figures) refreshMembers(document.querySelector("#members tbody"));
+  refreshCharts(document.getElementById("charts"), true);
   (document.getElementById("verify-totals") || document.getElementById("members")).after(...consistencyPanel());
   const registry = [];
   try {
@@ -682,6 +686,128 @@ async function clusterPage() {
     }
   } catch (e) { registry.push(["prometheus", e.message]); }
   document.getElementById("node-figures")?.replaceChildren(...registry.map(pair).flat());
+}
+
+// --- cluster: charts (issue 23 item 6) ----------------------------------------------------------
+// The node samples its figures every shoal.console.chart.interval-ms into a ring buffer
+// (GET /nacos/v1/console/cluster/charts); the page draws them as inline SVG line charts, its own
+// code, no library, and re-reads them every interval while it is open.
+const SVG_NS = "http://www.w3.org/2000/svg";
+const CHART_COLORS = ["#1f6feb", "#2e7d32", "#b26a00", "#8e24aa", "#c62828", "#00838f", "#5d4037", "#3949ab"];
+const KIND_NAMES = { grpc: "gRPC (SDK)", http: "HTTP", cluster: "cluster port (peers)" };
+
+function svg(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  for (const c of children) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return el;
+}
+
+// The smallest of 1, 2, 2.5, 5 × 10^n at or above v (the top of the y axis).
+function niceTop(v) {
+  if (!(v > 0)) return 1;
+  const p = 10 ** Math.floor(Math.log10(v));
+  return [1, 2, 2.5, 5, 10].map((m) => m * p).find((t) => t >= v * (1 - 1e-9));
+}
+
+function num(v) {
+  if (v === null || v === undefined) return "—";
+  const a = Math.abs(v);
+  return String(a >= 100 ? Math.round(v) : a >= 10 ? Number(v.toFixed(1)) : Number(v.toFixed(2)));
+}
+
+function hms(ms) { return new Date(ms).toLocaleTimeString([], { hour12: false }); }
+
+// One line chart: series [{name, points: [[time ms, value or null]]}]; a null is a gap. `empty`
+// is written in the plot while it has no value; `note` under it always.
+function lineChart(id, title, unit, series, t0, t1, empty = "no data yet", note = "") {
+  const W = 440, H = 160, L = 48, R = 12, T = 10, B = 22;
+  const values = series.flatMap((se) => se.points.map((p) => p[1]).filter((v) => v !== null && v !== undefined));
+  const max = values.length ? Math.max(...values) : 0;
+  const top = niceTop(max);
+  const x = (t) => L + (t1 > t0 ? (t - t0) / (t1 - t0) : 1) * (W - L - R);
+  const y = (v) => T + (1 - v / top) * (H - T - B);
+  const plot = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart-svg", role: "img", "aria-label": title });
+  for (const f of [0, 0.5, 1]) {
+    const yy = y(top * f);
+    plot.append(svg("line", { x1: L, x2: W - R, y1: yy, y2: yy, class: f ? "grid" : "axis" }),
+      svg("text", { x: L - 5, y: yy + 4, class: "ylabel", "text-anchor": "end" }, num(top * f)));
+  }
+  plot.append(svg("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis" }),
+    svg("text", { x: L, y: H - 5, class: "xlabel" }, hms(t0)),
+    svg("text", { x: W - R, y: H - 5, class: "xlabel", "text-anchor": "end" }, hms(t1)));
+  if (!values.length) {
+    plot.append(svg("text", { x: (L + W - R) / 2, y: (T + H - B) / 2, class: "nodata", "text-anchor": "middle" }, empty));
+  }
+  const keys = series.map((se, i) => {
+    const color = CHART_COLORS[i % CHART_COLORS.length];
+    let d = "", n = 0, run = [], last = null;
+    const dots = [];  // a point with no neighbour (a gap either side) is a dot: a path would not show it
+    const endRun = () => { if (run.length === 1) dots.push(run[0]); run = []; };
+    for (const [t, v] of se.points) {
+      if (v === null || v === undefined) { endRun(); continue; }
+      d += `${run.length ? "L" : "M"}${x(t).toFixed(1)},${y(v).toFixed(1)}`;
+      run.push([t, v]); n += 1; last = [t, v];
+    }
+    endRun();
+    if (d) plot.append(svg("path", { d, class: "line", stroke: color, "data-series": se.name, "data-points": n }));
+    for (const [t, v] of dots) plot.append(svg("circle", { cx: x(t).toFixed(1), cy: y(v).toFixed(1), r: 2, fill: color, class: "dot" }));
+    if (last) plot.append(svg("circle", { cx: x(last[0]).toFixed(1), cy: y(last[1]).toFixed(1), r: 2.5, fill: color, class: "last-dot" }));
+    return h("span", { class: "key", dataset: { series: se.name } }, h("i", { style: `background:${color}` }),
+      `${se.name} `, h("b", { class: "last" }, last ? num(last[1]) : "—"));
+  });
+  return h("div", { class: "card chart", id, dataset: { max: String(max), points: String(values.length) } },
+    h("div", { class: "chart-title" }, title, h("span", { class: "muted" }, unit ? ` · ${unit}` : "")),
+    plot, h("div", { class: "legend" }, keys), note ? h("div", { class: "small muted" }, note) : "");
+}
+
+function drawCharts(box, data) {
+  const samples = data.samples || [];
+  const minutes = Math.round(data.windowMs / 60000);
+  const every = data.intervalMs >= 1000 ? `${data.intervalMs / 1000} s` : `${data.intervalMs} ms`;
+  const title = document.getElementById("charts-title");
+  if (title) title.textContent = `The last ${minutes >= 1 ? `${minutes} min` : `${Math.round(data.windowMs / 1000)} s`} · one sample every ${every}`;
+  const now = samples.length ? samples[samples.length - 1].time : Date.now();
+  const t0 = Math.min(samples.length ? samples[0].time : now, now), t1 = now;
+  const line = (name, get) => ({ name, points: samples.map((s) => [s.time, get(s)]) });
+  // before the first sample, every chart says when it comes (a node's first one: one interval after its start)
+  const empty = (text) => (samples.length ? text : `the first sample comes within ${every}`);
+  const kinds = [...new Set(samples.flatMap((s) => Object.keys(s.requests || {})))].sort();
+  const peers = [...new Set(samples.flatMap((s) => Object.keys(s.sync || {})))].sort();
+  box.replaceChildren(
+    lineChart("chart-requests", "Requests per second, by kind", "req/s",
+      kinds.map((k) => line(KIND_NAMES[k] || k, (s) => (s.requests || {})[k] ?? 0)), t0, t1, empty("no data yet")),
+    lineChart("chart-push-p99", "Push lag p99, change → ack", "ms",
+      [line("p99", (s) => s.pushP99Ms)], t0, t1, empty("no push acked yet")),
+    lineChart("chart-connections", "SDK connections", "", [line("connections", (s) => s.connections)], t0, t1,
+      empty("no data yet")),
+    lineChart("chart-instances", "Instances held", "", [line("instances", (s) => s.instances)], t0, t1,
+      empty("no data yet")),
+    lineChart("chart-sync", "Distro sync queue per member", "clients waiting",
+      peers.map((p) => line(p, (s) => (s.sync && s.sync[p] ? s.sync[p].pending : null))), t0, t1,
+      empty(peers.length ? "no data yet" : "no peers: a standalone node")),
+    lineChart("chart-disagreements", "Services in disagreement", "services",
+      [line("services", (s) => s.disagreements)], t0, t1, empty("no consistency check run yet"),
+      "at the last consistency check (the panel below, or every shoal.consistency.check-interval-ms)"));
+}
+
+function refreshCharts(box, now = false) {
+  let delay = 1000;
+  const run = async () => {
+    if (!box.isConnected) return;
+    if (!document.hidden) {
+      try {
+        const data = await api("GET", "/nacos/v1/console/cluster/charts");
+        if (!box.isConnected) return;
+        drawCharts(box, data);
+        delay = Math.max(500, data.intervalMs || 1000);
+      } catch (e) {
+        if (box.isConnected) box.replaceChildren(h("span", { class: "bad" }, `Charts: ${e.message}`));
+      }
+    }
+    if (box.isConnected) setTimeout(run, delay);
+  };
+  if (now) run(); else setTimeout(run, delay);
 }
 
 // --- cluster: consistency panel (issue 23 item 4) -------------------------------------------------

@@ -43,12 +43,15 @@ class DisagreementGauge:
 
     def __init__(self) -> None:
         self.last: dict[str, int] = {}
+        #: services the members disagreed on at the last comparison (None: none yet; the console's charts)
+        self.services: int | None = None
 
     def update(self, result: Comparison) -> None:
         counts = result.per_member()
         for member in result.unanswered:
             counts[member] = -1
         self.last = counts
+        self.services = len(result.disagree)
 
     def collect(self) -> Iterator[Any]:
         family = GaugeMetricFamily(
