@@ -199,7 +199,8 @@ class ServerProcess:
         self.args = [sys.executable, *entry, "server", "--host", host, "--port", str(port),
                      "--data-dir", str(data_dir), "--workers", str(workers), *auth.value, *args]
         self.workers = _workers_in(args, workers)  #: the node's worker count (1: a single process)
-        self.env = {**os.environ, **(env or {})}
+        # the harness's own variable is not the server's (a server refuses SHOAL_* names it does not know)
+        self.env = {**{k: v for k, v in os.environ.items() if k != WORKERS_ENV}, **(env or {})}
         self.die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0  #: time.time() just before the process was spawned
