@@ -41,11 +41,15 @@ FAST_MEMBERS = ["-D", "shoal.member.report-interval-ms=300", "-D", "nacos.core.m
 class NodeCluster:
     """``size`` real nodes sharing one member list; ``base`` are arguments every node gets,
     ``hosts`` one loopback address per node (default: all on 127.0.0.1); ``auth`` says whether
-    they run open (:data:`~shoal.testing.procs.OPEN`) or on the secure defaults."""
+    they run open (:data:`~shoal.testing.procs.OPEN`) or on the secure defaults; ``workers`` is
+    each node's ``--workers`` (default: :func:`~shoal.testing.procs.default_workers`), and a node
+    of several workers is ready once every worker is (:meth:`ServerProcess.wait_ready`)."""
 
     def __init__(self, root: Path, size: int, base: Sequence[str] = (), *, auth: AuthMode,
-                 hosts: Sequence[str] | None = None, ready_timeout: float = 20.0) -> None:
+                 hosts: Sequence[str] | None = None, ready_timeout: float = 20.0,
+                 workers: int | None = None) -> None:
         self.root = root
+        self.workers = workers
         self.auth = auth
         self.base = list(base)
         self.hosts = list(hosts) if hosts is not None else [HOST] * size
@@ -83,7 +87,7 @@ class NodeCluster:
         host, port = self.hosts[i], self.ports[i]
         args = ["--members", self.members, *self.base, *extra]
         server = ServerProcess(port, self.root / f"node-{host}-{port}", args, env, host=host,
-                               ready_timeout=self.ready_timeout, auth=self.auth)
+                               ready_timeout=self.ready_timeout, auth=self.auth, workers=self.workers)
         self.nodes[i] = server.start()
         if wait:
             server.wait_ready()
@@ -149,10 +153,12 @@ class NodeCluster:
 
 class CpCluster(NodeCluster):
     """``size`` nodes on 127.0.0.1 whose CP store is etcd (each node's managed member unless
-    ``extra`` names ``--cp-endpoints``), with :data:`IDENTITY` and :data:`FAST`."""
+    ``extra`` names ``--cp-endpoints``), with :data:`IDENTITY` and :data:`FAST`; ``workers`` as
+    :class:`NodeCluster`'s (a node of workers runs its etcd member in its supervisor)."""
 
-    def __init__(self, root: Path, size: int, extra: Sequence[str] = (), *, auth: AuthMode) -> None:
-        super().__init__(root, size, [*IDENTITY, *FAST, *extra], auth=auth, ready_timeout=60)
+    def __init__(self, root: Path, size: int, extra: Sequence[str] = (), *, auth: AuthMode,
+                 workers: int | None = None) -> None:
+        super().__init__(root, size, [*IDENTITY, *FAST, *extra], auth=auth, ready_timeout=60, workers=workers)
 
 
 class FaultCluster(NodeCluster):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import enum
+import itertools
 import json
 import os
 import random
@@ -115,6 +116,34 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
                if all(have.get(k) == v for k, v in labels.items()))
 
 
+#: Environment variable giving the worker count of every test node that does not choose one
+#: (e.g. ``SHOAL_TEST_WORKERS=2`` runs a real-client suite against nodes of two workers).
+WORKERS_ENV = "SHOAL_TEST_WORKERS"
+
+
+def default_workers() -> int:
+    """The ``--workers`` of a test node that does not choose one: :data:`WORKERS_ENV`, else 1."""
+    value = os.environ.get(WORKERS_ENV, "").strip()
+    if not value:
+        return 1
+    try:
+        count = int(value)
+    except ValueError:
+        raise ValueError(f"{WORKERS_ENV} must be a worker count, got {value!r}") from None
+    if count < 1:
+        raise ValueError(f"{WORKERS_ENV} must be at least 1, got {count}")
+    return count
+
+
+def _workers_in(args: Sequence[str], default: int) -> int:
+    """The worker count ``args`` give with their last ``--workers N`` (``default`` without one)."""
+    count = default
+    for flag, value in itertools.pairwise(args):
+        if flag == "--workers" and value.isdigit():
+            count = int(value)
+    return count
+
+
 class AuthMode(enum.Enum):
     """Whether a test node asks for a login: every node a test starts says which, so a test's
     intent stays visible (a node left at the defaults needs a login everywhere, as Nacos 3.3)."""
@@ -150,14 +179,15 @@ class ServerProcess:
     port serves TLS (``server.ssl.*``): its URLs are then ``https://`` and every probe goes
     through that context. ``ready_timeout`` is how long :meth:`wait_ready` waits by default (a
     node whose peers may be stopped or cut off needs longer). ``workers`` is ``--workers``: 1 (one
-    process, the default here whatever the server's own default) or N (a supervisor and N worker
-    processes, see :meth:`workers_state`); a ``--workers`` in ``args`` comes after and wins.
+    process) or N (a supervisor and N worker processes, see :meth:`workers_state`); unset, it is
+    :func:`default_workers` (1 unless the run says otherwise, whatever the server's own default);
+    a ``--workers`` in ``args`` comes after and wins.
     """
 
     def __init__(self, port: int, data_dir: Path, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
                  *, auth: AuthMode, entry: Sequence[str] = ("-m", "shoal"), die_with_parent: bool = False,
                  host: str = HOST, https: ssl.SSLContext | None = None, ready_timeout: float = 20.0,
-                 workers: int = 1) -> None:
+                 workers: int | None = None) -> None:
         self.auth = auth
         self.host = host
         self.ready_timeout = ready_timeout  #: how long :meth:`wait_ready` waits unless told
@@ -165,10 +195,12 @@ class ServerProcess:
         self.port = port
         self.data_dir = data_dir
         self.log_path = data_dir / "server.log"
+        workers = default_workers() if workers is None else workers
         self.args = [sys.executable, *entry, "server", "--host", host, "--port", str(port),
                      "--data-dir", str(data_dir), "--workers", str(workers), *auth.value, *args]
-        self.workers = workers
-        self.env = {**os.environ, **(env or {})}
+        self.workers = _workers_in(args, workers)  #: the node's worker count (1: a single process)
+        # the harness's own variable is not the server's (a server refuses SHOAL_* names it does not know)
+        self.env = {**{k: v for k, v in os.environ.items() if k != WORKERS_ENV}, **(env or {})}
         self.die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0  #: time.time() just before the process was spawned
@@ -236,10 +268,13 @@ class ServerProcess:
             return False
 
     def wait_ready(self, timeout: float | None = None, interval: float = 0.05) -> float:
-        """Poll readiness until it answers 200 (within ``timeout``, default ``ready_timeout``);
-        returns the time.time() it did."""
-        poll_until(self.ready, self.ready_timeout if timeout is None else timeout, interval,
-                   what=f"server on {self.port} to be ready")
+        """Poll readiness until it answers 200 (within ``timeout``, default ``ready_timeout``), and
+        for a node of several workers until every worker answers ready on its private port (a new
+        connection may land on any of them); returns the time.time() it did."""
+        timeout = self.ready_timeout if timeout is None else timeout
+        poll_until(self.ready, timeout, interval, what=f"server on {self.port} to be ready")
+        if self.workers > 1:
+            self.wait_workers(timeout)
         return time.time()
 
     def signal(self, sig: int) -> None:

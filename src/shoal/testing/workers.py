@@ -7,11 +7,13 @@ private port (``ServerProcess.worker_url``), which is how a test asks one given 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from shoal.testing.http import call
 from shoal.testing.procs import ServerProcess
 
 LOADER_CURRENT = "/nacos/v2/core/loader/current"
+CLIENT_LIST = "/nacos/v2/ns/client/list"
 
 
 def worker_listed_ips(node: ServerProcess, index: int, service: str) -> set[str]:
@@ -29,6 +31,23 @@ def worker_connections(node: ServerProcess, index: int) -> set[str]:
     status, text = call("GET", node.worker_url(index, LOADER_CURRENT), timeout=2.0, context=node.https)
     assert status == 200, text
     return set(json.loads(text))
+
+
+def worker_client_ids(node: ServerProcess, index: int) -> set[str]:
+    """Every naming client worker ``index`` holds, its own and those replicated to it (``/v2/ns/client/list``)."""
+    status, text = call("GET", node.worker_url(index, CLIENT_LIST), timeout=2.0, context=node.https)
+    assert status == 200, text
+    return set(json.loads(text)["data"])
+
+
+def every_worker(nodes: Iterable[ServerProcess]) -> list[tuple[ServerProcess, int]]:
+    """(node, worker index) for every worker of every node in ``nodes``."""
+    return [(node, i) for node in nodes for i in range(node.workers)]
+
+
+def listed_by_every_worker(nodes: Iterable[ServerProcess], service: str, ips: set[str]) -> bool:
+    """Whether every worker of every node in ``nodes`` lists exactly ``ips`` for ``service``."""
+    return all(worker_listed_ips(node, i, service) == ips for node, i in every_worker(nodes))
 
 
 def pid_alive(pid: int) -> bool:
@@ -52,4 +71,5 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-__all__ = ["LOADER_CURRENT", "pid_alive", "rss_bytes", "worker_connections", "worker_listed_ips"]
+__all__ = ["CLIENT_LIST", "LOADER_CURRENT", "every_worker", "listed_by_every_worker", "pid_alive", "rss_bytes",
+           "worker_client_ids", "worker_connections", "worker_listed_ips"]
