@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--cp-tls-key", metavar="FILE", help="client key for the etcd endpoints")
     server.add_argument("--workers", type=_worker_count, metavar="N",
                         help="worker processes serving this node's ports, one per core (shoal.server.workers): "
-                             "1 = one process, as before; 0 = auto (default): the cores this process may run on, "
+                             "1 = one process (default); 0 = auto: the cores this process may run on, "
                              f"at most {AUTO_WORKERS_CAP}. More than one: a supervisor process starts and restarts "
                              "the workers")
     server.add_argument("--auth", action="store_true",

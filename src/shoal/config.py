@@ -189,10 +189,14 @@ class Config:
         3000, "shoal.shutdown.grace-ms", "Time given to in-flight calls on SIGTERM before they are cut.",
         check=non_negative,
     )
+    # Default 1, not auto: workers of one node see each other's writes after a Distro sync (~10 ms),
+    # so an HTTP client whose next request lands on another worker may not find what it just wrote
+    # (docs/workers.md, "Known limits"); until a write waits for its siblings, all cores is opt-in.
     server_workers: int = _setting(
-        0, "shoal.server.workers",
+        1, "shoal.server.workers",
         "Worker processes serving this node's ports (SO_REUSEPORT), each on its own core, under one supervisor; "
-        f"1 = one process (no supervisor); 0 = auto: the cores this process may run on, at most {AUTO_WORKERS_CAP}.",
+        f"1 = one process (no supervisor, the default); 0 = auto: the cores this process may run on, at most "
+        f"{AUTO_WORKERS_CAP}.",
         check=worker_count,
     )
     startup_delay_ms: int = _setting(

@@ -58,7 +58,8 @@ def test_auto_is_the_usable_cores_capped() -> None:
     import os
 
     cores = len(os.sched_getaffinity(0))
-    assert Config().workers == max(1, min(cores, AUTO_WORKERS_CAP))
+    assert Config().workers == 1  # one process unless asked: see the setting's comment
+    assert Config(server_workers=0).workers == max(1, min(cores, AUTO_WORKERS_CAP))
     assert Config(server_workers=1).workers == 1 and Config(server_workers=12).workers == 12
 
 
