@@ -9,6 +9,7 @@ master's URL). Each job runs in a process of its own, as an operator would run i
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import pytest
 from analytics_data import make_snapshots_for_every_job
 
 from shoal.testing import SparkStandalone, spark_standalone
+from shoal.testing.history import write_node_log
 
 LOCAL = "local[*]"
 #: Summary lines that say how long a run took: different on every run.
@@ -35,6 +37,8 @@ class ClusterJob:
     app: str  #: the Spark application name the command uses (shoal-<job>)
     argv: tuple[str, ...]  #: the CLI arguments before --input/--out/--master
     takes_input: bool = True
+    #: what --input gets: the snapshots every snapshot job reads, or two nodes' history logs
+    history_input: bool = False
     #: per output table (file or directory name): columns that differ between runs by nature
     volatile_columns: dict[str, frozenset[str]] = field(default_factory=dict)
     #: summary.txt lines (regular expressions) that differ between runs by nature
@@ -55,6 +59,8 @@ JOBS = [
         volatile_columns={"run.parquet": frozenset({"master", "started_at", "elapsed_s", "job_s", "rows_per_s"})},
         volatile_lines=(r"^spark: master ",),
     ), id="simulate"),
+    pytest.param(ClusterJob("shoal-history", ("analytics", "history", "--service", "orders"), history_input=True),
+                 id="history"),
 ]
 
 
@@ -69,13 +75,22 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_snapshots_for_every_job(tmp_path_factory.mktemp("every-job"))
 
 
-def start_cli(job: ClusterJob, master: str, out: Path, inputs: Path,
+@pytest.fixture(scope="module")
+def history_inputs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two nodes' history logs, written by the nodes' own history code."""
+    root = tmp_path_factory.mktemp("history-logs")
+    asyncio.run(write_node_log(root / "a" / "history", "10.0.0.1:8848", 1_800_000_000_000, expire=False))
+    asyncio.run(write_node_log(root / "b" / "history", "10.0.0.2:8848", 1_800_000_060_000, expire=True))
+    return [root / "a", root / "b"]
+
+
+def start_cli(job: ClusterJob, master: str, out: Path, inputs: Path | list[Path],
               extra: Sequence[str] = ()) -> subprocess.Popen[str]:
     """Start the job's command in a process of its own, as an operator runs it."""
     argv = [sys.executable, "-m", "shoal.analytics.cli", *job.argv, "--master", master, "--out", str(out), "-q",
             *extra]
     if job.takes_input:
-        argv += ["--input", str(inputs)]
+        argv += ["--input", *map(str, inputs if isinstance(inputs, list) else [inputs])]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -103,12 +118,13 @@ def outputs(out: Path, job: ClusterJob) -> dict[str, Any]:
 
 @pytest.mark.parametrize("job", JOBS)
 def test_job_on_a_standalone_cluster_gives_the_results_of_local_mode(
-    job: ClusterJob, cluster: SparkStandalone, inputs: Path, tmp_path: Path
+    job: ClusterJob, cluster: SparkStandalone, inputs: Path, history_inputs: list[Path], tmp_path: Path
 ) -> None:
+    given: Path | list[Path] = history_inputs if job.history_input else inputs
     seen = {a["id"] for a in cluster.applications()}
     # side by side: much of each run is waiting (JVM start, executors registering), not computing
-    local_run = start_cli(job, LOCAL, tmp_path / "local", inputs)
-    cluster_run = start_cli(job, cluster.master_url, tmp_path / "cluster", inputs, cluster.conf_args())
+    local_run = start_cli(job, LOCAL, tmp_path / "local", given)
+    cluster_run = start_cli(job, cluster.master_url, tmp_path / "cluster", given, cluster.conf_args())
     finish(local_run)
     finish(cluster_run)
 

@@ -10,33 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from shoal.analytics import cli
-from shoal.export.history import HistoryLog
-from shoal.model.events import no_beat_for
-from shoal.model.instance import InstanceInfo
-from shoal.model.keys import ServiceKey
-from shoal.testing import make_registry
+from shoal.testing.history import HISTORY_SERVICE, write_node_log
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-SERVICE = ServiceKey("public", "DEFAULT_GROUP", "orders")
-
-
-async def write_node_log(directory: Path, node: str, start_ms: int, expire: bool) -> None:
-    """One node's log: 10.0.0.9:8080 registered, then deregistered (or expired), and a bystander."""
-    reg = make_registry()
-    reg.clock.advance(start_ms - reg.clock.now_ms())
-    history = HistoryLog(reg.bus, reg.clock, reg.clients, node, directory, 1_000_000, 100_000, 1000)
-    reg.naming.ip_port.register(SERVICE, InstanceInfo("10.0.0.9", 8080))
-    reg.naming.ip_port.register(SERVICE, InstanceInfo("10.0.0.7", 8080))
-    reg.clock.advance(5_000)
-    if expire:
-        client = reg.clients.get("10.0.0.9:8080#true")
-        assert client is not None
-        reg.naming.beats.expire(client, SERVICE, no_beat_for(30_000))
-    else:
-        reg.naming.ip_port.deregister(SERVICE, "10.0.0.9", 8080)
-    await history.close()
+SERVICE = HISTORY_SERVICE
 
 
 async def test_lifecycle_across_two_nodes(spark: SparkSession, tmp_path: Path,

@@ -373,7 +373,7 @@ def _run_history(args: argparse.Namespace) -> int:
         parse_service(args.service)  # before paying for a JVM
         since = parse_time(args.since, int(time.time() * 1000)) if args.since else 0
         history.find_segments(args.input)
-        with spark_session(args.master, "shoal-history") as spark:
+        with spark_session(args.master, "shoal-history", dict(args.conf)) as spark:
             res = history.run(spark, args.input, args.out, service=args.service, ip=args.ip, since_ms=since)
         _print_summary(args, res.outputs["summary"])
         return EXIT_OK
@@ -415,7 +415,7 @@ def _run_simulate_workers(args: argparse.Namespace) -> int:
         )
         params.validate()  # before paying for a JVM
         inputs = workers_model.Inputs.load(args.inputs or workers_model.DEFAULT_INPUTS)
-        with spark_session(args.master, "shoal-simulate-workers") as spark:
+        with spark_session(args.master, "shoal-simulate-workers", dict(args.conf)) as spark:
             res = workers_model.run(spark, params, inputs, args.out, show_progress=not args.quiet)
         _print_summary(args, res.outputs["summary"])
         return EXIT_OK
