@@ -58,7 +58,6 @@ REASON_EXPIRED = "expired: not renewed by its owner"  # a synced copy nobody ren
 
 #: Reasons carried by instance events (the history log shows them; nothing else acts on them).
 REASON_BY_CLIENT = "deregistered by its client"
-REASON_EDITED = "edited: weight, enabled or metadata"
 REASON_BEAT = "beat received"
 
 
@@ -86,7 +85,8 @@ class ClientRegisteredService:
 
     service: ServiceKey
     client_id: str
-    #: why, when the writer knows more than "registered" (an edit: :data:`REASON_EDITED`)
+    #: why, when the writer knows more than "registered" (a beat: :data:`REASON_BEAT`); an operator's
+    #: edit is not a client write and comes as :class:`InstanceEdited`
     reason: str = ""
 
 
