@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import signal
 import sys
 import time
 import urllib.request
@@ -253,17 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.subscribers < 1 or not 1 <= args.procs <= args.subscribers or args.changes < 1 or args.warmup < 0:
         parser.error("--subscribers, --changes at least 1; --procs between 1 and --subscribers; --warmup >= 0")
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
+    run.stop_on_sigterm()
     report: dict[str, Any] = {
-        "tool": "bench/load/push_fanout.py",
-        "schema": 1,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "host": {"cpus": os.cpu_count(), "loadavg_at_start": scaling.loadavg()},
-        "source": run._source_revision(),
-        "config": {k: v for k, v in vars(args).items() if k != "out"},
+        **run.report_header("bench/load/push_fanout.py", args, scaling.loadavg()),
         "rounds": [],
     }
     status = 0

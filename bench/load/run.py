@@ -1160,10 +1160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.services} services per connection (a connection holds one instance per service)"
         )
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
+    stop_on_sigterm()
     report: dict[str, Any] = {
         "tool": "bench/load/run.py",
         "schema": 1,
@@ -1252,6 +1249,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         Path(args.out).write_text(text + "\n")
     return status
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM ends a bench as Ctrl-C does (KeyboardInterrupt), so its ``finally`` stops its nodes."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def report_header(tool: str, args: Any, loadavg: str) -> dict[str, Any]:
+    """The fields every bench report of this folder starts with (``args`` less ``--out``)."""
+    return {
+        "tool": tool,
+        "schema": 1,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": {"cpus": os.cpu_count(), "loadavg_at_start": loadavg},
+        "source": _source_revision(),
+        "config": {k: v for k, v in vars(args).items() if k != "out"},
+    }
 
 
 def _source_revision() -> dict[str, Any]:

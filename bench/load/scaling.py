@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -339,17 +337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     check(parser, args)
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
+    run.stop_on_sigterm()
     report: dict[str, Any] = {
-        "tool": "bench/load/scaling.py",
-        "schema": 1,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "host": {"cpus": os.cpu_count(), "loadavg_at_start": loadavg()},
-        "source": run._source_revision(),
-        "config": {k: v for k, v in vars(args).items() if k != "out"},
+        **run.report_header("bench/load/scaling.py", args, loadavg()),
         "rounds": [],
         "memory": [],
     }
