@@ -1,6 +1,6 @@
 """Multi-worker nodes (``shoal server --workers N``): real supervisor and worker processes.
 
-Every test here carries the ``integration`` marker, as tests/integration's do.
+Every module here sets ``pytestmark = pytest.mark.integration``, the marker tests/integration's carry.
 """
 
 from __future__ import annotations
@@ -13,14 +13,6 @@ from typing import Any
 import pytest
 
 from shoal.testing import OPEN, ServerProcess, kill, start_server
-
-HERE = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in item.path.parents:
-            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture

@@ -26,6 +26,8 @@ from shoal.testing.workers import (
     worker_listed_ips,
 )
 
+pytestmark = pytest.mark.integration
+
 WORKERS = 2
 
 

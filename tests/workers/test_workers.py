@@ -23,6 +23,8 @@ from shoal.testing.openapi import register
 from shoal.testing.workers import pid_alive, worker_connections, worker_listed_ips
 from shoal.transport.sharing import WORKER_HEADER
 
+pytestmark = pytest.mark.integration
+
 READINESS = "/nacos/v1/console/health/readiness"
 
 
