@@ -303,9 +303,10 @@ async def supervise(config: Config, argv: Sequence[str]) -> int:
     """Run the node's workers until SIGTERM / SIGINT; the process's exit code."""
     etcd: EtcdSupervisor | None = None
     try:
-        members = preflight(config)
-        ports = pick_private_ports(config.workers, config.cluster_port_offset, public_ports(config),
-                                   bindable(config.host))
+        # port probes and cluster.conf are socket and file calls: off the loop, as every other one
+        members = await run_blocking(preflight, config)
+        ports = await run_blocking(pick_private_ports, config.workers, config.cluster_port_offset,
+                                   public_ports(config), bindable(config.host))
         extra: list[str] = []
         if members is None:
             await _prepare_cp(config)
