@@ -110,6 +110,14 @@ class MemberLoad:
 SUMMED = ("conCount", "sdkConCount", "keptClients")
 
 
+def _count(metric: Mapping[str, str], key: str) -> int:
+    """A count of a worker's metrics (0 when absent or not a number)."""
+    try:
+        return int(metric.get(key, "0") or 0)
+    except ValueError:
+        return 0
+
+
 def split_moves(counts: list[int], excess: int) -> list[int]:
     """How many connections each worker moves so the node sheds ``excess``: in proportion to
     what each holds (largest remainders first, then the lower index), never more than it holds."""
@@ -203,7 +211,7 @@ class ServerLoader:
         metric = dict(per_worker[self.worker_index] or {})
         metric.pop("siblingConCount", None)
         for key in SUMMED:
-            metric[key] = str(sum(int(m.get(key, "0") or 0) for m in answered))
+            metric[key] = str(sum(_count(m, key) for m in answered))
         metric["loading"] = "true" if any(m.get("loading") == "true" for m in answered) else "false"
         metric["workers"] = str(len(per_worker))
         metric["workersAnswered"] = str(len(answered))
@@ -251,7 +259,7 @@ class ServerLoader:
         if not self.workers:
             return await self.reload_count(keep, redirect)
         per_worker = await self._workers_metrics()
-        counts = [int(m.get("sdkConCount", "0") or 0) if m is not None else 0 for m in per_worker]
+        counts = [_count(m, "sdkConCount") if m is not None else 0 for m in per_worker]
         moves = split_moves(counts, sum(counts) - max(keep, 0))
         asked = []
         for index, address in self.siblings():
