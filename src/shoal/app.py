@@ -54,7 +54,7 @@ from shoal.tls import NodeTls
 from shoal.transport.grpc.client_requests import ClientRequests
 from shoal.transport.grpc.cluster_server import ClusterServer
 from shoal.transport.grpc.connections import Connection, ConnectionManager
-from shoal.transport.grpc.limits import LimitRuleFile
+from shoal.transport.grpc.limits import LimitRuleFile, SiblingConnections
 from shoal.transport.grpc.lock_handlers import LockConnectionListener, lock_handlers
 from shoal.transport.grpc.naming_handlers import NamingConnectionListener, naming_handlers
 from shoal.transport.grpc.server import SdkServer
@@ -70,6 +70,7 @@ from shoal.transport.http.history import HistoryRoutes
 from shoal.transport.http.loader import HttpLoaderPeers, LoaderRoutes
 from shoal.transport.http.namespaces import NamespaceRoutes
 from shoal.transport.http.naming import NamingRoutes
+from shoal.transport.http.node_scrape import NodeScrape
 from shoal.transport.http.open_api_rows import OpenApiRows
 from shoal.transport.http.operator import OperatorRoutes
 from shoal.transport.http.prometheus_sd import PrometheusSdRoutes
@@ -181,16 +182,18 @@ def build_model_phase(config: Config, clock: Clock, live: LiveConfig, cp: CpPhas
 
 
 def build_cluster_phase(config: Config, clock: Clock, hooks: TestHooks, tls: NodeTls, stack: ModelStack,
-                        members: MemberManager | None, on_renew: Callable[[Client, int], object]) -> ClusterPhase:
+                        members: MemberManager | None, on_renew: Callable[[Client, int], object],
+                        siblings: SiblingConnections | None = None) -> ClusterPhase:
     """Distro over the member list (None standalone) and the node's ``Responsibility``: the Distro
-    mapper, this node alone, or every write forwarded to one node (a test hook)."""
+    mapper, this node alone, or every write forwarded to one node (a test hook). A worker's
+    member reports carry its connections to its siblings (``siblings``)."""
     distro = None
     if members is not None:
         identity = ((config.cluster_identity_key, config.cluster_identity_value)
                     if config.cluster_identity_key else None)
         transport = make_peer_transport(config, members.self_address, identity, tls.peer)
         distro = DistroProtocol(config, clock, stack.bus, stack.clients, stack.services, members, transport,
-                                on_renew, drop_incoming_sync=hooks.drop_incoming_sync)
+                                on_renew, drop_incoming_sync=hooks.drop_incoming_sync, siblings=siblings)
     responsibility: Responsibility = (
         ForwardAllTo(hooks.forward_all_to) if hooks.forward_all_to
         else MapperResponsibility(distro.mapper) if distro is not None else Standalone())
@@ -202,14 +205,17 @@ def build_cluster_phase(config: Config, clock: Clock, hooks: TestHooks, tls: Nod
 def build_transport_phase(config: Config, tls: NodeTls, metrics: Metrics, auth: AuthService, status: NodeStatus,
                           model: ModelPhase, cluster: ClusterPhase, limits: LimitRuleFile,
                           on_closed: Callable[[Connection, str], None],
-                          sharing: PortSharing | None = None) -> TransportPhase:
+                          sharing: PortSharing | None = None,
+                          siblings: SiblingConnections | None = None,
+                          scrape: NodeScrape | None = None) -> TransportPhase:
     """The SDK port (its connection clients created and released by the service layer), the HTTP
     port (routes installed by the node) and, in a cluster, the cluster port; a worker shares the
     node's ports with its siblings and has a private HTTP and cluster port besides (``sharing``)."""
     stack = model.stack
     connections = ConnectionManager(config, stack.clock, limits, source="sdk",
                                     listeners=[NamingConnectionListener(stack.naming)],
-                                    on_unregister=[on_closed, LockConnectionListener(model.locks)])
+                                    on_unregister=[on_closed, LockConnectionListener(model.locks)],
+                                    siblings=siblings)
     requests = ClientRequests(connections)
     fuzzy_notifier = FuzzyNotifier(config, requests)
     fuzzy = FuzzyWatchContext(config, stack.bus, stack.services, stack.index, fuzzy_notifier.enqueue)
@@ -219,7 +225,8 @@ def build_transport_phase(config: Config, tls: NodeTls, metrics: Metrics, auth: 
     forwarder = Forwarder(cluster.responsibility, config.http_forward_timeout_ms,
                           tls.http.client_context() if tls.http is not None else None, cluster.fallback)
     members = MemberList(cluster.members.nodes) if cluster.members is not None else None  # one per node
-    http = HttpServer(config, status, metrics, auth, forwarder, members, tls=tls.http, sharing=sharing)
+    http = HttpServer(config, status, metrics, auth, forwarder, members, tls=tls.http, sharing=sharing,
+                      scrape=scrape)
     cluster_server = (ClusterServer(config, cluster.distro.dispatch, metrics, tls=tls.peer, sharing=sharing)
                       if cluster.distro is not None else None)
     dns = (DnsServer(config, stack.naming, status.is_serving, reuse_port=sharing is not None)
@@ -269,14 +276,26 @@ class Node:
         # opens: a bad one is a TlsConfigError (exit 2), never a plaintext port.
         self.tls = NodeTls.load(config)
         self.limits = LimitRuleFile(config.limit_rule_path)
+        # A worker's sibling workers' connections, from their member reports: the limits are the node's.
+        self.sibling_connections = (
+            SiblingConnections(lambda: self.sdk_connections.own_counts(), lambda: self.limits.rule,
+                               clock.monotonic_ms,
+                               2 * config.member_report_interval_ms + config.member_report_timeout_ms)
+            if placement is not None and placement.count > 1 else None)
 
         members = build_members(config, clock, placement)
+        #: a worker's siblings: (index, private ip:port), where it asks them for their own figures
+        self.sibling_workers = ([(i, f"{members.self_member.ip}:{p}") for i, p in enumerate(placement.ports)
+                                 if i != placement.index] if placement is not None and members is not None else [])
         cp = self.cp_phase = build_cp_phase(config, members, worker=placement is not None)
         model = self.model_phase = build_model_phase(config, clock, self.live, cp, node_address(config, members))
         cluster = self.cluster = build_cluster_phase(config, clock, hooks, self.tls, model.stack, members,
-                                                     self._renew_beats)
+                                                     self._renew_beats, self.sibling_connections)
         net = self.transports = build_transport_phase(config, self.tls, self.metrics, self.auth, self, model,
-                                                      cluster, self.limits, self._count_closed, sharing)
+                                                      cluster, self.limits, self._count_closed, sharing,
+                                                      self.sibling_connections,
+                                                      NodeScrape(self.sibling_workers, self.tls.http)
+                                                      if self.sibling_workers else None)
         # the names the rest of the code (metrics, tests, tools) reads
         self.cp: CpRuntime = cp.runtime
         self.model = model.stack
@@ -312,7 +331,12 @@ class Node:
         self.loader_peers = HttpLoaderPeers(config, self.tls.http) if members is not None else None
         self.loader = ServerLoader(config, net.connections, net.sdk, self._node_address, self._member_addresses,
                                    self.loader_peers, self.is_serving, clock.monotonic_ms,
-                                   on_move=self.naming.moved.mark, kept=lambda: len(self.naming.moved.kept))
+                                   on_move=self.naming.moved.mark, kept=lambda: len(self.naming.moved.kept),
+                                   workers=[f"{members.self_member.ip}:{p}" for p in placement.ports]
+                                   if placement is not None and members is not None else (),
+                                   worker_index=placement.index if placement is not None else 0,
+                                   sibling_connections=self.sibling_connections.total
+                                   if self.sibling_connections is not None else None)
         # Which node is stale (issue 23 item 4): this node's digests, the members' comparison, its gauge.
         self.digests = ServiceDigests(self.services, self.storage)
         self.disagreements = DisagreementGauge()
@@ -364,7 +388,7 @@ class Node:
         config, http = self.config, self.http
         naming = NamingRoutes(config, self.naming, self.is_serving, http.forwarder.owner_of, self.push)
         operator = OperatorRoutes(self.naming, self.switches)
-        loader = LoaderRoutes(self.loader, self.sdk_connections)
+        loader = LoaderRoutes(self.loader, self.sdk_connections, http.asks_node, self.loader_peers)
         auth = AuthRoutes(self.auth)
         # The Nacos 3.x surface (docs/protocol.md §5.7): route tables over the same handlers.
         v3_naming = V3NamingRoutes(self.naming, naming, operator, self._responsible_server, self.is_serving,

@@ -123,3 +123,49 @@ def test_the_report_body_keeps_the_old_fields_and_says_the_node_and_its_workers(
     for bad in ({"workers": "9100"}, {"workers": [True]}, {"workers": [70000]}, {"nodeAddress": 1}, {"node": []}):
         with pytest.raises(BadRequestBody):
             report_request(json.dumps(bad).encode())
+
+
+async def test_workers_tell_their_siblings_their_connections_and_no_other_node() -> None:
+    """A worker's report to a sibling, and the sibling's answer, carry the sender's connections
+    (the limits hold for the node); a report to another node does not."""
+    from shoal.distro.members import MemberReporter, worker_load
+    from shoal.distro.transport import InMemoryNetwork
+    from shoal.transport.grpc.limits import ConnectionLimitRule, SiblingConnections
+
+    rule = ConnectionLimitRule(count_limit_per_ip_default=3)
+    network = InMemoryNetwork()
+    heard: dict[str, SiblingConnections] = {}
+    reporters: dict[str, MemberReporter] = {}
+    for index, (total, per_ip) in enumerate([(2, {"10.0.0.1": 2}), (5, {"10.0.0.1": 1, "10.0.0.2": 4})]):
+        manager = _worker_of_node_1(index)
+        counts = (total, per_ip)
+        heard[manager.self_address] = SiblingConnections(lambda c=counts: c, lambda: rule, lambda: 0, 10_000)
+        reporter = MemberReporter(manager, network.transport(manager.self_address), 1000,
+                                  heard[manager.self_address])
+        reporters[manager.self_address] = reporter
+        network.attach(manager.self_address, lambda sender, kind, body, r=reporter: r.handle(sender, body))
+    to_node_2: list[bytes] = []
+
+    async def node_2(sender: str, kind: str, body: bytes) -> tuple[str, bytes]:
+        to_node_2.append(body)
+        return "MemberReportResponse", b'{"node":{"address":"10.9.0.2:8848"}}'
+    network.attach("10.9.0.2:8848", node_2)
+
+    await reporters["10.9.0.1:9100"].report_round()  # worker 0 reports; worker 1's answer comes back
+    assert heard["10.9.0.1:9102"].total() == 2 and heard["10.9.0.1:9102"].per_ip("10.0.0.1") == 2
+    assert heard["10.9.0.1:9100"].total() == 5 and heard["10.9.0.1:9100"].per_ip("10.0.0.2") == 4
+    assert to_node_2 and all(worker_load(body) is None for body in to_node_2)
+
+
+def test_a_siblings_figures_age_out_and_bad_ones_are_ignored() -> None:
+    from shoal.transport.grpc.limits import ConnectionLimitRule, SiblingConnections
+
+    now = [0]
+    siblings = SiblingConnections(lambda: (0, {}), ConnectionLimitRule, lambda: now[0], 5000)
+    siblings.received("w1", {"total": 3, "perIp": {"10.0.0.1": 3}})
+    for bad in (None, "x", {"total": -1}, {"total": True}, {"total": 2, "perIp": ["10.0.0.1"]}):
+        siblings.received("w2", bad)
+    assert (siblings.total(), siblings.per_ip("10.0.0.1"), siblings.by_member()) == (3, 3, {"w1": 3})
+    assert "perIp" not in siblings.outgoing()  # the rule limits no ip: counts per ip are not sent
+    now[0] = 5001  # a sibling that stopped reporting took its connections with it
+    assert (siblings.total(), siblings.per_ip("10.0.0.1")) == (0, 0)

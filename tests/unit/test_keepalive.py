@@ -178,3 +178,27 @@ async def test_probes_go_out_in_bounded_waves(tmp_path: Path) -> None:
     stats = await keepalive.scan()
     assert stats["probed"] == len(conns) and peak <= module.PROBE_WAVE
     assert stats["probe_failed"] == len(conns) // 2 and len(manager) == len(conns) - len(conns) // 2
+
+
+async def test_a_workers_limits_count_its_siblings_connections(tmp_path: Path) -> None:
+    """A worker of a node of workers enforces the node's rule: its siblings' last reported
+    connections count, and it expels its share of the node's excess."""
+    from shoal.transport.grpc.limits import SiblingConnections
+
+    clock, manager, _, prober, keepalive, limits = setup(tmp_path)
+    siblings = SiblingConnections(manager.own_counts, lambda: limits.rule, clock.monotonic_ms, 5000)
+    manager.siblings = siblings
+    conns = [connect(manager, port) for port in range(1, 4)]  # 3 here
+    limits.path.parent.mkdir(parents=True)
+    limits.path.write_text(json.dumps({"countLimit": 6, "countLimitPerClientIpDefault": 4}))
+    await keepalive.scan()
+    assert manager.check_limit("10.0.0.9", "-") is None
+    assert siblings.outgoing() == {"total": 3, "perIp": {"10.0.0.1": 3}}
+    siblings.received("sibling", {"total": 3, "perIp": {"10.0.0.2": 3}})  # the node holds 6: full
+    assert "total connection limit 6" in (manager.check_limit("10.0.0.9", "-") or "")
+    siblings.received("sibling", {"total": 2, "perIp": {"10.0.0.1": 1}})  # 5: ip 10.0.0.1 holds 4 on the node
+    assert manager.check_limit("10.0.0.9", "-") is None
+    assert "client ip 10.0.0.1" in (manager.check_limit("10.0.0.1", "-") or "")
+    siblings.received("sibling", {"total": 6, "perIp": {"10.0.0.2": 6}})  # the node holds 9: 3 too many
+    await keepalive.scan()  # this worker holds a third of them: it resets one, its newest
+    assert [cid for cid, _ in prober.resets] == [conns[2].connection_id]

@@ -47,3 +47,23 @@ def test_no_move_while_a_member_loads_or_is_missing() -> None:
     loader = _loader()
     assert loader.plan(_loads(300, 0, 0, loading=C)) == (0, "")
     assert loader.plan(_loads(300, 0, 0)[:2]) == (0, "")
+
+
+def test_a_nodes_surplus_is_split_over_its_workers_by_what_each_holds() -> None:
+    from shoal.health.rebalance import split_moves
+
+    assert split_moves([3, 3], 4) == [2, 2]
+    assert split_moves([6, 2], 4) == [3, 1]
+    assert split_moves([1, 1, 1], 2) == [1, 1, 0]  # equal remainders: the lower index first
+    assert split_moves([0, 5], 3) == [0, 3]
+    assert split_moves([2, 2], 9) == [2, 2]  # never more than a worker holds
+    assert split_moves([2, 2], -1) == [0, 0]
+
+
+def test_rebalancing_waits_for_a_node_whose_workers_did_not_all_answer() -> None:
+    loader = _loader()
+    partial = {"sdkConCount": "10", "workers": "2", "workersAnswered": "1"}
+    loads = [MemberLoad(SELF, {"sdkConCount": "40"}), MemberLoad(B, partial), MemberLoad(C, {"sdkConCount": "10"})]
+    assert loader.plan(loads) == (0, "")
+    assert loader.plan([loads[0], MemberLoad(B, {**partial, "workersAnswered": "2"}), loads[2]]) != (0, "")
+    assert not loads[1].complete and loads[0].complete

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shoal import jsonfast
 from shoal.distro.transport import PeerTransport, PeerUnavailable
@@ -51,6 +51,27 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 8848
 REPORT_REQUEST = "MemberReportRequest"
 REPORT_RESPONSE = "MemberReportResponse"
+#: The key of a report (and of its answer) between two workers of one node: the sender's figures
+#: its siblings need (its SDK connections, so the connection limits hold for the node).
+WORKER_LOAD_KEY = "workerLoad"
+
+
+class SiblingExchange(Protocol):
+    """What the workers of one node tell each other in their member reports (the gRPC transport's
+    ``SiblingConnections`` fits): sent only to and read only from this node's other workers."""
+
+    def outgoing(self) -> dict[str, Any]: ...
+
+    def received(self, member: str, figures: Any) -> None: ...
+
+
+def worker_load(body: bytes) -> Any:
+    """The ``workerLoad`` of a report or its answer (None when absent or the body is no JSON object)."""
+    try:
+        doc = jsonfast.loads(body) if body else None
+    except ValueError:
+        return None
+    return doc.get(WORKER_LOAD_KEY) if isinstance(doc, dict) else None
 
 
 class MemberState(StrEnum):
@@ -448,33 +469,58 @@ class MemberReporter:
     workers to every peer (the answer, or its absence, drives that peer's state; the answer says
     the same of the answering side, so both directions learn) and answer a peer's report."""
 
-    def __init__(self, members: MemberManager, transport: PeerTransport, timeout_ms: int) -> None:
+    def __init__(self, members: MemberManager, transport: PeerTransport, timeout_ms: int,
+                 siblings: SiblingExchange | None = None) -> None:
         self.members = members
         self.transport = transport
         self.timeout_ms = timeout_ms
+        #: what a worker exchanges with its sibling workers (None: nothing beyond the layout)
+        self.siblings = siblings
         self._probes: dict[str, asyncio.Task[None]] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
 
-    def _report_body(self) -> bytes:
+    def _report_body(self, sibling: bool = False) -> bytes:
         """``node`` (this process's Member JSON) as ever; ``nodeAddress`` and ``workers`` say which
-        node it belongs to and the node's workers (docs/protocol.md §6.2)."""
+        node it belongs to and the node's workers (docs/protocol.md §6.2); to a sibling worker,
+        ``workerLoad`` too."""
         members = self.members
-        return json.dumps({"node": members.self_member.to_nacos(), "nodeAddress": members.self_node_address,
-                           "workers": list(members.self_workers)}).encode()
+        doc: dict[str, Any] = {"node": members.self_member.to_nacos(), "nodeAddress": members.self_node_address,
+                               "workers": list(members.self_workers)}
+        if sibling and self.siblings is not None:
+            doc[WORKER_LOAD_KEY] = self.siblings.outgoing()
+        return json.dumps(doc).encode()
+
+    def _is_sibling(self, address: str) -> bool:
+        """True for another worker of this process's node."""
+        members = self.members
+        return (self.siblings is not None and address != members.self_address
+                and members.node_of(address) == members.self_node_address)
+
+    def _bodies(self) -> Callable[[str], bytes]:
+        """The body for each peer of one round (built at most twice: for siblings and for the others)."""
+        built: dict[bool, bytes] = {}
+
+        def body(address: str) -> bytes:
+            sibling = self._is_sibling(address)
+            if sibling not in built:
+                built[sibling] = self._report_body(sibling)
+            return built[sibling]
+        return body
 
     async def report_round(self) -> None:
         """Report to every peer at once and wait for every answer (or its timeout)."""
-        body = self._report_body()
-        await asyncio.gather(*(self._report(m.address, body) for m in self.members.peer_list()))
+        body = self._bodies()
+        await asyncio.gather(*(self._report(m.address, body(m.address)) for m in self.members.peer_list()))
 
     async def report_tick(self) -> None:
         """The periodic round: report to every peer without waiting for the answers, so a peer
         that does not answer is counted once per interval, not once per interval + timeout
         (at most timeout / interval + 1 reports per peer are in flight)."""
-        body = self._report_body()
+        body = self._bodies()
         loop = asyncio.get_running_loop()
         for member in self.members.peer_list():
-            task = loop.create_task(self._report(member.address, body), name=f"member-report-{member.address}")
+            task = loop.create_task(self._report(member.address, body(member.address)),
+                                    name=f"member-report-{member.address}")
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
 
@@ -494,6 +540,8 @@ class MemberReporter:
             layout = parse_report(answer)
             if layout is not None:
                 self.members.learn(layout, via=address)
+            if self.siblings is not None and self._is_sibling(address):
+                self.siblings.received(address, worker_load(answer))
         else:
             self.members.report_failed(address, attempt=attempt, reason=f"member report: answered {kind}")
 
@@ -512,7 +560,10 @@ class MemberReporter:
         self.admit(sender, body)
         if self.members.heard_from(sender):
             self._probe(sender)
-        return REPORT_RESPONSE, self._report_body()
+        sibling = self._is_sibling(sender)
+        if sibling and self.siblings is not None:
+            self.siblings.received(sender, worker_load(body))
+        return REPORT_RESPONSE, self._report_body(sibling)
 
     def _probe(self, address: str) -> None:
         """One immediate report to ``address`` (at most one in flight per peer)."""
@@ -523,7 +574,8 @@ class MemberReporter:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # pragma: no cover - handle() always runs on the loop
             return
-        task = loop.create_task(self._report(address, self._report_body()), name=f"member-probe-{address}")
+        task = loop.create_task(self._report(address, self._report_body(self._is_sibling(address))),
+                                name=f"member-probe-{address}")
         self._probes[address] = task
         task.add_done_callback(self._probe_done)
 

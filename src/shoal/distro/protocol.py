@@ -24,7 +24,13 @@ from shoal.clock import Clock
 from shoal.config import Config
 from shoal.distro import bodies, records
 from shoal.distro.mapper import DistroMapper, IpPortHandoff
-from shoal.distro.members import REPORT_REQUEST, ClusterConfWatcher, MemberManager, MemberReporter
+from shoal.distro.members import (
+    REPORT_REQUEST,
+    ClusterConfWatcher,
+    MemberManager,
+    MemberReporter,
+    SiblingExchange,
+)
 from shoal.distro.processor import DistroProcessor
 from shoal.distro.snapshot import SNAPSHOT_REQUEST, SnapshotLoader, SnapshotServer
 from shoal.distro.sync import SYNC_REQUEST, SyncEngine, SyncReceiver
@@ -104,7 +110,8 @@ class DistroProtocol:
                  services: ServiceManager, members: MemberManager, transport: PeerTransport,
                  on_renew: Callable[[Client, int], object] | None = None,
                  renew_kinds: frozenset[ClientKind] | None = frozenset({ClientKind.IP_PORT}),
-                 drop_incoming_sync: int = 0) -> None:
+                 drop_incoming_sync: int = 0, siblings: SiblingExchange | None = None) -> None:
+        """``siblings``: what a worker tells its sibling workers in its member reports."""
         self.config = config
         self.clock = clock
         self.clients = clients
@@ -129,7 +136,7 @@ class DistroProtocol:
                                         config.snapshot_session_ttl_ms, self._is_loaded)
         self.loader = SnapshotLoader(config, clients, members, transport, self._apply_snapshot,
                                      self.engine.enqueue, self._is_loaded, self._loaded_from)
-        self.reporter = MemberReporter(members, transport, config.member_report_timeout_ms)
+        self.reporter = MemberReporter(members, transport, config.member_report_timeout_ms, siblings)
         self.conf_watcher = ClusterConfWatcher(Path(config.cluster_conf), members) if config.cluster_conf else None
         self._routes: dict[str, Handler] = {}
         self.receiver = VerifyReceiver(clock, clients, on_renew, self._is_loaded, self.index,

@@ -10,8 +10,8 @@ Imported from here (no dependency beyond the server's own):
   real ``shoal server`` processes on loopback, always cleaned up;
 * :class:`NodeCluster` and its presets :class:`CpCluster`, :class:`FaultCluster` — several real
   nodes on one member list (:mod:`shoal.testing.nodes`);
-* :func:`call`, :func:`call_json`, :func:`http_get`, :func:`timed_call` — HTTP requests
-  (:mod:`shoal.testing.http`);
+* :func:`call`, :func:`call_json`, :func:`call_with_headers`, :func:`http_get`, :func:`timed_call` —
+  HTTP requests (:mod:`shoal.testing.http`);
 * :class:`SparkStandalone`, :func:`spark_standalone` — a real standalone Spark master and workers
   on loopback for the analytics jobs (:mod:`shoal.testing.spark`; pyspark is imported only when one
   starts, and then needs the ``analytics`` extra and Java).
@@ -31,7 +31,7 @@ test asks for), :mod:`~shoal.testing.h2client` (a frame-level HTTP/2 gRPC client
 from __future__ import annotations
 
 from shoal.testing.cluster import SVC, SimCluster, SimNode
-from shoal.testing.http import call, call_json, http_get, timed_call
+from shoal.testing.http import call, call_json, call_with_headers, http_get, timed_call
 from shoal.testing.model import Registry, config_with, make_registry
 from shoal.testing.nodes import CpCluster, FaultCluster, NodeCluster
 from shoal.testing.procs import (
@@ -72,6 +72,7 @@ __all__ = [
     "SparkStandalone",
     "call",
     "call_json",
+    "call_with_headers",
     "config_with",
     "free_port_block",
     "free_port_blocks",

@@ -32,11 +32,21 @@ def call(method: str, url: str, params: Params | None = None, data: Params | Non
          body: bytes | None = None, headers: Mapping[str, str] | None = None, timeout: float = 10.0,
          context: ssl.SSLContext | None = None) -> tuple[int, str]:
     """One request: (status, body text). An error status is an answer; only a transport error
-    (refused, reset, timed out) raises ``OSError``.
+    (refused, reset, timed out) raises ``OSError``. :func:`call_with_headers` answers the
+    response's headers too.
 
     ``params`` go in the query string (after any the ``url`` already has), ``data`` is sent as a
     form body, ``body`` as raw bytes (give its ``Content-Type`` in ``headers``); ``context`` is the
     client TLS context of an ``https://`` URL."""
+    status, text, _ = call_with_headers(method, url, params, data, body=body, headers=headers, timeout=timeout,
+                                        context=context)
+    return status, text
+
+
+def call_with_headers(method: str, url: str, params: Params | None = None, data: Params | None = None, *,
+                      body: bytes | None = None, headers: Mapping[str, str] | None = None, timeout: float = 10.0,
+                      context: ssl.SSLContext | None = None) -> tuple[int, str, dict[str, str]]:
+    """:func:`call`, answering the response's headers too: (status, body text, headers)."""
     if params:
         url += ("&" if "?" in url else "?") + _encode(params)
     sent_headers = dict(headers or {})
@@ -48,9 +58,9 @@ def call(method: str, url: str, params: Params | None = None, data: Params | Non
     request = urllib.request.Request(url, data=body, method=method, headers=sent_headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
-            return int(resp.status), resp.read().decode(errors="replace")
+            return int(resp.status), resp.read().decode(errors="replace"), dict(resp.headers.items())
     except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read().decode(errors="replace")
+        return int(exc.code), exc.read().decode(errors="replace"), dict(exc.headers.items())
 
 
 def call_json(method: str, url: str, params: Params | None = None, data: Params | None = None, *,

@@ -116,6 +116,10 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
                if all(have.get(k) == v for k, v in labels.items()))
 
 
+#: ``shoal_*`` size gauges that count what one worker holds (summed over a node's workers by ``gauge``).
+PER_WORKER_GAUGES = frozenset({"connections", "moved_clients_kept"})
+
+
 #: Environment variable giving the worker count of every test node that does not choose one
 #: (e.g. ``SHOAL_TEST_WORKERS=2`` runs a real-client suite against nodes of two workers).
 WORKERS_ENV = "SHOAL_TEST_WORKERS"
@@ -366,8 +370,15 @@ class ServerProcess:
         return metric_sum(self.prometheus(), f"shoal_{name}", **labels)
 
     def gauge(self, name: str) -> float | None:
+        """The node's ``shoal_<name>`` (None when absent). A node of workers labels it by worker:
+        then the workers' sum for what each holds of its own (:data:`PER_WORKER_GAUGES`), else one
+        worker's (every worker holds the registry alike)."""
         values = metric_values(self.prometheus(), f"shoal_{name}")
-        return values[0][1] if values else None
+        if not values:
+            return None
+        if name in PER_WORKER_GAUGES and all("worker" in labels for labels, _ in values):
+            return sum(value for _, value in values)
+        return values[0][1]
 
     def try_gauge(self, name: str) -> float | None:
         """The gauge, or None when the node does not answer in time (a stalled event loop)."""

@@ -6,11 +6,13 @@ private port (``ServerProcess.worker_url``), which is how a test asks one given 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable
 
 from shoal.testing.http import call
 from shoal.testing.procs import ServerProcess
+from shoal.testing.rawclient import RawClient
 
 LOADER_CURRENT = "/nacos/v2/core/loader/current"
 CLIENT_LIST = "/nacos/v2/ns/client/list"
@@ -31,6 +33,33 @@ def worker_connections(node: ServerProcess, index: int) -> set[str]:
     status, text = call("GET", node.worker_url(index, LOADER_CURRENT), timeout=2.0, context=node.https)
     assert status == 200, text
     return set(json.loads(text))
+
+
+def worker_holding(node: ServerProcess, connection_id: str) -> int | None:
+    """Which worker holds the SDK connection ``connection_id`` (None: none of them)."""
+    return next((i for i in range(node.workers) if connection_id in worker_connections(node, i)), None)
+
+
+async def connections_on_each_worker(node: ServerProcess, per_worker: int, attempts: int = 200) -> list[RawClient]:
+    """Raw SDK connections to the node's public SDK port, ``per_worker`` held by each worker. The
+    kernel picks the worker: a connection landing on one that holds its share already is closed
+    and another is opened (at most ``attempts`` in all). The caller closes the clients."""
+    held: dict[int, list[RawClient]] = {i: [] for i in range(node.workers)}
+    for _ in range(attempts):
+        if all(len(c) >= per_worker for c in held.values()):
+            break
+        client = RawClient(node.grpc_port)
+        worker = await asyncio.to_thread(worker_holding, node, await client.connect())
+        if worker is not None and len(held[worker]) < per_worker:
+            held[worker].append(client)
+        else:
+            await client.close()
+    clients = [c for group in held.values() for c in group]
+    if any(len(c) < per_worker for c in held.values()):
+        for client in clients:
+            await client.close()
+        raise AssertionError(f"the kernel did not give each worker {per_worker} connections in {attempts} tries")
+    return clients
 
 
 def worker_client_ids(node: ServerProcess, index: int) -> set[str]:
@@ -71,5 +100,5 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-__all__ = ["CLIENT_LIST", "LOADER_CURRENT", "every_worker", "listed_by_every_worker", "pid_alive", "rss_bytes",
-           "worker_client_ids", "worker_connections", "worker_listed_ips"]
+__all__ = ["CLIENT_LIST", "LOADER_CURRENT", "connections_on_each_worker", "every_worker", "listed_by_every_worker",
+           "pid_alive", "rss_bytes", "worker_client_ids", "worker_connections", "worker_holding", "worker_listed_ips"]

@@ -36,7 +36,7 @@ from shoal.kernels import payload as payload_codec
 from shoal.logutil import RateLimitedLog
 from shoal.transport.grpc import codec
 from shoal.transport.grpc._proto import Payload
-from shoal.transport.grpc.limits import LimitRuleFile
+from shoal.transport.grpc.limits import LimitRuleFile, SiblingConnections
 
 log = logging.getLogger(__name__)
 
@@ -99,15 +99,27 @@ class ConnectionListener(Protocol):
     def disconnected(self, conn: Connection, reason: str) -> None: ...
 
 
+def _share(mine: int, others: int, limit: int) -> int:
+    """How many of ``mine`` to expel when ``mine + others`` may hold ``limit``: this worker's
+    share of the excess, in proportion to what it holds, rounded up (all of it when alone)."""
+    excess = mine + others - limit
+    if excess <= 0 or mine <= 0:
+        return 0
+    return min(mine, -(-excess * mine // (mine + others)))
+
+
 class ConnectionManager:
     """All gRPC connections of one server (SDK or cluster port)."""
 
     def __init__(self, config: Config, clock: Clock, limits: LimitRuleFile | None = None,
                  source: str = "sdk", listeners: Iterable[ConnectionListener] = (),
-                 on_unregister: Iterable[Callable[[Connection, str], None]] = ()) -> None:
+                 on_unregister: Iterable[Callable[[Connection, str], None]] = (),
+                 siblings: SiblingConnections | None = None) -> None:
         self.config = config
         self.clock = clock
         self.limits = limits
+        #: a worker's sibling workers' connections (the limits hold for the node): None alone
+        self.siblings = siblings
         self.source = source
         self.by_peer: dict[str, Connection] = {}
         self.by_id: dict[str, Connection] = {}
@@ -133,6 +145,10 @@ class ConnectionManager:
 
     def registered_count(self) -> int:
         return sum(1 for c in self.by_id.values() if c.registered)
+
+    def own_counts(self) -> tuple[int, dict[str, int]]:
+        """Registered connections, in all and per client ip (what a worker reports to its siblings)."""
+        return self.registered_count(), self._per_ip
 
     def ensure(self, peer: str) -> Connection:
         """The connection of this transport, created (unregistered) on first sight."""
@@ -165,11 +181,11 @@ class ConnectionManager:
         """Why a new SDK connection from this ip/app is over the limit rules, or None."""
         if self.limits is None or self.source != "sdk":
             return None
-        rule = self.limits.rule
-        if 0 <= rule.count_limit <= self.registered_count():
+        rule, siblings = self.limits.rule, self.siblings
+        if 0 <= rule.count_limit <= self.registered_count() + (siblings.total() if siblings is not None else 0):
             return f"total connection limit {rule.count_limit} reached"
         per_ip = rule.limit_for(client_ip, app)
-        if 0 <= per_ip <= self._per_ip.get(client_ip, 0):
+        if 0 <= per_ip <= self._per_ip.get(client_ip, 0) + (siblings.per_ip(client_ip) if siblings is not None else 0):
             return f"connection limit {per_ip} for client ip {client_ip} (app {app}) reached"
         return None
 
@@ -233,7 +249,10 @@ class ConnectionManager:
 
     def over_limit(self) -> list[Connection]:
         """Connections to expel under the current rules (per-ip excess first, then total),
-        newest first so long-lived clients keep their place (ConnectionManager's ejector)."""
+        newest first so long-lived clients keep their place (ConnectionManager's ejector).
+
+        A worker counts its siblings' connections too (the rule is the node's) and expels its
+        share of the node's excess, in proportion to what it holds, rounded up."""
         if self.limits is None or self.source != "sdk":
             return []
         rule = self.limits.rule
@@ -244,14 +263,16 @@ class ConnectionManager:
         by_ip: dict[str, list[Connection]] = {}
         for conn in registered:
             by_ip.setdefault(conn.client_ip, []).append(conn)
+        siblings = self.siblings
         for ip, conns in by_ip.items():
             limit = rule.limit_for(ip, conns[0].app)
-            if limit >= 0 and len(conns) > limit:
-                for conn in conns[: len(conns) - limit]:
+            if limit >= 0:
+                for conn in conns[: _share(len(conns), siblings.per_ip(ip) if siblings is not None else 0, limit)]:
                     expel.append(conn)
                     chosen.add(conn.connection_id)
         if rule.count_limit >= 0:
-            excess = len(registered) - len(expel) - rule.count_limit
+            excess = _share(len(registered) - len(expel), siblings.total() if siblings is not None else 0,
+                            rule.count_limit)
             for conn in registered:
                 if excess <= 0:
                     break

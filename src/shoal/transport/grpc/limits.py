@@ -4,14 +4,20 @@ The rule file is JSON: ``countLimit`` (all SDK connections), ``countLimitPerClie
 ``countLimitPerClientIp`` {ip: n}, ``countLimitPerClientApp`` {app: n}, ``monitorIpList``;
 -1 or absent means unlimited. Per client ip the limit is the ip's own, else its app's, else
 the default. It is re-read whenever its modification time changes.
+
+A node of workers (``--workers N``) enforces the rule against the **node's** connections: each
+worker adds what its siblings last said they hold (:class:`SiblingConnections`, fed by the member
+reports the workers exchange every ``shoal.member.report-interval-ms``) to its own.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +32,12 @@ class ConnectionLimitRule:
     count_limit_per_ip: dict[str, int] = field(default_factory=dict)
     count_limit_per_app: dict[str, int] = field(default_factory=dict)
     monitor_ips: frozenset[str] = frozenset()
+
+    @property
+    def limits_per_ip(self) -> bool:
+        """True when some client ip may be limited (a default, an ip's or an app's limit)."""
+        return (self.count_limit_per_ip_default >= 0 or any(v >= 0 for v in self.count_limit_per_ip.values())
+                or any(v >= 0 for v in self.count_limit_per_app.values()))
 
     def limit_for(self, client_ip: str, app: str) -> int:
         limit = self.count_limit_per_ip.get(client_ip, -1)
@@ -94,3 +106,72 @@ class LimitRuleFile:
             return False
         log.info("connection limit rule loaded from %s: %s", self.path, self.rule)
         return True
+
+
+#: At most this many client ips a worker reports to its siblings (the most connected first).
+MAX_REPORTED_IPS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Heard:
+    total: int
+    per_ip: dict[str, int]
+    at_ms: int
+
+
+class SiblingConnections:
+    """The SDK connections of this worker's sibling workers, as their last member reports said.
+
+    A worker's report to a sibling carries ``{"total": n, "perIp": {ip: n}}`` (:meth:`outgoing`;
+    ``perIp`` only while the rule limits some ip, the :data:`MAX_REPORTED_IPS` most connected);
+    what a sibling sent is kept (:meth:`received`) for ``max_age_ms`` (a sibling that stopped
+    reporting took its connections with it). The limit checks add :meth:`total` and
+    :meth:`per_ip` to the worker's own counts, so the node's total is at most one report
+    interval stale. A single-process node has none (no siblings: both are 0)."""
+
+    def __init__(self, own: Callable[[], tuple[int, Mapping[str, int]]],
+                 rule: Callable[[], ConnectionLimitRule], now_ms: Callable[[], int], max_age_ms: int) -> None:
+        self._own = own
+        self._rule = rule
+        self._now_ms = now_ms
+        self.max_age_ms = max_age_ms
+        self._heard: dict[str, _Heard] = {}
+
+    def outgoing(self) -> dict[str, Any]:
+        """What this worker tells its siblings: its SDK connections, and per client ip when needed."""
+        total, per_ip = self._own()
+        figures: dict[str, Any] = {"total": total}
+        if self._rule().limits_per_ip:
+            items = list(per_ip.items())
+            if len(items) > MAX_REPORTED_IPS:
+                items = sorted(items, key=lambda kv: -kv[1])[:MAX_REPORTED_IPS]
+            figures["perIp"] = dict(items)
+        return figures
+
+    def received(self, member: str, figures: Any) -> None:
+        """A sibling's figures from its report (or its answer to ours); a malformed one is ignored."""
+        if not isinstance(figures, dict):
+            return
+        total = figures.get("total")
+        per_ip = figures.get("perIp") or {}
+        if isinstance(total, bool) or not isinstance(total, int) or total < 0 or not isinstance(per_ip, dict):
+            return
+        clean = {str(ip): n for ip, n in per_ip.items() if isinstance(n, int) and not isinstance(n, bool) and n > 0}
+        self._heard[member] = _Heard(total, clean, self._now_ms())
+
+    def _fresh(self) -> list[_Heard]:
+        oldest = self._now_ms() - self.max_age_ms
+        return [h for h in self._heard.values() if h.at_ms >= oldest]
+
+    def total(self) -> int:
+        """The siblings' SDK connections as last heard."""
+        return sum(h.total for h in self._fresh())
+
+    def per_ip(self, client_ip: str) -> int:
+        """The siblings' SDK connections from ``client_ip`` as last heard."""
+        return sum(h.per_ip.get(client_ip, 0) for h in self._fresh())
+
+    def by_member(self) -> dict[str, int]:
+        """Each sibling's last heard total (fresh ones only), for the loader's figures."""
+        oldest = self._now_ms() - self.max_age_ms
+        return {m: h.total for m, h in sorted(self._heard.items()) if h.at_ms >= oldest}

@@ -10,12 +10,19 @@ reloads POST), and the peer calls behind them.
 
 A member's own metrics come from the Shoal-only ``GET /nacos/v1/shoal/loader/metrics``; peers
 are called over HTTP with the cluster identity header (which passes them as admins).
+
+A node of workers answers as one node on its public port: ``current`` lists every worker's
+connections, ``metrics`` sums the workers' figures, ``reloadCurrent`` and ``reloadClient`` act on
+the node's connections. On a worker's private port (where its siblings ask it) each answers for
+that worker alone, so a sibling's answer never asks further.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -40,9 +47,14 @@ class LoaderRoutes:
     ServerLoaderControllerV3 for ``/nacos/v3/admin/core/loader``): one action per operation,
     answered in the v2 generation's shapes (plain text, bare JSON) or in the 3.x ``Result``."""
 
-    def __init__(self, loader: ServerLoader, connections: Any) -> None:
+    def __init__(self, loader: ServerLoader, connections: Any, asks_node: Callable[[web.Request], bool],
+                 peers: HttpLoaderPeers | None = None) -> None:
+        """``asks_node``: whether a request came to a worker on its node's public port (then it is
+        answered for the node, its siblings asked through ``peers``)."""
         self.loader = loader
         self.connections = connections
+        self.asks_node = asks_node
+        self.peers = peers
 
     # --- the actions ------------------------------------------------------------------------
     def _current(self) -> dict[str, Any]:
@@ -59,42 +71,65 @@ class LoaderRoutes:
                              "remoteIp": conn.remote_ip, "remotePort": conn.remote_port}}
         return answer
 
-    async def _reload_count(self, params: Params) -> None:
-        await self.loader.reload_count(params.integer("count", low=0), params.text("redirectAddress"))
+    async def _node_current(self, request: web.Request) -> dict[str, Any]:
+        """This worker's connections, and on the node's port its siblings' too."""
+        answer = self._current()
+        siblings = self.loader.siblings()
+        if self.peers is not None and siblings and self.asks_node(request):
+            peers = self.peers
+            for part in await asyncio.gather(*(peers.current(a) for _, a in siblings)):
+                answer.update(part or {})
+        return answer
+
+    async def _reload_count(self, request: web.Request, params: Params) -> None:
+        count, redirect = params.integer("count", low=0), params.text("redirectAddress")
+        if self.asks_node(request):
+            await self.loader.node_reload_count(count, redirect)
+        else:
+            await self.loader.reload_count(count, redirect)
+
+    async def _reload_client(self, request: web.Request, connection_id: str, redirect: str) -> None:
+        if self.asks_node(request):
+            await self.loader.node_reload_client(connection_id, redirect)
+        else:
+            await self.loader.reload_client(connection_id, redirect)
 
     async def _smart_reload(self, params: Params) -> bool:
         return await self.loader.smart_reload(params.number("loaderFactor", 0.1))
 
     # --- v2 (ServerLoaderController) -----------------------------------------------------------
     async def current(self, request: web.Request, params: Params) -> web.Response:
-        return json_text(dumps(self._current()))
+        return json_text(dumps(await self._node_current(request)))
 
     async def cluster(self, request: web.Request, params: Params) -> web.Response:
         return json_text(dumps(await self.loader.cluster_summary()))
 
     async def reload_current(self, request: web.Request, params: Params) -> web.Response:
-        await self._reload_count(params)
+        await self._reload_count(request, params)
         return ok_text("success")
 
     async def smart_reload(self, request: web.Request, params: Params) -> web.Response:
         return ok_text("Ok" if await self._smart_reload(params) else "Fail")
 
     async def reload_client(self, request: web.Request, params: Params) -> web.Response:
-        await self.loader.reload_client(params.text("connectionId"), params.text("redirectAddress"))
+        await self._reload_client(request, params.text("connectionId"), params.text("redirectAddress"))
         return ok_text("success")
 
     async def metrics(self, request: web.Request, params: Params) -> web.Response:
-        return json_text(dumps(self.loader.local_metrics()))
+        """This node's loader metrics (ServerLoaderInfo's ``loaderMetrics``): on a worker's private
+        port its own, on the node's port every worker's summed."""
+        metric = await self.loader.node_metrics() if self.asks_node(request) else self.loader.local_metrics()
+        return json_text(dumps(metric))
 
     # --- v3 (ServerLoaderControllerV3): Result<...>; the writes answer data null ----------------
     async def v3_current(self, request: web.Request, params: Params) -> web.Response:
-        return v2_ok(dumps(self._current()))
+        return v2_ok(dumps(await self._node_current(request)))
 
     async def v3_cluster(self, request: web.Request, params: Params) -> web.Response:
         return v2_ok(dumps(await self.loader.cluster_summary()))
 
     async def v3_reload_current(self, request: web.Request, params: Params) -> web.Response:
-        await self._reload_count(params)
+        await self._reload_count(request, params)
         return v2_ok("null")
 
     async def v3_smart_reload(self, request: web.Request, params: Params) -> web.Response:
@@ -105,7 +140,7 @@ class LoaderRoutes:
                                 "data": SMART_RELOAD_FAILED}))
 
     async def v3_reload_client(self, request: web.Request, params: Params) -> web.Response:
-        await self.loader.reload_client(params.required("connectionId"), params.text("redirectAddress"))
+        await self._reload_client(request, params.required("connectionId"), params.text("redirectAddress"))
         return v2_ok("null")
 
     def routes(self, admin: str) -> list[Route]:
@@ -153,6 +188,17 @@ class HttpLoaderPeers:
             log.debug("loader call %s to %s failed: %s", path, address, exc)
             return None
 
+    async def current(self, address: str) -> dict[str, Any] | None:
+        """A sibling worker's own connections (the loader's ``current`` on its private port)."""
+        answer = await self._get(address, "/nacos/v2/core/loader/current", {})
+        if answer is None or answer[0] != 200:
+            return None
+        try:
+            data = json.loads(answer[1])
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
+
     async def metrics(self, address: str) -> dict[str, str] | None:
         answer = await self._get(address, "/nacos/v1/shoal/loader/metrics", {})
         if answer is None or answer[0] != 200:
@@ -166,6 +212,11 @@ class HttpLoaderPeers:
     async def reload(self, address: str, count: int, redirect: str) -> bool:
         answer = await self._get(address, "/nacos/v2/core/loader/reloadCurrent",
                                  {"count": str(count), "redirectAddress": redirect})
+        return answer is not None and answer[0] == 200
+
+    async def reload_client(self, address: str, connection_id: str, redirect: str) -> bool:
+        answer = await self._get(address, "/nacos/v2/core/loader/reloadClient",
+                                 {"connectionId": connection_id, "redirectAddress": redirect})
         return answer is not None and answer[0] == 200
 
     async def stop(self) -> None:

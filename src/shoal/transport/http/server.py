@@ -3,8 +3,10 @@
 Its own routes (:meth:`HttpServer.routes`): the console health probes
 (``/nacos/v1/console/health/liveness`` and ``/readiness``), ``/nacos/actuator/prometheus``, the
 server state and the cluster member list (``/nacos/v1/core/cluster/nodes``,
-``/nacos/v2/core/cluster/node/list``). Every other route module's table is installed beside
-them by the composition root through :meth:`HttpServer.install` (see ``routes.py``).
+``/nacos/v2/core/cluster/node/list``); a worker of a node of workers answers the metrics for the
+node on the node's port (:meth:`HttpServer.asks_node`, ``node_scrape.py``). Every other route
+module's table is installed beside them by the composition root through
+:meth:`HttpServer.install` (see ``routes.py``).
 
 Every route goes through one wrapper, in Nacos's filter order: read the parameters (query or
 form), check the token when auth is on (read / write on the service's namespace, or admin),
@@ -42,6 +44,7 @@ from shoal.transport.http.api import Api, core_ok, dumps, error_response, v2_ok
 from shoal.transport.http.auth_routes import IDENTITY_KEY
 from shoal.transport.http.forward import Forwarder, MemberView, Standalone, StandaloneMembers
 from shoal.transport.http.naming import distro_tag, persistent_write
+from shoal.transport.http.node_scrape import NodeScrape, merge_expositions
 from shoal.transport.http.params import Params, read_params
 from shoal.transport.http.routes import ADMIN, IDENTITY, Handler, Route
 from shoal.transport.selection import transport_name
@@ -105,9 +108,11 @@ class HttpServer:
 
     def __init__(self, config: Config, status: NodeStatus, metrics: Metrics, auth: AuthService | None = None,
                  forwarder: Forwarder | None = None, members: MemberView | None = None,
-                 tls: PortTls | None = None, sharing: PortSharing | None = None) -> None:
+                 tls: PortTls | None = None, sharing: PortSharing | None = None,
+                 scrape: NodeScrape | None = None) -> None:
         self.config = config
         self.sharing = sharing  # a worker's: the public port shared, its private one, its name on answers
+        self.scrape = scrape  # a worker's: its siblings' figures, for a scrape of the node's port
         self.status = status
         self.metrics = metrics
         self.auth = auth
@@ -170,6 +175,8 @@ class HttpServer:
 
     async def stop(self) -> None:
         await self.forwarder.stop()
+        if self.scrape is not None:
+            await self.scrape.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -255,8 +262,22 @@ class HttpServer:
             return web.Response(text="OK")
         return web.Response(status=HttpStatus.INTERNAL_SERVER_ERROR, text=problem)
 
+    def asks_node(self, request: web.Request) -> bool:
+        """True when a worker was asked on its node's public port, so it answers for the node; False
+        on its private port (where its siblings ask it for its own figures) and in a single process."""
+        if self.sharing is None or request.transport is None:
+            return False
+        sockname = request.transport.get_extra_info("sockname")
+        return isinstance(sockname, tuple) and len(sockname) >= 2 and sockname[1] != self.sharing.http_port
+
     async def prometheus(self, request: web.Request, params: Params) -> web.Response:
-        return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8",
+        """This process's registry; a worker asked on its node's port merges its siblings' in
+        (``node_scrape.py``)."""
+        body = self.metrics.render()
+        if self.scrape is not None and self.asks_node(request):
+            index = self.sharing.worker if self.sharing is not None else 0
+            body = merge_expositions([(index, body), *await self.scrape.gather()])
+        return web.Response(body=body, content_type="text/plain", charset="utf-8",
                             headers={"X-Prometheus-Format": "0.0.4"})
 
     async def server_state(self, request: web.Request, params: Params) -> web.Response:
