@@ -16,7 +16,7 @@ from shoal.clock import Clock, SystemClock
 from shoal.config import Config, LiveConfig, TestHooks
 from shoal.cp.factory import CpRuntime, build_cp
 from shoal.cp.store import CpView, Keyspace, json_view
-from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
+from shoal.distro.members import MemberManager, build_members
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.responsibility import (
     DistroFallback,
@@ -26,7 +26,6 @@ from shoal.distro.responsibility import (
     Standalone,
 )
 from shoal.dns import DnsServer
-from shoal.errors import ConfigError
 from shoal.export.eventlog import ChangeLog
 from shoal.export.history import HistoryLog
 from shoal.export.node_export import NodeExporter, export_and_rotate
@@ -82,7 +81,7 @@ from shoal.transport.http.v3_naming import V3NamingRoutes
 from shoal.transport.selection import make_peer_transport
 from shoal.transport.sharing import PortSharing
 from shoal.workers.placement import WorkerPlacement
-from shoal.workers.worker import worker_dir, worker_ip
+from shoal.workers.worker import worker_dir
 
 log = logging.getLogger(__name__)
 
@@ -136,25 +135,6 @@ class TransportPhase:
     http: HttpServer
     cluster: ClusterServer | None
     dns: DnsServer | None  # Nacos 3.3 built-in DNS (docs/protocol.md §8), when enabled
-
-
-def build_members(config: Config, clock: Clock, placement: WorkerPlacement | None = None) -> MemberManager | None:
-    """The member list (``nacos.member.list``, else cluster.conf); None: standalone. A worker of a
-    standalone node is a member among its sibling workers, ``ip:private_port`` each."""
-    member_list = parse_member_list(config.members)
-    if not member_list and config.cluster_conf:
-        try:
-            member_list = read_cluster_conf(Path(config.cluster_conf))
-        except OSError as exc:
-            raise ConfigError(f"cannot read cluster.conf {config.cluster_conf}: {exc.strerror}") from None
-    if placement is not None and not member_list:  # a standalone node of workers: they are its members
-        return MemberManager.from_list([], config.port, clock.now_ms, self_ip=worker_ip(config),
-                                       fail_access_cnt=config.member_fail_access_cnt, placement=placement)
-    if not member_list:
-        return None
-    return MemberManager.from_list(member_list, config.port, clock.now_ms, self_ip=config.self_address,
-                                   host=config.host, fail_access_cnt=config.member_fail_access_cnt,
-                                   placement=placement)
 
 
 def build_cp_phase(config: Config, members: MemberManager | None, worker: bool = False) -> CpPhase:

@@ -44,6 +44,8 @@ from shoal.errors import ConfigError
 from shoal.tasks import run_blocking
 
 if TYPE_CHECKING:
+    from shoal.clock import Clock
+    from shoal.config import Config
     from shoal.workers.placement import WorkerPlacement
 
 log = logging.getLogger(__name__)
@@ -568,3 +570,25 @@ class ClusterConfWatcher:
             return
         if self.members.set_members(members):
             log.info("cluster.conf reloaded: %s", [a for a, _ in members])
+
+
+def build_members(config: Config, clock: Clock, placement: WorkerPlacement | None = None) -> MemberManager | None:
+    """The member list (``nacos.member.list``, else cluster.conf); None: standalone. A worker of a
+    standalone node is a member among its sibling workers, ``ip:private_port`` each. (Here, not in
+    app.py, so that a node's supervisor checks the list as its workers will without importing them.)"""
+    member_list = parse_member_list(config.members)
+    if not member_list and config.cluster_conf:
+        try:
+            member_list = read_cluster_conf(Path(config.cluster_conf))
+        except OSError as exc:
+            raise ConfigError(f"cannot read cluster.conf {config.cluster_conf}: {exc.strerror}") from None
+    if placement is not None and not member_list:  # a standalone node of workers: they are its members
+        from shoal.workers.worker import worker_ip
+
+        return MemberManager.from_list([], config.port, clock.now_ms, self_ip=worker_ip(config),
+                                       fail_access_cnt=config.member_fail_access_cnt, placement=placement)
+    if not member_list:
+        return None
+    return MemberManager.from_list(member_list, config.port, clock.now_ms, self_ip=config.self_address,
+                                   host=config.host, fail_access_cnt=config.member_fail_access_cnt,
+                                   placement=placement)
