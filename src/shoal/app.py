@@ -168,7 +168,7 @@ def build_cluster_phase(config: Config, clock: Clock, hooks: TestHooks, tls: Nod
     if members is not None:
         identity = ((config.cluster_identity_key, config.cluster_identity_value)
                     if config.cluster_identity_key else None)
-        transport = make_peer_transport(config, members.self_address, identity, tls.peer)
+        transport = make_peer_transport(config, members.self_address, identity, tls.peer, members.introduction())
         distro = DistroProtocol(config, clock, stack.bus, stack.clients, stack.services, members, transport,
                                 on_renew, drop_incoming_sync=hooks.drop_incoming_sync)
     responsibility: Responsibility = (

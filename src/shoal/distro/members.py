@@ -32,14 +32,14 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shoal import jsonfast
-from shoal.distro.transport import PeerTransport, PeerUnavailable
+from shoal.distro.transport import NODE_HEADER, WORKERS_HEADER, PeerTransport, PeerUnavailable
 from shoal.errors import ConfigError
 from shoal.tasks import run_blocking
 
@@ -181,6 +181,21 @@ def parse_report(body: bytes) -> NodeLayout | None:
     return NodeLayout(member, node, tuple(sorted(set(workers))))
 
 
+def introduced_by(sender: str, headers: Mapping[str, str]) -> NodeLayout | None:
+    """The layout a cluster request's headers (lower-cased) give for its sender: a worker's
+    name its node and the node's workers (:meth:`MemberManager.introduction`); None otherwise."""
+    node, workers = headers.get(NODE_HEADER, ""), headers.get(WORKERS_HEADER, "")
+    if not sender or not node or not workers:
+        return None
+    try:
+        ports = tuple(sorted({int(p) for p in workers.split(",")}))
+    except ValueError:
+        return None
+    if not all(0 < p < 65536 for p in ports):
+        return None
+    return NodeLayout(sender, node, ports)
+
+
 #: The worst of a node's workers' states when none is UP or SUSPICIOUS, worst first.
 _WORST_FIRST = (MemberState.DOWN, MemberState.ISOLATION, MemberState.STARTING, MemberState.SUSPICIOUS,
                 MemberState.UP)
@@ -255,6 +270,13 @@ class MemberManager:
     def self_node_address(self) -> str:
         """This process's node's ``ip:port`` (its own address unless it is a worker)."""
         return f"{self.self_node[0]}:{self.self_node[1]}"
+
+    def introduction(self) -> dict[str, str]:
+        """The headers a worker's cluster requests carry besides its name: its node and the
+        node's workers (:func:`introduced_by` reads them); none for a single-process node."""
+        if not self.self_workers:
+            return {}
+        return {NODE_HEADER: self.self_node_address, WORKERS_HEADER: ",".join(map(str, self.self_workers))}
 
     def all_members(self) -> list[Member]:
         """Every Distro member, this process included, sorted by address."""
