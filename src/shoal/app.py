@@ -202,7 +202,8 @@ def build_transport_phase(config: Config, tls: NodeTls, metrics: Metrics, auth: 
     http = HttpServer(config, status, metrics, auth, forwarder, members, tls=tls.http, sharing=sharing)
     cluster_server = (ClusterServer(config, cluster.distro.dispatch, metrics, tls=tls.peer, sharing=sharing)
                       if cluster.distro is not None else None)
-    dns = (DnsServer(config, stack.naming, status.is_serving, reuse_port=sharing is not None)
+    dns = (DnsServer(config, stack.naming, status.is_serving, reuse_port=sharing is not None,
+                     workers=sharing.workers if sharing is not None else 1)
            if config.dns_enabled else None)
     return TransportPhase(connections, requests, fuzzy, fuzzy_notifier, sdk, http, cluster_server, dns)
 
@@ -237,7 +238,7 @@ class Node:
         #: where this process writes its own scratch files (a worker: a directory of its own)
         self.scratch_dir = worker_dir(config, placement) if placement is not None else Path(config.data_dir)
         sharing = (PortSharing(placement.index, placement.private_port,
-                               placement.private_port + config.cluster_port_offset)
+                               placement.private_port + config.cluster_port_offset, placement.count)
                    if placement is not None else None)
         self.clock = clock = clock or SystemClock()
         self.hooks = hooks = hooks or TestHooks()
