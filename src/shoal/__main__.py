@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import signal
 import sys
@@ -31,7 +32,38 @@ def _settings_epilog() -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: Every subcommand but ``server``, with the one-line help ``shoal --help`` lists (its module's
+#: ``register`` says the same: tests/unit/test_cli_parser.py compares them).
+_COMMANDS: dict[str, str] = {
+    "users": "manage the auth users in the node's CP store",
+    "export": "download an Arrow snapshot from a running node",
+    "status": "members, states, counts, transport and kernels of a running node",
+    "check": "which member serves a different list of a service",
+    "history": "an instance's lifecycle, or the list a subscriber held at a time",
+    "analytics": "PySpark jobs over exported registry snapshots",
+    "simulate": "model a Distro cluster at scale with Spark (ownership, verify, sync, movement; workers per node)",
+}
+#: The module whose ``register(sub)`` adds each subcommand's full parser, in ``--help`` order.
+_COMMAND_MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("shoal.auth.cli", ("users",)),
+    ("shoal.export.client", ("export",)),
+    ("shoal.status_cli", ("status",)),
+    ("shoal.check_cli", ("check",)),
+    ("shoal.history_cli", ("history",)),
+    ("shoal.analytics.cli", ("analytics", "simulate")),
+)
+
+
+def command_of(argv: Sequence[str]) -> str:
+    """The subcommand ``argv`` names ("" when none: ``shoal --help``, ``shoal --version``)."""
+    return next((arg for arg in argv if not arg.startswith("-")), "")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``shoal`` parser. Each subcommand's module is imported only for the ``command`` that
+    runs (``shoal server`` — a node, a supervisor, each of its workers — imports none of them: no
+    auth store, CP clients, HTTP client or analytics); the others are listed with their one-line
+    help. ``None`` registers every subcommand in full."""
     parser = argparse.ArgumentParser(
         prog="shoal",
         description="Shoal: a service registry node that speaks the Nacos 2.x naming protocols.",
@@ -77,32 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="set any setting listed below; repeatable")
     server.set_defaults(func=_cmd_server)
 
-    from shoal.auth import cli as users_cli
-
-    users_cli.register(sub)
-
-    from shoal.export import client as export_client
-
-    export_client.register(sub)
-
-    from shoal import status_cli
-
-    status_cli.register(sub)
-
-    from shoal import check_cli
-
-    check_cli.register(sub)
-
-    from shoal import history_cli
-
-    history_cli.register(sub)
-
-    try:  # analytics needs the optional PySpark extra; the server must not require it
-        from shoal.analytics import cli as analytics_cli
-    except ImportError:
-        pass
-    else:
-        analytics_cli.register(sub)
+    for module, names in _COMMAND_MODULES:
+        if command is None or command in names:
+            try:  # analytics needs the optional PySpark extra only when a job runs; guarded all the same
+                registrar = importlib.import_module(module)
+            except ImportError:
+                continue
+            registrar.register(sub)
+        else:  # listed with its one-line help; its module and full options only when it runs
+            for name in names:
+                sub.add_parser(name, help=_COMMANDS[name], add_help=False)
     return parser
 
 
@@ -247,9 +263,10 @@ async def _run_node(node: Node, stop: asyncio.Event, policy: GcPolicy) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # a supervisor starts its workers with the same
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(command_of(arguments))
+    args = parser.parse_args(arguments)
+    args.argv = arguments  # a supervisor starts its workers with the same
     result: int = args.func(args)
     return result
 

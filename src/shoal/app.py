@@ -16,7 +16,7 @@ from shoal.clock import Clock, SystemClock
 from shoal.config import Config, LiveConfig, TestHooks
 from shoal.cp.factory import CpRuntime, build_cp
 from shoal.cp.store import CpView, Keyspace, json_view
-from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
+from shoal.distro.members import MemberManager, build_members
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.responsibility import (
     DistroFallback,
@@ -26,7 +26,6 @@ from shoal.distro.responsibility import (
     Standalone,
 )
 from shoal.dns import DnsServer
-from shoal.errors import ConfigError
 from shoal.export.eventlog import ChangeLog
 from shoal.export.history import HistoryLog
 from shoal.export.node_export import NodeExporter, export_and_rotate
@@ -83,7 +82,7 @@ from shoal.transport.http.v3_naming import V3NamingRoutes
 from shoal.transport.selection import make_peer_transport
 from shoal.transport.sharing import PortSharing
 from shoal.workers.placement import WorkerPlacement
-from shoal.workers.worker import worker_dir, worker_ip
+from shoal.workers.worker import worker_dir
 
 log = logging.getLogger(__name__)
 
@@ -139,25 +138,6 @@ class TransportPhase:
     dns: DnsServer | None  # Nacos 3.3 built-in DNS (docs/protocol.md §8), when enabled
 
 
-def build_members(config: Config, clock: Clock, placement: WorkerPlacement | None = None) -> MemberManager | None:
-    """The member list (``nacos.member.list``, else cluster.conf); None: standalone. A worker of a
-    standalone node is a member among its sibling workers, ``ip:private_port`` each."""
-    member_list = parse_member_list(config.members)
-    if not member_list and config.cluster_conf:
-        try:
-            member_list = read_cluster_conf(Path(config.cluster_conf))
-        except OSError as exc:
-            raise ConfigError(f"cannot read cluster.conf {config.cluster_conf}: {exc.strerror}") from None
-    if placement is not None and not member_list:  # a standalone node of workers: they are its members
-        return MemberManager.from_list([], config.port, clock.now_ms, self_ip=worker_ip(config),
-                                       fail_access_cnt=config.member_fail_access_cnt, placement=placement)
-    if not member_list:
-        return None
-    return MemberManager.from_list(member_list, config.port, clock.now_ms, self_ip=config.self_address,
-                                   host=config.host, fail_access_cnt=config.member_fail_access_cnt,
-                                   placement=placement)
-
-
 def build_cp_phase(config: Config, members: MemberManager | None, worker: bool = False) -> CpPhase:
     """The CP store: persistent instances, service metadata, namespaces, switches and auth data are
     cluster-wide through it, fed into the model by the views' watches on every node. Its members are
@@ -191,7 +171,7 @@ def build_cluster_phase(config: Config, clock: Clock, hooks: TestHooks, tls: Nod
     if members is not None:
         identity = ((config.cluster_identity_key, config.cluster_identity_value)
                     if config.cluster_identity_key else None)
-        transport = make_peer_transport(config, members.self_address, identity, tls.peer)
+        transport = make_peer_transport(config, members.self_address, identity, tls.peer, members.introduction())
         distro = DistroProtocol(config, clock, stack.bus, stack.clients, stack.services, members, transport,
                                 on_renew, drop_incoming_sync=hooks.drop_incoming_sync, siblings=siblings)
     responsibility: Responsibility = (
@@ -229,7 +209,8 @@ def build_transport_phase(config: Config, tls: NodeTls, metrics: Metrics, auth: 
                       scrape=scrape)
     cluster_server = (ClusterServer(config, cluster.distro.dispatch, metrics, tls=tls.peer, sharing=sharing)
                       if cluster.distro is not None else None)
-    dns = (DnsServer(config, stack.naming, status.is_serving, reuse_port=sharing is not None)
+    dns = (DnsServer(config, stack.naming, status.is_serving, reuse_port=sharing is not None,
+                     workers=sharing.workers if sharing is not None else 1)
            if config.dns_enabled else None)
     return TransportPhase(connections, requests, fuzzy, fuzzy_notifier, sdk, http, cluster_server, dns)
 
@@ -264,7 +245,7 @@ class Node:
         #: where this process writes its own scratch files (a worker: a directory of its own)
         self.scratch_dir = worker_dir(config, placement) if placement is not None else Path(config.data_dir)
         sharing = (PortSharing(placement.index, placement.private_port,
-                               placement.private_port + config.cluster_port_offset)
+                               placement.private_port + config.cluster_port_offset, placement.count)
                    if placement is not None else None)
         self.clock = clock = clock or SystemClock()
         self.hooks = hooks = hooks or TestHooks()

@@ -1,7 +1,8 @@
 """``shoal check``: which node is stale (issue 23 item 4).
 
 Asks the node at ``--addr`` for the member list (``/nacos/v1/core/cluster/nodes``), then every
-member for its digest of each service (``/nacos/v1/shoal/digests``), and compares them
+member for its digest of each service (``/nacos/v1/shoal/digests``): each node, or each worker of
+a node of workers on its private port (each holds a replica), and compares them
 (:mod:`shoal.service_layer.digests`). Replication is eventual, so when the members differ they
 are asked again ``--recheck`` seconds later, and only what both rounds show is reported. The
 auth options are ``shoal status``'s (an admin token, user, or the cluster identity).
@@ -58,17 +59,27 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.set_defaults(func=_cmd_check)
 
 
-def members_of(node: _Node) -> list[str]:
-    """The member addresses the node knows (itself when standalone)."""
+def members_of(node: _Node) -> dict[str, list[str]]:
+    """The nodes the node knows (itself when standalone), each with the members to ask: the
+    private addresses of its workers (``extendInfo.workerStates``) for a node of several, else
+    the node itself."""
     status, text = node.get("/nacos/v1/core/cluster/nodes")
     if status != 200:
         raise StatusError(f"the member list answered {status} (with auth on it needs an admin token or identity)")
     try:
         data = json.loads(text)
         items = data.get("data", data) if isinstance(data, dict) else data
-        return [str(m["address"]) for m in items] or [node.base.removeprefix("http://")]
-    except (ValueError, TypeError, KeyError) as exc:
+        nodes = {str(m["address"]): _workers(m) or [str(m["address"])] for m in items}
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise StatusError(f"the member list is not one: {exc}") from None
+    return nodes or {node.base.removeprefix("http://"): [node.base.removeprefix("http://")]}
+
+
+def _workers(member: dict[str, object]) -> list[str]:
+    """A node's workers' addresses from its Member JSON (``ip:port=STATE,...``); [] for one process."""
+    extend = member.get("extendInfo")
+    states = extend.get("workerStates", "") if isinstance(extend, dict) else ""
+    return sorted(item.partition("=")[0] for item in str(states).split(",") if item.partition("=")[0])
 
 
 def digests_of(node: _Node, service: str) -> MemberDigests:
@@ -95,20 +106,41 @@ def check(nodes: dict[str, _Node], service: str, recheck_s: float) -> Comparison
     return persistent(first, one_round(nodes, service))
 
 
-def render(result: Comparison) -> str:
-    """The text form: who differs from whom, or that all agree."""
-    n, m = len(result.members), result.services
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' if count != 1 else ''}"
+
+
+def render(result: Comparison, nodes: dict[str, list[str]] | None = None) -> str:
+    """The text form: who differs from whom, or that all agree. ``nodes`` (node → the members
+    asked, :func:`members_of`) says which were workers of which node: the text talks about nodes,
+    with the workers as detail."""
+    nodes = nodes if nodes is not None else {m: [m] for m in result.members}
+    node_of = {member: node for node, members in nodes.items() for member in members}
+    workers = sum(len(members) for node, members in nodes.items() if members != [node])
+
+    def name(member: str) -> str:
+        node = node_of.get(member, member)
+        return member if node == member else f"{node} (worker {member})"
+
+    count, services = len(nodes), _plural(result.services, "service")
+    of_workers = f" ({_plural(workers, 'worker')})" if workers else ""
     if result.agree:
-        return f"all {n} members agree on {m} service{'s' if m != 1 else ''}"
-    lines = [f"{member} does not answer" for member in result.unanswered]
-    for name, groups in sorted(result.disagree.items()):
+        if count == 1 and not workers:
+            return f"1 node, no other member to compare it with; it holds {services}"
+        if count == 1:
+            return f"the node's {_plural(workers, 'worker')} agree on {services}"
+        return f"all {count} nodes{of_workers} agree on {services}"
+    lines = [f"{name(member)} does not answer" for member in result.unanswered]
+    for service, groups in sorted(result.disagree.items()):
         parts = []
         for digest, holders in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             what = "do not have it" if digest == ABSENT else f"hold {digest[1]} instance(s), digest {digest[0]}"
-            parts.append(f"{', '.join(holders)} {what}")
-        lines.append(f"{name}: " + "; ".join(parts))
-    answered = n - len(result.unanswered)
-    lines.append(f"{answered} of {n} members answered; they disagree on {len(result.disagree)} of {m} services")
+            parts.append(f"{', '.join(map(name, holders))} {what}")
+        lines.append(f"{service}: " + "; ".join(parts))
+    answered = len(result.members) - len(result.unanswered)
+    asked = f"{answered} of {len(result.members)} members of {_plural(count, 'node')}" if workers \
+        else f"{answered} of {_plural(count, 'node')}"
+    lines.append(f"{asked} answered; they disagree on {len(result.disagree)} of {result.services} services")
     return "\n".join(lines)
 
 
@@ -128,9 +160,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"shoal check: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
     nodes: dict[str, _Node] = {}
-    for member in members:
+    for member in (m for node_members in members.values() for m in node_members):
         nodes[member] = _Node(member, headers, args.timeout)
         nodes[member].token = node.token
     result = check(nodes, args.service, args.recheck)
-    print(json.dumps(result.to_json(), indent=2) if args.json else render(result))
+    print(json.dumps({**result.to_json(), "nodes": members}, indent=2) if args.json else render(result, members))
     return EXIT_OK if result.agree else EXIT_DEGRADED

@@ -12,8 +12,10 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from shoal.app import build_cp_phase
 from shoal.auth.service import AuthService
-from shoal.distro.members import REPORT_REQUEST, MemberState
+from shoal.distro.members import REPORT_REQUEST, MemberState, introduced_by
+from shoal.distro.snapshot import SNAPSHOT_REQUEST
 from shoal.distro.sync import SYNC_REQUEST
+from shoal.distro.transport import NODE_HEADER, WORKERS_HEADER
 from shoal.errors import Forbidden
 from shoal.metrics import Metrics
 from shoal.testing import OPEN_SETTINGS, SimCluster
@@ -144,3 +146,24 @@ async def test_a_report_from_a_worker_not_known_yet_is_learnt_and_a_stranger_is_
     assert kind == "MemberReportResponse"
     assert json.loads(answer)["nodeAddress"] == "10.9.0.3:8848" and json.loads(answer)["workers"] == []
     assert sorted(single.members.peers) == ["10.9.0.1:9100", "10.9.0.1:9102", "10.9.0.2:8848"]
+
+
+async def test_a_worker_not_known_yet_is_admitted_by_the_introduction_its_requests_carry() -> None:
+    # A worker's first snapshot load may reach a process its node's report has not reached yet
+    # (the public cluster port is any worker): its request names its node and workers itself.
+    cluster = SimCluster.of_workers([2, 2, 0], **OPEN_SETTINGS)
+    single = cluster.nodes["10.9.0.3:8848"].distro
+    worker = cluster.nodes["10.9.0.1:9102"]
+    headers = worker.members.introduction()
+    assert headers == {NODE_HEADER: "10.9.0.1:8848", WORKERS_HEADER: "9100,9102"}
+    assert cluster.nodes["10.9.0.3:8848"].members.introduction() == {}  # a single process needs none
+    load = json.dumps({"session": "", "offset": 0, "stream": True}).encode()
+    with pytest.raises(Forbidden):  # another ip than its node's: no worker of it
+        await single.dispatch("10.9.0.7:9102", SNAPSHOT_REQUEST, load, introduced_by("10.9.0.7:9102", headers))
+    with pytest.raises(Forbidden):  # a node nobody listed
+        await single.dispatch("10.9.0.7:9102", SNAPSHOT_REQUEST, load, introduced_by(
+            "10.9.0.7:9102", {NODE_HEADER: "10.9.0.7:8848", WORKERS_HEADER: "9102"}))
+    kind, _page = await single.dispatch(worker.address, SNAPSHOT_REQUEST, load, introduced_by(worker.address, headers))
+    assert kind == "DistroSnapshotResponse"
+    assert sorted(single.members.peers) == ["10.9.0.1:9100", "10.9.0.1:9102", "10.9.0.2:8848"]
+    assert introduced_by(worker.address, {NODE_HEADER: "10.9.0.1:8848", WORKERS_HEADER: "x"}) is None

@@ -66,7 +66,7 @@ def test_check_names_the_paused_node_then_agrees_after_sigcont(fault_cluster: Ca
     poll_until(lambda: all(len(cluster.instance_ips(i, "stale")) == 1 for i in range(3)), 20, what="replication")
 
     code, out = shoal_check(cluster, a)
-    assert (code, out.strip()) == (0, "all 3 members agree on 1 service"), out
+    assert (code, out.strip()) == (0, "all 3 nodes agree on 1 service"), out
 
     freeze(cluster.nodes[c])
     try:
@@ -81,7 +81,7 @@ def test_check_names_the_paused_node_then_agrees_after_sigcont(fault_cluster: Ca
     finally:
         thaw(cluster.nodes[c])
     poll_until(lambda: shoal_check(cluster, a)[0] == 0, 60, interval=0.5, what="shoal check to agree after SIGCONT")
-    assert shoal_check(cluster, c)[1].strip() == "all 3 members agree on 1 service"
+    assert shoal_check(cluster, c)[1].strip() == "all 3 nodes agree on 1 service"
     assert consistency(cluster, a)["agree"] is True
     assert gauge(cluster, a, cluster.addr(c)) == 0
 
@@ -100,7 +100,7 @@ def test_check_names_the_member_that_answers_a_stale_list(fault_cluster: Callabl
     line = next(x for x in out.splitlines() if x.startswith("public/DEFAULT_GROUP@@stale:"))
     assert f"{cluster.addr(a)}, {cluster.addr(b)} hold 1 instance(s)" in line
     assert f"{cluster.addr(c)} do not have it" in line
-    assert "3 of 3 members answered; they disagree on 1 of 1 services" in out
+    assert "3 of 3 nodes answered; they disagree on 1 of 1 services" in out
 
     code, out = shoal_check(cluster, a, "--json")
     report = json.loads(out)

@@ -12,14 +12,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shoal.config import Config
-from shoal.cp.embedded import EmbeddedStore
-from shoal.cp.etcd import EtcdStore
-from shoal.cp.store import CpStore
 from shoal.cp.supervisor import EtcdSupervisor, EtcdTls, plan_members
 from shoal.errors import ConfigError, TlsConfigError
 from shoal.tls import peer_settings
+
+if TYPE_CHECKING:  # the stores are imported where one is built: a node's supervisor, which only
+    # runs the managed etcd member (managed_member), never loads the etcd client (aiohttp)
+    from shoal.cp.etcd import EtcdStore
+    from shoal.cp.store import CpStore
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,8 @@ def build_cp(config: Config, members: Sequence[tuple[str, int]] = (), self_addre
     :data:`WORKER_POLL_INTERVAL_S` so a sibling's write reaches its watchers promptly."""
     mode = cp_mode(config, bool(members))
     if mode == "embedded":
+        from shoal.cp.embedded import EmbeddedStore
+
         poll_s = WORKER_POLL_INTERVAL_S if worker else 1.0
         return CpRuntime(mode, EmbeddedStore.in_data_dir(config.data_dir, config.cp_history_revisions, poll_s))
     if mode == "etcd":
@@ -86,6 +91,8 @@ def build_cp(config: Config, members: Sequence[tuple[str, int]] = (), self_addre
         return CpRuntime(mode, _etcd_store(config, supervisor.endpoints), supervisor)
     # https URLs, verified against the cluster's CA; the node always shows its certificate (the
     # members require one when mutual auth is asked for)
+    from shoal.cp.etcd import EtcdStore
+
     store = EtcdStore(supervisor.client_urls, request_timeout_ms=config.cp_request_timeout_ms,
                       ca_file=tls.trusted_ca_file, cert_file=tls.cert_file, key_file=tls.key_file,
                       user=config.cp_user, password=config.cp_password)
@@ -142,6 +149,8 @@ def managed_tls(config: Config) -> EtcdTls | None:
 
 
 def _etcd_store(config: Config, endpoints: Sequence[str]) -> EtcdStore:
+    from shoal.cp.etcd import EtcdStore
+
     return EtcdStore(endpoints, request_timeout_ms=config.cp_request_timeout_ms, ca_file=config.cp_tls_ca,
                      cert_file=config.cp_tls_cert, key_file=config.cp_tls_key,
                      user=config.cp_user, password=config.cp_password)

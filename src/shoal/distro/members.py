@@ -32,18 +32,20 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from shoal import jsonfast
-from shoal.distro.transport import PeerTransport, PeerUnavailable
+from shoal.distro.transport import NODE_HEADER, WORKERS_HEADER, PeerTransport, PeerUnavailable
 from shoal.errors import ConfigError
 from shoal.tasks import run_blocking
 
 if TYPE_CHECKING:
+    from shoal.clock import Clock
+    from shoal.config import Config
     from shoal.workers.placement import WorkerPlacement
 
 log = logging.getLogger(__name__)
@@ -200,6 +202,21 @@ def parse_report(body: bytes) -> NodeLayout | None:
     return NodeLayout(member, node, tuple(sorted(set(workers))))
 
 
+def introduced_by(sender: str, headers: Mapping[str, str]) -> NodeLayout | None:
+    """The layout a cluster request's headers (lower-cased) give for its sender: a worker's
+    name its node and the node's workers (:meth:`MemberManager.introduction`); None otherwise."""
+    node, workers = headers.get(NODE_HEADER, ""), headers.get(WORKERS_HEADER, "")
+    if not sender or not node or not workers:
+        return None
+    try:
+        ports = tuple(sorted({int(p) for p in workers.split(",")}))
+    except ValueError:
+        return None
+    if not all(0 < p < 65536 for p in ports):
+        return None
+    return NodeLayout(sender, node, ports)
+
+
 #: The worst of a node's workers' states when none is UP or SUSPICIOUS, worst first.
 _WORST_FIRST = (MemberState.DOWN, MemberState.ISOLATION, MemberState.STARTING, MemberState.SUSPICIOUS,
                 MemberState.UP)
@@ -274,6 +291,13 @@ class MemberManager:
     def self_node_address(self) -> str:
         """This process's node's ``ip:port`` (its own address unless it is a worker)."""
         return f"{self.self_node[0]}:{self.self_node[1]}"
+
+    def introduction(self) -> dict[str, str]:
+        """The headers a worker's cluster requests carry besides its name: its node and the
+        node's workers (:func:`introduced_by` reads them); none for a single-process node."""
+        if not self.self_workers:
+            return {}
+        return {NODE_HEADER: self.self_node_address, WORKERS_HEADER: ",".join(map(str, self.self_workers))}
 
     def all_members(self) -> list[Member]:
         """Every Distro member, this process included, sorted by address."""
@@ -620,3 +644,25 @@ class ClusterConfWatcher:
             return
         if self.members.set_members(members):
             log.info("cluster.conf reloaded: %s", [a for a, _ in members])
+
+
+def build_members(config: Config, clock: Clock, placement: WorkerPlacement | None = None) -> MemberManager | None:
+    """The member list (``nacos.member.list``, else cluster.conf); None: standalone. A worker of a
+    standalone node is a member among its sibling workers, ``ip:private_port`` each. (Here, not in
+    app.py, so that a node's supervisor checks the list as its workers will without importing them.)"""
+    member_list = parse_member_list(config.members)
+    if not member_list and config.cluster_conf:
+        try:
+            member_list = read_cluster_conf(Path(config.cluster_conf))
+        except OSError as exc:
+            raise ConfigError(f"cannot read cluster.conf {config.cluster_conf}: {exc.strerror}") from None
+    if placement is not None and not member_list:  # a standalone node of workers: they are its members
+        from shoal.workers.worker import worker_ip
+
+        return MemberManager.from_list([], config.port, clock.now_ms, self_ip=worker_ip(config),
+                                       fail_access_cnt=config.member_fail_access_cnt, placement=placement)
+    if not member_list:
+        return None
+    return MemberManager.from_list(member_list, config.port, clock.now_ms, self_ip=config.self_address,
+                                   host=config.host, fail_access_cnt=config.member_fail_access_cnt,
+                                   placement=placement)

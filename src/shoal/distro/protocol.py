@@ -29,6 +29,7 @@ from shoal.distro.members import (
     ClusterConfWatcher,
     MemberManager,
     MemberReporter,
+    NodeLayout,
     SiblingExchange,
 )
 from shoal.distro.processor import DistroProcessor
@@ -174,13 +175,18 @@ class DistroProtocol:
             REPORT_REQUEST: self.reporter.handle,
         }
 
-    async def dispatch(self, sender: str, type_name: str, body: bytes) -> tuple[str, bytes]:
-        """Handle one cluster request from the peer at ``sender``.
+    async def dispatch(self, sender: str, type_name: str, body: bytes,
+                       introduced: NodeLayout | None = None) -> tuple[str, bytes]:
+        """Handle one cluster request from the peer at ``sender`` (``introduced``: the sender's
+        node and workers as its request named them, :func:`~shoal.distro.members.introduced_by`).
 
         Raises Forbidden (not a member), NoHandler (unknown type), BadRequestBody (the body does
         not have its type's shape) or ValueError (a binary part does not decode, e.g. a sync
         batch's SyncDecodeError: answered 500, as before)."""
-        # a worker of a listed node is not known before its node's first report: learnt there
+        # a worker of a listed node is not known before its node's first report: learnt there, or
+        # from the request itself (a worker's names its node and workers), as a report would
+        if sender and introduced is not None and not self.members.is_member(sender):
+            self.members.learn(introduced)
         if sender and not self.members.is_member(sender) and (
                 type_name != REPORT_REQUEST or not self.reporter.admit(sender, body)):
             raise Forbidden(f"{sender} is not a member of this cluster")

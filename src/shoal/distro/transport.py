@@ -19,6 +19,11 @@ log = logging.getLogger(__name__)
 
 #: The request header a peer names itself (its main ip:port) with.
 MEMBER_HEADER = "shoal-member"
+#: A worker's requests also name its node (``ip:port``) and the node's workers (private ports,
+#: comma-separated), as its member report does: a peer that has not had the report yet admits it
+#: from any request (docs/protocol.md §6.2).
+NODE_HEADER = "shoal-node"
+WORKERS_HEADER = "shoal-workers"
 
 #: A cluster request handler: (sender address, body) → (response type, response body).
 ClusterHandler = Callable[[str, bytes], Awaitable[tuple[str, bytes]]]

@@ -6,6 +6,13 @@ to 65535 bytes). Every query, on either transport, spends one token of its sourc
 bucket (``shoal.dns.rate-limit`` per second, a burst of as many); a query past it is dropped
 (UDP) or ends the connection (TCP), and one log line per interval counts them. TCP
 connections are bounded in number and closed after an idle while.
+
+The workers of a node (``--workers N``) share the DNS port with ``SO_REUSEPORT``. The kernel's
+own choice of a socket hashes the 4-tuple, so a resolver that sends each query from a new source
+port (as RFC 5452 asks) would be spread over the workers and get N times the rate. Each worker's
+sockets therefore carry a classic BPF program (:func:`steer_by_source`) that picks the socket
+by the source *address* alone: one source always meets the same worker, whose bucket is then the
+node's. Where the program cannot be attached (not Linux), the limit stays per worker (logged).
 """
 
 from __future__ import annotations
@@ -14,9 +21,12 @@ import asyncio
 import collections
 import contextlib
 import logging
+import socket
+import struct
+import sys
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from shoal.config import Config
 from shoal.dns.resolver import DnsResolver, Prepared
@@ -33,6 +43,46 @@ TCP_IDLE_S = 10.0
 INLINE_RECORDS = 64
 #: Source addresses whose buckets are remembered (least recently seen forgotten first).
 MAX_SOURCES = 65536
+
+
+#: Linux ``setsockopt(SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF)``: the program a reuseport group runs.
+SO_ATTACH_REUSEPORT_CBPF = 51
+#: Classic BPF's offset of the network (IP) header, and the instructions used below.
+_SKF_NET_OFF = -0x100000
+_LD_B_ABS, _LD_W_ABS, _RSH_K, _MOD_K, _JEQ_K, _JA, _RET_A = 0x30, 0x20, 0x74, 0x94, 0x15, 0x05, 0x16
+
+
+def source_steering_program(workers: int) -> list[tuple[int, int, int, int]]:
+    """The cBPF program that returns, for a packet, the index of the group's socket to take: the
+    last 32 bits of the source address (IPv4 or IPv6) modulo ``workers``."""
+    return [
+        (_LD_B_ABS, 0, 0, _SKF_NET_OFF & 0xFFFFFFFF),  # A = the IP header's first byte
+        (_RSH_K, 0, 0, 4),  # A = the IP version
+        (_JEQ_K, 2, 0, 6),  # IPv6: to the load of its source's last word
+        (_LD_W_ABS, 0, 0, (_SKF_NET_OFF + 12) & 0xFFFFFFFF),  # IPv4 source address
+        (_JA, 0, 0, 1),
+        (_LD_W_ABS, 0, 0, (_SKF_NET_OFF + 20) & 0xFFFFFFFF),  # IPv6 source address, bytes 12..15
+        (_MOD_K, 0, 0, workers),
+        (_RET_A, 0, 0, 0),
+    ]
+
+
+def steer_by_source(sock: Any, workers: int) -> bool:
+    """Attach :func:`source_steering_program` to the reuseport group of ``sock`` (a socket or an
+    event loop's socket wrapper); False where the kernel offers no such thing."""
+    if not sys.platform.startswith("linux") or workers < 2:
+        return False
+    import ctypes
+
+    code = b"".join(struct.pack("HBBI", *insn) for insn in source_steering_program(workers))
+    filters = ctypes.create_string_buffer(code, len(code))
+    program = struct.pack("HP", len(code) // 8, ctypes.addressof(filters))  # struct sock_fprog
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, program)
+    except OSError as exc:
+        log.warning("DNS: cannot steer queries by source address (%s): the rate limit is per worker", exc)
+        return False
+    return True
 
 
 class RateLimiter:
@@ -60,11 +110,12 @@ class DnsServer:
     """The DNS listeners of one node (Nacos 3.3's DNS module), started by ``Node``."""
 
     def __init__(self, config: Config, naming: NamingService, serving: Callable[[], bool] = lambda: True,
-                 reuse_port: bool = False) -> None:
+                 reuse_port: bool = False, workers: int = 1) -> None:
         self.host = config.dns_bind_address
-        #: a worker's: the DNS port shared with the node's other workers (SO_REUSEPORT); each worker
-        #: then keeps its own per-source rate (a source gets up to the rate times the workers)
+        #: a worker's: the DNS port shared with the node's ``workers`` (SO_REUSEPORT), each source
+        #: address steered to one of them (:func:`steer_by_source`), so its bucket is the node's
         self.reuse_port = reuse_port
+        self.workers = workers
         self.port = config.dns_port
         self.resolver = DnsResolver(config, naming, serving=serving)
         self.limiter = RateLimiter(config.dns_rate_limit)
@@ -83,6 +134,9 @@ class DnsServer:
             self._udp = transport
             self._tcp = await asyncio.start_server(self._serve_tcp, self.host, self.port,
                                                    reuse_port=self.reuse_port or None)
+            if self.reuse_port:
+                for sock in (transport.get_extra_info("socket"), *self._tcp.sockets):
+                    steer_by_source(sock, self.workers)
         except OSError as exc:
             await self.stop()
             raise OSError(exc.errno, f"cannot bind the DNS port {self.host}:{self.port} (nacos.naming.dns.port, "

@@ -42,7 +42,9 @@ class ClusterPort:
         return f"{HOST}:{self.main_port}"
 
     async def start(self) -> ClusterPort:
-        self.server = ClusterServer(self.config, self.dispatch, Metrics(), tls=self.tls)
+        dispatch = self.dispatch  # the sender's introduction (a worker's node and workers) is not passed on
+        self.server = ClusterServer(self.config, lambda sender, kind, body, _introduced: dispatch(sender, kind, body),
+                                    Metrics(), tls=self.tls)
         await self.server.start()
         return self
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable
+from pathlib import Path
 
 from shoal.testing.http import call
 from shoal.testing.procs import ServerProcess
@@ -100,5 +101,25 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-__all__ = ["CLIENT_LIST", "LOADER_CURRENT", "connections_on_each_worker", "every_worker", "listed_by_every_worker",
-           "pid_alive", "rss_bytes", "worker_client_ids", "worker_connections", "worker_holding", "worker_listed_ips"]
+__all__ = ["CLIENT_LIST", "LOADER_CURRENT", "SERVER_LIBRARIES", "connections_on_each_worker", "every_worker",
+           "listed_by_every_worker", "mapped_libraries", "pid_alive", "rss_bytes", "server_libraries",
+           "worker_client_ids", "worker_connections", "worker_holding", "worker_listed_ips"]
+
+
+#: Where the compiled modules of the server live: its transports (grpc, aiohttp and its helpers,
+#: protobuf), the Arrow export, the auth store's bcrypt, the compiled kernels. A node's supervisor
+#: only starts, restarts and stops its workers, so none of them belongs in it.
+SERVER_LIBRARIES = ("/grpc/", "/aiohttp/", "/multidict/", "/yarl/", "/frozenlist/", "/google/", "/pyarrow/",
+                    "/bcrypt/", "/shoal/_ext/")
+
+
+def mapped_libraries(pid: int) -> set[str]:
+    """The shared objects (``.so`` files) mapped into process ``pid`` (/proc/<pid>/maps)."""
+    text = Path(f"/proc/{pid}/maps").read_text()
+    return {line.split(maxsplit=5)[5] for line in text.splitlines()
+            if line.count(" ") >= 5 and ".so" in line.rsplit("/", 1)[-1]}
+
+
+def server_libraries(pid: int) -> list[str]:
+    """The server's compiled modules (:data:`SERVER_LIBRARIES`) loaded by process ``pid``."""
+    return sorted(path for path in mapped_libraries(pid) if any(part in path for part in SERVER_LIBRARIES))

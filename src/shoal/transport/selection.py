@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from shoal.config import Config
@@ -101,11 +102,13 @@ def peer_client_name(config: Config) -> str:
 
 
 def make_peer_transport(config: Config, self_address: str, identity: tuple[str, str] | None,
-                        tls: PortTls | None) -> PeerTransport:
+                        tls: PortTls | None, introduction: Mapping[str, str] | None = None) -> PeerTransport:
     """The configured client for Distro calls to peers (``shoal.cluster.client.transport``): calls
-    carry ``identity`` (the cluster identity header, if any) and go over TLS with ``tls``."""
+    carry ``identity`` (the cluster identity header, if any) and ``introduction`` (a worker's node
+    and workers) and go over TLS with ``tls``."""
     if peer_client_name(config) == NATIVE:
         from shoal.transport.grpc.native_peer_client import NativePeerTransport
-        return NativePeerTransport(self_address, config.cluster_port_offset, identity, tls=tls)
+        return NativePeerTransport(self_address, config.cluster_port_offset, identity, tls=tls,
+                                   introduction=introduction)
     from shoal.transport.grpc.peer_client import GrpcPeerTransport
-    return GrpcPeerTransport(self_address, config.cluster_port_offset, identity, tls=tls)
+    return GrpcPeerTransport(self_address, config.cluster_port_offset, identity, tls=tls, introduction=introduction)

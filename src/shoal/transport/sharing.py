@@ -21,3 +21,4 @@ class PortSharing:
     worker: int
     http_port: int
     cluster_port: int
+    workers: int = 1  #: the node's worker count

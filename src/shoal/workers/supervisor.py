@@ -261,8 +261,8 @@ def preflight(config: Config) -> MemberManager | None:
     the node's member list (None: standalone), checked as a single-process node checks it."""
     members = None
     if config.members or config.cluster_conf:
-        from shoal.app import build_members
         from shoal.clock import SystemClock
+        from shoal.distro.members import build_members  # not shoal.app: the supervisor imports no server
 
         members = build_members(config, SystemClock())  # the nodes: checked as a single process checks them
     TestHooks.from_env()  # malformed hooks: refused here once, not by every worker

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from shoal.config import Config
+from shoal.distro.members import NodeLayout, introduced_by
 from shoal.distro.transport import MEMBER_HEADER
 from shoal.errors import BadRequestBody, Code, Forbidden, NacosError
 from shoal.kernels.payload import PayloadDecodeError, decode, encode
@@ -30,7 +31,8 @@ from shoal.transport.sharing import PortSharing
 
 log = logging.getLogger(__name__)
 
-Dispatch = Callable[[str, str, bytes], Awaitable[tuple[str, bytes]]]
+#: (sender, type, body, the sender's node and workers as its headers name them) → (type, body)
+Dispatch = Callable[[str, str, bytes, NodeLayout | None], Awaitable[tuple[str, bytes]]]
 
 
 class ClusterServer:
@@ -97,7 +99,7 @@ class ClusterServer:
         sender = headers.get(MEMBER_HEADER, "")
         try:
             self._check_identity(headers)
-            reply_type, body = await self.dispatch(sender, type_name, raw)
+            reply_type, body = await self.dispatch(sender, type_name, raw, introduced_by(sender, headers))
             code = 200
         except NacosError as exc:
             if isinstance(exc, BadRequestBody):

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import socket
 import ssl
+from collections.abc import Mapping
 from typing import Any
 
 from shoal._ext import h2client
@@ -252,7 +253,8 @@ class NativePeerTransport:
     """A PeerTransport over the native HTTP/2 client: one connection per peer, closed by :meth:`close`."""
 
     def __init__(self, self_address: str, port_offset: int, identity: tuple[str, str] | None = None,
-                 max_message: int = MAX_MESSAGE_BYTES, tls: PortTls | None = None) -> None:
+                 max_message: int = MAX_MESSAGE_BYTES, tls: PortTls | None = None,
+                 introduction: Mapping[str, str] | None = None) -> None:
         self.self_address = self_address
         self.port_offset = port_offset
         self.identity = identity
@@ -263,7 +265,7 @@ class NativePeerTransport:
         if tls is not None:
             self.ssl_context = tls.client_context()
             self.ssl_context.set_alpn_protocols([ALPN_H2])
-        headers = {MEMBER_HEADER: self_address}
+        headers = {MEMBER_HEADER: self_address, **(introduction or {})}  # a worker's node and workers
         if identity is not None:
             headers[identity[0]] = identity[1]
         self._headers = headers

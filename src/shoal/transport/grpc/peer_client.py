@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
@@ -39,8 +40,10 @@ class GrpcPeerTransport:
     """A PeerTransport over gRPC: one lazily opened channel per peer, closed by :meth:`close`."""
 
     def __init__(self, self_address: str, port_offset: int, identity: tuple[str, str] | None = None,
-                 max_message: int = MAX_MESSAGE_BYTES, tls: PortTls | None = None) -> None:
+                 max_message: int = MAX_MESSAGE_BYTES, tls: PortTls | None = None,
+                 introduction: Mapping[str, str] | None = None) -> None:
         self.self_address = self_address
+        self.introduction = dict(introduction or {})  # a worker's node and workers
         # With the peer TLS settings on, peers are called over TLS only: verified against the
         # trust file (or the system's CAs), showing our cluster certificate for mutual auth.
         self._credentials: Any = None
@@ -75,7 +78,7 @@ class GrpcPeerTransport:
 
     async def call(self, target: str, type_name: str, body: bytes, timeout_ms: int) -> tuple[str, bytes]:
         """Send one request to the peer at ``target`` (its main ip:port) and return its answer."""
-        headers = {MEMBER_HEADER: self.self_address}
+        headers = {MEMBER_HEADER: self.self_address, **self.introduction}
         if self.identity is not None:
             identity_key, identity_value = self.identity
             headers[identity_key] = identity_value
