@@ -68,8 +68,8 @@ class MixedLoad:
                 self._main.result(timeout)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout)
-        if not self._loop.is_running():
-            self._loop.close()
+        # The loop is left open: the SDK's grpc.aio objects still call into it when they are
+        # finalized later ("Event loop is closed" otherwise); it holds no socket any more.
 
     # --- the load ----------------------------------------------------------------------------
     def _count(self, ok: bool) -> None:
