@@ -15,7 +15,7 @@ from shoal import __version__
 from shoal.config import AUTO_WORKERS_CAP, Config, TestHooks, worker_count
 from shoal.config_sources import Report
 from shoal.errors import ConfigError
-from shoal.gcpolicy import GcPolicy
+from shoal.gcpolicy import GcPolicy, HeapTrimmer
 from shoal.workers.placement import WorkerPlacement
 
 if TYPE_CHECKING:
@@ -222,9 +222,16 @@ async def _serve(config: Config, policy: GcPolicy, placement: WorkerPlacement | 
     # from here on, what the registry grows by is frozen once it settles (shoal/gcpolicy.py)
     gc_periodic = policy.periodic()
     gc_periodic.start()
+    # and the heaps' free pages go back to the system after a burst (shoal/gcpolicy.py)
+    trimmer = HeapTrimmer.load()
+    trim_periodic = trimmer.periodic() if trimmer is not None else None
+    if trim_periodic is not None:
+        trim_periodic.start()
     try:
         return await _run_node(node, stop, policy)
     finally:
+        if trim_periodic is not None:
+            await trim_periodic.stop()
         await gc_periodic.stop()
 
 

@@ -22,6 +22,8 @@ test asks for), :mod:`~shoal.testing.h2client` (a frame-level HTTP/2 gRPC client
 :mod:`~shoal.testing.moving` (SDK-like clients that follow rebalancing), :mod:`~shoal.testing.etcd`
 (real etcd members and clusters), :mod:`~shoal.testing.proxy` (a cuttable TCP proxy),
 :mod:`~shoal.testing.faults` (signals, RSS, log checks, iptables partitions),
+:mod:`~shoal.testing.load` (a node's ordinary traffic in the background, real clients: beats,
+writers, SDK churn and a subscriber, console reads),
 :mod:`~shoal.testing.certs` (a throw-away PKI), :mod:`~shoal.testing.ldap` (a real ``slapd``),
 :mod:`~shoal.testing.ci` (skip here, fail in CI),
 :mod:`~shoal.testing.openapi` (register and list over the v1 Open API), :mod:`~shoal.testing.auth`

@@ -42,6 +42,7 @@ from shoal.tls import describe as describe_tls
 from shoal.transport.http import access_log
 from shoal.transport.http.api import Api, core_ok, dumps, error_response, v2_ok
 from shoal.transport.http.auth_routes import IDENTITY_KEY
+from shoal.transport.http.bad_requests import Runner
 from shoal.transport.http.forward import Forwarder, MemberView, Standalone, StandaloneMembers
 from shoal.transport.http.naming import distro_tag, persistent_write
 from shoal.transport.http.node_scrape import NodeScrape, merge_expositions
@@ -155,7 +156,7 @@ class HttpServer:
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app, handle_signals=False, **access_log.runner_options(self.config))
+        self._runner = Runner(self.app, handle_signals=False, **access_log.runner_options(self.config))
         await self._runner.setup()
         # a worker: its private port now, the node's port (shared) once it serves (share())
         await self._listen(self.config.port if self.sharing is None else self.sharing.http_port, shared=False)
