@@ -106,10 +106,12 @@ class DistroProcessor:
             self.clients.add(client)
         self.clients.set_owner(client, sender)
         self.clients.renew(client, now_mono)
-        wanted = records.publications_of(record)
+        held = client.publications
+        wanted = records.publications_of(record, held)
         now_wall = self.clock.now_ms()
-        for service in wanted:
-            self.services.get_or_create(service, now_wall)
+        for service, publication in wanted.items():
+            if held.get(service) is not publication:  # a service this copy publishes exists already
+                self.services.get_or_create(service, now_wall)
         replaced = self.clients.replace(client, wanted, now_mono, revision=revision)
         self.handoff.take_over(client)  # an ip:port client this node is responsible for
         if replaced:

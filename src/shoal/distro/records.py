@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from shoal.kernels import syncser
 from shoal.kernels.syncser import ClientRecord, InstanceRecord, ServiceTuple
-from shoal.kernels.syncser_layout import FORMAT_VERSION, INSTANCE_METADATA, MAGIC, SERVICE_INSTANCES
+from shoal.kernels.syncser_layout import (
+    FORMAT_VERSION,
+    INSTANCE_LAST_BEAT,
+    INSTANCE_METADATA,
+    MAGIC,
+    SERVICE_INSTANCES,
+)
 from shoal.model.client import Client, ClientKind, Publication
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
@@ -27,14 +33,23 @@ def _instance_records(instances: Iterable[InstanceInfo]) -> list[InstanceRecord]
     ]
 
 
+def instance_records_of(publication: Publication) -> list[InstanceRecord]:
+    """A publication's instances as sync records, memoised on it (publications are replaced,
+    never changed). The list is shared: records built from it must not be changed."""
+    cached = publication.sync_records
+    if cached is None:
+        cached = publication.sync_records = _instance_records(publication.instances)
+    return cached
+
+
 def client_record(client: Client, op: int = OP_CHANGE) -> ClientRecord:
     """A client's full state as one sync record (Nacos ClientSyncData)."""
     if op == OP_DELETE:
         return (OP_DELETE, client.client_id, client.revision, [])
-    services: list[ServiceTuple] = []
-    for key, publication in client.publications.items():
-        services.append((key.namespace, key.group, key.name, publication.batch,
-                         _instance_records(publication.instances)))
+    services: list[ServiceTuple] = [
+        (key.namespace, key.group, key.name, publication.batch, instance_records_of(publication))
+        for key, publication in client.publications.items()
+    ]
     return (OP_CHANGE, client.client_id, client.revision, services)
 
 
@@ -115,15 +130,27 @@ def delete_record(client_id: str) -> ClientRecord:
     return (OP_DELETE, client_id, 0, [])
 
 
-def publications_of(record: ClientRecord) -> dict[ServiceKey, Publication]:
+def publications_of(record: ClientRecord,
+                    held: Mapping[ServiceKey, Publication] | None = None) -> dict[ServiceKey, Publication]:
+    """The publications a change record carries. A service whose record equals what ``held``
+    (the copy's current publications) already publishes keeps that very Publication object, so
+    an unchanged service is neither turned into instances again nor compared field by field."""
     _op, _client_id, _revision, services = record
     out: dict[ServiceKey, Publication] = {}
     for namespace, group, name, batch, instances in services:
-        out[ServiceKey(namespace, group, name)] = Publication(
+        key = ServiceKey(namespace, group, name)
+        if held is not None:
+            current = held.get(key)
+            if current is not None and current.batch == batch and instance_records_of(current) == instances:
+                out[key] = current
+                continue
+        publication = out[key] = Publication(
             tuple(InstanceInfo(ip, port, weight, healthy, enabled, cluster, instance_id, metadata)
                   for ip, port, weight, healthy, enabled, cluster, instance_id, metadata, _beat in instances),
             batch,
         )
+        if all(instance[INSTANCE_LAST_BEAT] == 0 for instance in instances):  # what this node would send
+            publication.sync_records = instances
     return out
 
 

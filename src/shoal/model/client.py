@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from shoal.kernels.syncser_layout import InstanceRecord
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
 
@@ -40,10 +41,18 @@ class Subscriber:
 
 @dataclass(slots=True)
 class Publication:
-    """What a client publishes for one service: one instance, or a batch that replaced it."""
+    """What a client publishes for one service: one instance, or a batch that replaced it.
+
+    Publications are replaced, never changed. ``sync_records`` memoises the instances as Distro's
+    sync records (:func:`shoal.distro.records.instance_records_of`): the record of a client with
+    100 publications is built again for every change of one of them, on the owner, and compared
+    on every copy; with the memo an unchanged publication costs neither a rebuild nor a decode
+    into instances. Not part of the value (equality, repr) and never passed in.
+    """
 
     instances: tuple[InstanceInfo, ...]
     batch: bool = False
+    sync_records: list[InstanceRecord] | None = field(default=None, init=False, compare=False, repr=False)
 
 
 @dataclass(eq=False, slots=True)
