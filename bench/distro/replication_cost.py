@@ -11,7 +11,7 @@ its sync queue to B and each stage is run and timed by hand on the real function
 * ``handle``: A's ``register_instance`` (the local write and its model events);
 * ``build``: the sync engine's build callback (``DistroProtocol._record_of``) per due client;
 * ``encode``: ``records.encode`` of the batch;
-* ``decode``: ``records.decode`` on B;
+* ``decode``: ``records.split`` on B (what its sync receiver does; the changed services are decoded in ``apply``);
 * ``apply``: B's ``_apply_sync`` (the processor's apply, the model's events, the digests).
 
 Then the same for deregistration. The peer transport is left out (``bench.distro.peer_client``
@@ -77,7 +77,7 @@ def _round(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                 t1 = time.perf_counter()
                 body = records.encode(batch)
                 t2 = time.perf_counter()
-                decoded = records.decode(body)
+                decoded = records.split(body)
                 t3 = time.perf_counter()
                 b.distro._apply_sync(a.address, decoded)
                 t4 = time.perf_counter()

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from shoal.kernels.syncser_layout import InstanceRecord
 from shoal.model.instance import InstanceInfo
 from shoal.model.keys import ServiceKey
 
@@ -43,16 +42,17 @@ class Subscriber:
 class Publication:
     """What a client publishes for one service: one instance, or a batch that replaced it.
 
-    Publications are replaced, never changed. ``sync_records`` memoises the instances as Distro's
-    sync records (:func:`shoal.distro.records.instance_records_of`): the record of a client with
-    100 publications is built again for every change of one of them, on the owner, and compared
-    on every copy; with the memo an unchanged publication costs neither a rebuild nor a decode
-    into instances. Not part of the value (equality, repr) and never passed in.
+    Publications are replaced, never changed. ``sync_wire`` memoises the publication's encoding
+    in Distro's sync records under the service it is published for
+    (:func:`shoal.distro.records.service_bytes`): the record of a client with 100 publications
+    is sent again for every change of one of them, and with the memo an unchanged publication is
+    neither encoded again on the owner nor decoded again on a copy. Not part of the value
+    (equality, repr) and never passed in.
     """
 
     instances: tuple[InstanceInfo, ...]
     batch: bool = False
-    sync_records: list[InstanceRecord] | None = field(default=None, init=False, compare=False, repr=False)
+    sync_wire: tuple[ServiceKey, bytes] | None = field(default=None, init=False, compare=False, repr=False)
 
 
 @dataclass(eq=False, slots=True)
