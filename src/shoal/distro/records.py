@@ -64,7 +64,8 @@ def wire_record(client: Client) -> SplitRecord:
     """:func:`client_record` with each service as its encoding (memoised on the publication):
     what the sync engine sends."""
     return (OP_CHANGE, client.client_id, client.revision,
-            [service_bytes(key, publication) for key, publication in client.publications.items()])
+            [memo[1] if (memo := publication.sync_wire) is not None and memo[0] is key  # the memo, inline
+             else service_bytes(key, publication) for key, publication in client.publications.items()])
 
 
 # A batch of one record of one service is these bytes and then the service's encoding.
@@ -179,7 +180,7 @@ def publications_of(record: ClientRecord,
     if held:
         for key, publication in held.items():
             memo = publication.sync_wire
-            if memo is not None and memo[0] == key:
+            if memo is not None and (memo[0] is key or memo[0] == key):
                 known[memo[1]] = (key, publication)
     for service in services:
         wire: bytes | None = None
