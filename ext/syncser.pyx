@@ -411,3 +411,84 @@ cdef list _read_batch(Reader* r):
     if r.pos != r.end:
         raise SyncDecodeError(f"{r.end - r.pos} trailing bytes after the batch")
     return records
+
+
+# -- splitting: records with each service left as its bytes (see the twin's split_batch) ---------
+
+cdef inline int _skip_string(Reader* r) except -1:
+    cdef uint64_t n = _uvarint(r)
+    if n > <uint64_t>(r.end - r.pos):
+        raise SyncDecodeError(f"truncated batch: need {n} bytes at offset {r.pos}")
+    r.pos += <Py_ssize_t>n
+    return 0
+
+
+cdef int _skip_service(Reader* r) except -1:
+    _skip_string(r)
+    _skip_string(r)
+    _skip_string(r)
+    cdef unsigned char is_batch = _u8(r)
+    if is_batch > 1:
+        raise SyncDecodeError(f"is_batch must be 0 or 1, got {is_batch} at offset {r.pos - 1}")
+    cdef Py_ssize_t i, j, n_metadata, n_instances = _count(r, MIN_INSTANCE, "instance")
+    cdef unsigned char flags
+    for i in range(n_instances):
+        _skip_string(r)
+        _need(r, 10)
+        flags = _u8(r)
+        if flags > 3:
+            raise SyncDecodeError(f"unknown instance flag bits {flags:#x} at offset {r.pos - 1}")
+        _skip_string(r)
+        _skip_string(r)
+        n_metadata = _count(r, MIN_METADATA, "metadata")
+        for j in range(n_metadata):
+            _skip_string(r)
+            _skip_string(r)
+        _uvarint(r)
+    return 0
+
+
+def split_batch(data):
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"expected bytes, bytearray or memoryview, got {type(data).__name__}")
+    cdef bytes buf = data if type(data) is bytes else bytes(data)
+    cdef Reader r
+    r.buf = <const unsigned char*>PyBytes_AS_STRING(buf)
+    r.pos = 0
+    r.end = PyBytes_GET_SIZE(buf)
+    memset(r.cache, 0, sizeof(r.cache))
+    cdef Py_ssize_t i
+    try:
+        return _split_batch(&r)
+    finally:
+        for i in range(CACHE_SLOTS):
+            Py_XDECREF(r.cache[i])
+
+
+cdef list _split_batch(Reader* r):
+    if r.end < HEADER_SIZE or memcmp(r.buf, PyBytes_AS_STRING(MAGIC), 4) != 0:
+        raise SyncDecodeError("not a sync batch (bad magic)")
+    if r.buf[4] != FORMAT_VERSION:
+        raise SyncDecodeError(f"unsupported sync batch version {r.buf[4]}")
+    r.pos = HEADER_SIZE
+    cdef list records = []
+    cdef Py_ssize_t i, j, start, n_clients = _count(r, MIN_CLIENT, "client"), n_services
+    cdef unsigned char op
+    cdef uint64_t revision
+    cdef list services
+    for i in range(n_clients):
+        op = _u8(r)
+        client_id = _string(r)
+        revision = _uvarint(r)
+        if revision > <uint64_t>REVISION_MAX:
+            raise SyncDecodeError(f"revision {revision} exceeds 2**63 - 1")
+        n_services = _count(r, MIN_SERVICE, "service")
+        services = []
+        for j in range(n_services):
+            start = r.pos
+            _skip_service(r)
+            services.append(PyBytes_FromStringAndSize(<const char*>r.buf + start, r.pos - start))
+        records.append((op, client_id, PyLong_FromUnsignedLongLong(revision), services))
+    if r.pos != r.end:
+        raise SyncDecodeError(f"{r.end - r.pos} trailing bytes after the batch")
+    return records

@@ -102,6 +102,26 @@ def ip_count(http_port: int) -> int | None:
     return int(float(m.group(1))) if m else None
 
 
+_SYNC_SENT = re.compile(r'^shoal_distro_sync_(records_total|batches_total)\{([^}]*)\}\s+(\S+)', re.M)
+
+
+def sync_sent(http_port: int) -> dict[str, int] | None:
+    """What the worker on ``http_port`` sent its peers so far: client records and acknowledged
+    batches, summed over peers (``records / batches`` is the mean batch)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/nacos/actuator/prometheus", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    out = {"records": 0, "batches": 0}
+    for name, labels, value in _SYNC_SENT.findall(text):
+        if name == "records_total":
+            out["records"] += int(float(value))
+        elif 'result="success"' in labels:
+            out["batches"] += int(float(value))
+    return out
+
+
 def wait_instances(server: run.Server, want: int, timeout_s: float) -> dict[str, Any]:
     """Until every worker (each on its private HTTP port; the node's port without workers) holds
     ``want`` instances: how long that took (replication to the siblings) and the counts."""
@@ -113,7 +133,9 @@ def wait_instances(server: run.Server, want: int, timeout_s: float) -> dict[str,
             break
         time.sleep(0.05)
     return {"want": want, "ip_count": counts, "waited_s": round(time.monotonic() - t0, 3),
-            "all_hold": all(c is not None and c >= want for c in counts.values())}
+            "all_hold": all(c is not None and c >= want for c in counts.values()),
+            # cumulative since the node started (the first round's register alone in round 1)
+            "sync_sent": {str(port): sync_sent(port) for port in ports if port}}
 
 
 def parse_counts(text: str) -> list[int]:

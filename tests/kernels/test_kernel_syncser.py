@@ -323,3 +323,57 @@ def test_named_positions_address_the_decoded_fields(syncser: ModuleType) -> None
     fields = ("INSTANCE_IP", "INSTANCE_PORT", "INSTANCE_WEIGHT", "INSTANCE_HEALTHY", "INSTANCE_ENABLED",
               "INSTANCE_CLUSTER", "INSTANCE_ID", "INSTANCE_METADATA", "INSTANCE_LAST_BEAT")
     assert tuple(instance[getattr(selector, name)] for name in fields) == INSTANCE
+
+
+# -- split_batch: services left as their bytes --------------------------------------------------
+
+#: What split_batch leaves to decoding: the strings' UTF-8 and unique metadata keys inside a service.
+LEFT_TO_DECODING = {"duplicate-metadata-key", "bad-utf8-metadata"}
+ONE_SERVICE_HEAD = HEADER + b"\x01" + client(b"\x01")  # a batch of one record of one service, less the service
+
+
+def decode_service(syncser: ModuleType, data: bytes) -> Any:
+    (record,) = syncser.decode_batch(ONE_SERVICE_HEAD + data)
+    (service,) = record[3]
+    return service
+
+
+def test_split_golden(syncser: ModuleType) -> None:
+    ((op, cid, revision, services),) = syncser.split_batch(GOLDEN)
+    assert (op, cid, revision) == (3, "c1", 300)
+    assert services == [GOLDEN[GOLDEN.index(b"\x06public"):]]
+    assert type(services[0]) is bytes
+    assert decode_service(syncser, services[0]) == SERVICE
+
+
+def test_split_then_decode_equals_decode(syncser: ModuleType) -> None:
+    data = syncser.encode_batch(EDGE_RECORDS)
+    split = syncser.split_batch(data)
+    assert [(op, cid, rev, [decode_service(syncser, s) for s in services]) for op, cid, rev, services in split] \
+        == syncser.decode_batch(data)
+    assert syncser.split_batch(HEADER + b"\x00") == []
+    assert syncser.split_batch(memoryview(b"xx" + GOLDEN)[2:]) == syncser.split_batch(GOLDEN)
+
+
+@pytest.mark.parametrize(("data", "reason"), list(MALFORMED.values()), ids=list(MALFORMED))
+def test_split_rejects_what_decode_does_but_the_services_contents(syncser: ModuleType, data: bytes,
+                                                                 reason: str) -> None:
+    if data in (MALFORMED[name][0] for name in LEFT_TO_DECODING):
+        ((_, _, _, (service,)),) = syncser.split_batch(data)
+        with pytest.raises(SyncDecodeError, match=re.escape(reason)):
+            decode_service(syncser, service)
+    else:
+        with pytest.raises(SyncDecodeError, match=re.escape(reason)):
+            syncser.split_batch(data)
+
+
+def test_split_every_truncation_and_extension_fails(syncser: ModuleType) -> None:
+    data = syncser.encode_batch(EDGE_RECORDS)
+    for end in range(len(data)):
+        with pytest.raises(SyncDecodeError):
+            syncser.split_batch(data[:end])
+    for extra in (b"\x00", b"\xff", GOLDEN):
+        with pytest.raises(SyncDecodeError):
+            syncser.split_batch(data + extra)
+    with pytest.raises(TypeError):
+        syncser.split_batch("SHSY")

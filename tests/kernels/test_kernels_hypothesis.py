@@ -263,6 +263,17 @@ def decode_or_none(module: ModuleType, data: bytes) -> Any:
         return None
 
 
+def split_decode_or_none(module: ModuleType, data: bytes) -> Any:
+    """split_batch, then each service decoded in a batch of its own (as Distro's receiver does),
+    or None on SyncDecodeError."""
+    head = b"SHSY\x01\x01\x00\x00\x00\x01"  # one record ("" id, revision 0) of one service
+    try:
+        return [(op, cid, rev, [module.decode_batch(head + service)[0][3][0] for service in services])
+                for op, cid, rev, services in module.split_batch(data)]
+    except SyncDecodeError:
+        return None
+
+
 def assert_decoders_agree(data: bytes) -> None:
     py, ext = both("syncser")
     from_py = decode_or_none(py, data)
@@ -272,6 +283,15 @@ def assert_decoders_agree(data: bytes) -> None:
         # Compare through the canonical re-encoding (robust to NaN weights).
         assert py.encode_batch(from_py) == data
         assert ext.encode_batch(from_ext) == data
+    # Splitting, then decoding each service, accepts exactly the same bytes, into the same records.
+    for module in (py, ext):
+        split = split_decode_or_none(module, data)
+        assert (split is None) == (from_py is None)
+        if split is not None:
+            assert py.encode_batch(split) == data
+    split_py = same_outcome(lambda: py.split_batch(data), lambda: ext.split_batch(data))
+    if split_py is not None:
+        assert all(type(service) is bytes for *_, services in split_py for service in services)
 
 
 @settings(max_examples=500, deadline=None)

@@ -24,7 +24,7 @@ from shoal.distro import records
 from shoal.distro.mapper import DistroMapper, IpPortHandoff, responsible_id
 from shoal.distro.records import OP_CHANGE, OP_DELETE, ClientRecord
 from shoal.distro.sync import SyncEngine
-from shoal.model.client import Client, ClientKind
+from shoal.model.client import Client, ClientKind, Publication
 from shoal.model.clients import ClientManager
 from shoal.model.events import (
     REASON_DELETED_BY_OWNER,
@@ -34,6 +34,7 @@ from shoal.model.events import (
     DistroSyncApplied,
     EventBus,
 )
+from shoal.model.keys import ServiceKey
 from shoal.model.services import ServiceManager
 
 log = logging.getLogger(__name__)
@@ -74,24 +75,36 @@ class DistroProcessor:
     def record_of(self, client_id: str, op: int) -> ClientRecord | None:
         """The current state of a client for a CHANGE/ADD (None if it is gone)."""
         client = self.clients.get(client_id)
-        return records.client_record(client) if client is not None else None
+        return records.wire_record(client) if client is not None else None
 
     # --- incoming ---------------------------------------------------------------------------
     def apply(self, sender: str, batch: list[ClientRecord]) -> int:
-        """Apply one decoded batch from ``sender``; returns how many records changed anything."""
+        """Apply one batch from ``sender``; returns how many records changed anything.
+
+        Every CHANGE's publications are made first, so a service that does not decode
+        (:class:`~shoal.kernels.syncser.SyncDecodeError`) refuses the whole batch before any of it
+        is applied, as a batch decoded in full up front does."""
+        wanted = [self._wanted(record) if record[0] == OP_CHANGE else None for record in batch]
         changed = 0
-        for record in batch:
+        for record, publications in zip(batch, wanted, strict=True):
             op, client_id, _, _ = record
             if op == OP_DELETE:
                 changed += self._delete(sender, client_id)
-            elif op == OP_CHANGE:
-                changed += self._upsert(sender, record)
+            elif publications is not None:
+                changed += self._upsert(sender, record, publications)
             else:
                 log.warning("ignoring sync record with unknown op %d from %s", op, sender)
         self.applied += changed
         return changed
 
-    def _upsert(self, sender: str, record: ClientRecord) -> int:
+    def _wanted(self, record: ClientRecord) -> dict[ServiceKey, Publication]:
+        """The publications a CHANGE carries, reusing those the copy held already holds unchanged
+        (one client's record comes once per batch; a repeat would still be read right, just
+        without the reuse)."""
+        held = self.clients.get(record[1])
+        return records.publications_of(record, held.publications if held is not None else None)
+
+    def _upsert(self, sender: str, record: ClientRecord, wanted: dict[ServiceKey, Publication]) -> int:
         _, client_id, revision, _ = record
         now_mono = self.clock.monotonic_ms()
         client = self.clients.get(client_id)
@@ -106,10 +119,11 @@ class DistroProcessor:
             self.clients.add(client)
         self.clients.set_owner(client, sender)
         self.clients.renew(client, now_mono)
-        wanted = records.publications_of(record)
+        held = client.publications
         now_wall = self.clock.now_ms()
-        for service in wanted:
-            self.services.get_or_create(service, now_wall)
+        for service, publication in wanted.items():
+            if held.get(service) is not publication:  # a service this copy publishes exists already
+                self.services.get_or_create(service, now_wall)
         replaced = self.clients.replace(client, wanted, now_mono, revision=revision)
         self.handoff.take_over(client)  # an ip:port client this node is responsible for
         if replaced:

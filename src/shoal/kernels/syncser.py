@@ -10,13 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from shoal.kernels import load
-from shoal.kernels.syncser_layout import ClientRecord, InstanceRecord, ServiceTuple, SyncDecodeError
+from shoal.kernels.syncser_layout import ClientRecord, InstanceRecord, ServiceTuple, SplitRecord, SyncDecodeError
 
-__all__ = ["ClientRecord", "InstanceRecord", "ServiceTuple", "SyncDecodeError", "decode_batch", "encode_batch"]
+__all__ = ["ClientRecord", "InstanceRecord", "ServiceTuple", "SplitRecord", "SyncDecodeError", "decode_batch",
+           "encode_batch", "split_batch"]
 
 if TYPE_CHECKING:
-    from shoal.kernels.syncser_py import decode_batch, encode_batch
+    from shoal.kernels.syncser_py import decode_batch, encode_batch, split_batch
 else:
     _impl = load("syncser")
     encode_batch = _impl.encode_batch
     decode_batch = _impl.decode_batch
+    split_batch = _impl.split_batch

@@ -35,6 +35,8 @@ CLIENT_OP: Final = 0
 CLIENT_ID: Final = 1
 CLIENT_REVISION: Final = 2
 CLIENT_SERVICES: Final = 3
+#: (op, client_id, revision, services each as its encoded bytes): ``split_batch``'s records
+SplitRecord = tuple[int, str, int, list[bytes]]
 
 MAGIC = b"SHSY"
 FORMAT_VERSION = 1

@@ -28,6 +28,15 @@ duplicate metadata keys, trailing bytes ...), so ``encode_batch(decode_batch(b))
 ``decode_batch(b)`` succeeds. Every malformed input raises :class:`SyncDecodeError`; a count is
 checked against the bytes left (each item has a minimum encoded size) before anything is built.
 
+``split_batch`` reads a batch as ``decode_batch`` does but leaves each service as its encoded
+bytes (a ``bytes`` slice of the batch): it checks the batch's whole structure (magic, version,
+every count against the bytes left, every varint, every string's length, the flag and is_batch
+bytes, no trailing bytes) and decodes the client ids, but neither the UTF-8 of a service's strings
+nor its metadata keys' uniqueness. A batch is one ``decode_batch`` accepts exactly when
+``split_batch`` accepts it and ``decode_batch`` accepts each of its services put in a batch of
+their own (:func:`shoal.distro.records.decode_service`); the services are then equal. So a
+receiver can tell an unchanged service by its bytes alone and decode only the others.
+
 Encoding checks types as it goes: ``TypeError`` for a wrongly typed field (records and list fields
 must be tuples and lists/tuples; strings ``str``; flags ``bool``; weight a ``float`` or an
 ``int``, written as a double; metadata a ``dict`` of ``str``),
@@ -47,10 +56,12 @@ from shoal.kernels.syncser_layout import (
     ClientRecord,
     InstanceRecord,
     ServiceTuple,
+    SplitRecord,
     SyncDecodeError,
 )
 
-__all__ = ["ClientRecord", "InstanceRecord", "ServiceTuple", "SyncDecodeError", "decode_batch", "encode_batch"]
+__all__ = ["ClientRecord", "InstanceRecord", "ServiceTuple", "SplitRecord", "SyncDecodeError", "decode_batch",
+           "encode_batch", "split_batch"]
 
 
 _HEADER = MAGIC + bytes([FORMAT_VERSION])
@@ -224,6 +235,10 @@ class _Reader:
             raise SyncDecodeError(f"invalid UTF-8 at offset {start}: {exc.reason}") from None
 
 
+    def skip_string(self) -> None:
+        self.need(self.uvarint())
+
+
 def _read_instance(r: _Reader) -> InstanceRecord:
     ip = r.string()
     port, weight = _PORT_WEIGHT.unpack_from(r.buf, r.need(10))
@@ -275,6 +290,58 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[ClientRecord]:
             raise SyncDecodeError(f"revision {revision} exceeds 2**63 - 1")
         n_services = r.count(MIN_SERVICE, "service")
         services = [_read_service(r) for _ in range(n_services)]
+        records.append((op, client_id, revision, services))
+    if r.pos != r.end:
+        raise SyncDecodeError(f"{r.end - r.pos} trailing bytes after the batch")
+    return records
+
+
+def _skip_service(r: _Reader) -> None:
+    """Walk past one service as :func:`_read_service` reads it, checking what it checks but the
+    UTF-8 of the strings and the uniqueness of metadata keys."""
+    r.skip_string()
+    r.skip_string()
+    r.skip_string()
+    is_batch = r.u8()
+    if is_batch > 1:
+        raise SyncDecodeError(f"is_batch must be 0 or 1, got {is_batch} at offset {r.pos - 1}")
+    for _ in range(r.count(MIN_INSTANCE, "instance")):
+        r.skip_string()
+        r.need(10)
+        flags = r.u8()
+        if flags > 3:
+            raise SyncDecodeError(f"unknown instance flag bits {flags:#x} at offset {r.pos - 1}")
+        r.skip_string()
+        r.skip_string()
+        for _ in range(r.count(MIN_METADATA, "metadata")):
+            r.skip_string()
+            r.skip_string()
+        r.uvarint()
+
+
+def split_batch(data: bytes | bytearray | memoryview) -> list[SplitRecord]:
+    """Read one batch with each service left as its encoded bytes; :class:`SyncDecodeError` on
+    any malformed structure (see the module's docstring for what is left to decoding)."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"expected bytes, bytearray or memoryview, got {type(data).__name__}")
+    r = _Reader(bytes(data))
+    if r.end < len(_HEADER) or r.buf[:4] != MAGIC:
+        raise SyncDecodeError("not a sync batch (bad magic)")
+    if r.buf[4] != FORMAT_VERSION:
+        raise SyncDecodeError(f"unsupported sync batch version {r.buf[4]}")
+    r.pos = len(_HEADER)
+    records: list[SplitRecord] = []
+    for _ in range(r.count(MIN_CLIENT, "client")):
+        op = r.u8()
+        client_id = r.string()
+        revision = r.uvarint()
+        if revision > _REVISION_MAX:
+            raise SyncDecodeError(f"revision {revision} exceeds 2**63 - 1")
+        services: list[bytes] = []
+        for _ in range(r.count(MIN_SERVICE, "service")):
+            start = r.pos
+            _skip_service(r)
+            services.append(r.buf[start:r.pos])
         records.append((op, client_id, revision, services))
     if r.pos != r.end:
         raise SyncDecodeError(f"{r.end - r.pos} trailing bytes after the batch")

@@ -40,10 +40,19 @@ class Subscriber:
 
 @dataclass(slots=True)
 class Publication:
-    """What a client publishes for one service: one instance, or a batch that replaced it."""
+    """What a client publishes for one service: one instance, or a batch that replaced it.
+
+    Publications are replaced, never changed. ``sync_wire`` memoises the publication's encoding
+    in Distro's sync records under the service it is published for
+    (:func:`shoal.distro.records.service_bytes`): the record of a client with 100 publications
+    is sent again for every change of one of them, and with the memo an unchanged publication is
+    neither encoded again on the owner nor decoded again on a copy. Not part of the value
+    (equality, repr) and never passed in.
+    """
 
     instances: tuple[InstanceInfo, ...]
     batch: bool = False
+    sync_wire: tuple[ServiceKey, bytes] | None = field(default=None, init=False, compare=False, repr=False)
 
 
 @dataclass(eq=False, slots=True)

@@ -134,7 +134,8 @@ class ClientManager:
         without it the revision moves by one when anything changed. True when anything —
         publications or the given revision — changed.
         """
-        registered = [s for s, p in publications.items() if client.publications.get(s) != p]
+        held = client.publications
+        registered = [s for s, p in publications.items() if (h := held.get(s)) is not p and h != p]
         vanished = [s for s in client.publications if s not in publications]
         if not registered and not vanished and (revision is None or revision == client.revision):
             return False
