@@ -36,11 +36,12 @@ from typing import Any
 
 import pytest
 
-from shoal.testing import OPEN, ServerProcess, start_server, wait_until
+from shoal.testing import OPEN, CpCluster, ServerProcess, start_server, wait_until
 from shoal.testing.faults import tracebacks
-from shoal.testing.nodeload import NodeLoad, loadavg, p99
+from shoal.testing.nodeload import Listings, NodeLoad, loadavg, p99
 from shoal.testing.workers import (
     connection_holders,
+    every_worker,
     pid_alive,
     sdk_connection_id,
     worker_client_ids,
@@ -75,11 +76,7 @@ async def loaded(tmp_path: Path) -> AsyncIterator[tuple[ServerProcess, NodeLoad]
     pids = node.worker_pids()
     load = NodeLoad(node, tmp_path)
     try:
-        await load.start()
-        held = await holders(node, load)
-        assert set(held) >= {VICTIM, SURVIVOR}, f"the kernel gave every SDK connection one worker: {held}"
-        await wait_until(lambda: all(len([a for ww, _, a in load.writers.answers if ww == w]) >= 4
-                                     for w in range(load.writers.count)), 20, what="every writer to write")
+        await running(load)
         yield node, load
     finally:
         await load.stop()
@@ -90,6 +87,15 @@ async def loaded(tmp_path: Path) -> AsyncIterator[tuple[ServerProcess, NodeLoad]
         for pid in {*pids, *node.worker_pids()}:
             if pid and pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+async def running(load: NodeLoad) -> None:
+    """Start ``load`` and wait until it runs: the SDK connections on both workers, every writer writing."""
+    await load.start()
+    held = await holders(load.node, load)
+    assert set(held) >= {VICTIM, SURVIVOR}, f"the kernel gave every SDK connection one worker: {held}"
+    await wait_until(lambda: all(len([a for ww, _, a in load.writers.answers if ww == w]) >= 4
+                                 for w in range(load.writers.count)), 20, what="every writer to write")
 
 
 async def holders(node: ServerProcess, load: NodeLoad) -> list[int | None]:
@@ -114,33 +120,35 @@ def bindable(host: str, port: int) -> bool:
     return True
 
 
-async def listed_by_every_worker(node: ServerProcess, service: str, ips: set[str]) -> bool:
-    """Whether every worker of ``node`` lists at least ``ips`` for ``service``."""
+async def listed_by_every_worker(nodes: list[ServerProcess], service: str, ips: set[str]) -> bool:
+    """Whether every worker of every node of ``nodes`` lists at least ``ips`` for ``service``."""
     seen = await asyncio.gather(*(asyncio.to_thread(worker_listed_ips, node, w, service)
-                                  for w in range(node.workers)))
+                                  for node, w in every_worker(nodes)))
     return all(ips <= listed for listed in seen)
 
 
-def check_live_listings(load: NodeLoad, since: float, sdk_kept: set[str], survivor: int) -> list[str]:
-    """What the polls since ``since`` show wrong: an HTTP instance missing or unhealthy on a worker
-    that answered, the survivor not answering, an SDK instance of ``sdk_kept`` missing on the survivor."""
+def check_live_listings(listings: Listings, load: NodeLoad, since: float, sdk_kept: set[str],
+                        fault: int | None) -> list[str]:
+    """What ``listings``' polls since ``since`` show wrong: a worker other than ``fault`` not
+    answering; on a worker that answered, an HTTP instance of ``load`` missing or unhealthy, or
+    an SDK instance of ``sdk_kept`` (clients whose connection the fault left alone) missing."""
     wrong = []
-    for poll in load.listings.polls:
+    where = f"{listings.node.host}:{listings.node.port}"
+    for poll in listings.polls:
+        at = f"{poll.at - since:.1f} s: {where} worker {poll.worker}"
         if poll.at < since:
             continue
         if poll.hosts is None:
-            if poll.worker == survivor:
-                wrong.append(f"{poll.at - since:.1f} s: worker {survivor} did not answer for {poll.service}")
-            continue
-        if poll.service == load.beaters.service:
+            if poll.worker != fault:
+                wrong.append(f"{at} did not answer for {poll.service}")
+        elif poll.service == load.beaters.service:
             missing = load.beaters.ips - set(poll.hosts)
             unhealthy = {ip for ip in load.beaters.ips & set(poll.hosts) if not poll.hosts[ip]}
             if missing or unhealthy:
-                wrong.append(f"{poll.at - since:.1f} s: worker {poll.worker} misses {len(missing)} HTTP instances, "
-                             f"{len(unhealthy)} unhealthy: {sorted(missing | unhealthy)[:5]}")
-        elif poll.worker == survivor and sdk_kept - set(poll.hosts):
-            wrong.append(f"{poll.at - since:.1f} s: worker {survivor} misses SDK instances "
-                         f"{sorted(sdk_kept - set(poll.hosts))[:5]} of clients it holds")
+                wrong.append(f"{at} misses {len(missing)} HTTP instances, {len(unhealthy)} unhealthy: "
+                             f"{sorted(missing | unhealthy)[:5]}")
+        elif poll.service == load.sdk.service and sdk_kept - set(poll.hosts):
+            wrong.append(f"{at} misses SDK instances {sorted(sdk_kept - set(poll.hosts))[:5]}")
     return wrong
 
 
@@ -150,20 +158,11 @@ async def warm(load: NodeLoad, seconds: float = 2.0) -> None:
     await wait_until(lambda: len(load.writers.answers) >= target, seconds * 5, what="the writes to flow")
 
 
-def sdk_gap_seconds(load: NodeLoad, ips: list[str], since: float) -> list[float]:
-    """For each of ``ips``, how long the survivor's polls since ``since`` did not list it."""
-    polls = [p for p in load.listings.polls if p.at >= since and p.worker == SURVIVOR
-             and p.service == load.sdk.service and p.hosts is not None]
-    gaps = []
-    for ip in ips:
-        missing = [p.at for p in polls if ip not in (p.hosts or {})]
-        gaps.append(max(missing) - min(missing) if missing else 0.0)
-    return gaps
-
-
 # --- kill -9 of one worker --------------------------------------------------------------------
-async def test_kill9_of_a_worker_under_load(loaded: tuple[ServerProcess, NodeLoad]) -> None:
-    node, load = loaded
+async def kill_a_worker(load: NodeLoad, nodes: list[ServerProcess], others: list[Listings]) -> None:
+    """The kill -9 scenario on ``load``'s node, while ``others`` poll the other nodes of ``nodes``
+    (a cluster's) too; asserts what the module doc says."""
+    node = load.node
     await warm(load)
     held = await holders(node, load)
     on_victim = {n for n, w in enumerate(held) if w == VICTIM}
@@ -182,7 +181,7 @@ async def test_kill9_of_a_worker_under_load(loaded: tuple[ServerProcess, NodeLoa
     assert state is not None and state["workers"][VICTIM]["restarts"] == 1
 
     sdk_ips = set(load.sdk.ips)
-    await wait_until(lambda: listed_by_every_worker(node, load.sdk.service, sdk_ips),
+    await wait_until(lambda: listed_by_every_worker(nodes, load.sdk.service, sdk_ips),
                      REDO_BOUND_S - (time.monotonic() - killed_at),
                      what="every SDK instance listed by every worker again (the SDK's redo)")
     back_s = time.monotonic() - killed_at
@@ -192,22 +191,65 @@ async def test_kill9_of_a_worker_under_load(loaded: tuple[ServerProcess, NodeLoa
 
     assert not [a for _, _, a in load.writes(until=killed_at) if not a.ok], "writes failed before the kill"
     failed = [(w, a) for w, _, a in load.writes(since=killed_at) if not a.ok]
-    text = node.log()
+    logs = sum(tracebacks(n.log()) for n in nodes)
     gaps = sdk_gap_seconds(load, sorted(load.sdk.ip(n) for n in on_victim), killed_at)
-    print(f"worker fault kill -9: worker {VICTIM} restarted after {restarted_s:.1f} s; SDK clients it held "
-          f"{len(on_victim)}/{len(held)}, every SDK instance listed everywhere {back_s:.1f} s after the kill "
-          f"(longest gap on worker {SURVIVOR}: {max(gaps, default=0):.1f} s), now held by {moved}; "
+    print(f"worker fault kill -9 ({len(nodes)} node(s), worker {VICTIM} of {node.addr} killed): restarted after "
+          f"{restarted_s:.1f} s; "
+          f"SDK clients it held {len(on_victim)}/{len(held)}, every SDK instance listed everywhere {back_s:.1f} s "
+          f"after the kill (longest gap on worker {SURVIVOR}: {max(gaps, default=0):.1f} s), now held by {moved}; "
           f"{len(load.writers.answers)} writes, {len(failed)} failed after the kill "
           f"({sorted({a.error or str(a.status) for _, a in failed})}), {len(writers_on_victim)} writers on the "
           f"killed worker; beats {len(load.beaters.answers)}, {sum(not a.ok for _, a in load.beaters.answers)} "
-          f"failed; tracebacks {tracebacks(text)}; load {loadavg()}")
+          f"failed; tracebacks {logs}; load {loadavg()}")
     assert all(w is not None for w in moved), f"SDK clients of the dead worker not on a live worker: {moved}"
     assert all(a.held_by == VICTIM for _, a in failed), f"a write failed elsewhere: {failed}"
     assert len(failed) <= len(writers_on_victim), "more than the in-flight write of a writer failed"
-    assert not [a for _, a in load.beaters.answers if not a.ok and a.held_by != VICTIM], "a beat failed elsewhere"
-    wrong = check_live_listings(load, killed_at - 5, sdk_kept, SURVIVOR)
+    beats = [(a.held_by, a.error or a.status, round(a.took, 2)) for _, a in load.beaters.answers
+             if not a.ok and a.held_by != VICTIM]
+    assert not beats, f"beats failed on connections the dead worker did not hold: {beats}"
+    wrong = [w for listings, fault in [(load.listings, VICTIM), *((o, None) for o in others)]
+             for w in check_live_listings(listings, load, killed_at - 5, sdk_kept, fault)]
+    for line in wrong:
+        print(f"worker fault kill -9: {line}")
     assert not wrong, wrong[:10]
-    assert tracebacks(text) == 0
+    assert logs == 0
+
+
+async def test_kill9_of_a_worker_under_load(loaded: tuple[ServerProcess, NodeLoad]) -> None:
+    node, load = loaded
+    await kill_a_worker(load, [node], [])
+
+
+async def test_kill9_of_a_worker_of_a_cluster_node_under_load(tmp_path: Path) -> None:
+    """The same on node B of three nodes of two workers each (CP on managed etcd); every worker
+    of A and C is polled too, and must list every live instance throughout."""
+    with CpCluster(tmp_path, 3, auth=OPEN, workers=2) as cluster:
+        await asyncio.to_thread(cluster.start_all)
+        b = cluster.node(1)
+        load = NodeLoad(b, tmp_path)
+        others = [Listings(cluster.node(i), (load.beaters.service, load.sdk.service)) for i in (0, 2)]
+        stop = asyncio.Event()
+        polling: list[asyncio.Task[None]] = []
+        try:
+            await running(load)  # every instance registered: from now on every worker lists them
+            polling = [asyncio.create_task(o.run(stop)) for o in others]
+            await kill_a_worker(load, cluster.all(), others)
+        finally:
+            stop.set()
+            await asyncio.gather(*polling, return_exceptions=True)
+            await load.stop()
+            await asyncio.to_thread(cluster.kill_all)
+
+
+def sdk_gap_seconds(load: NodeLoad, ips: list[str], since: float) -> list[float]:
+    """For each of ``ips``, how long the survivor's polls since ``since`` did not list it."""
+    polls = [p for p in load.listings.polls if p.at >= since and p.worker == SURVIVOR
+             and p.service == load.sdk.service and p.hosts is not None]
+    gaps = []
+    for ip in ips:
+        missing = [p.at for p in polls if ip not in (p.hosts or {})]
+        gaps.append(max(missing) - min(missing) if missing else 0.0)
+    return gaps
 
 
 # --- SIGSTOP of one worker --------------------------------------------------------------------
@@ -252,8 +294,8 @@ async def test_sigstop_of_a_worker_under_load(loaded: tuple[ServerProcess, NodeL
     assert [a for _, a in on_survivor if not a.ok] == []
     assert p99([a.took for _, a in on_survivor]) <= WRITE_P99_S
     assert all(a.held_by != SURVIVOR for a in failed)
-    wrong = check_live_listings(load, stopped_at, {load.sdk.ip(n) for n, w in enumerate(held) if w == SURVIVOR},
-                                SURVIVOR)
+    wrong = check_live_listings(load.listings, load, stopped_at,
+                                {load.sdk.ip(n) for n, w in enumerate(held) if w == SURVIVOR}, VICTIM)
     assert not [w for w in wrong if "did not answer" in w], wrong[:10]
     assert tracebacks(text) == 0
 
