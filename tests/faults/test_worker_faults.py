@@ -167,6 +167,11 @@ async def kill_a_worker(load: NodeLoad, nodes: list[ServerProcess], others: list
     """The kill -9 scenario on ``load``'s node, while ``others`` poll the other nodes of ``nodes``
     (a cluster's) too; asserts what the module doc says."""
     node = load.node
+    everything = {load.sdk.service: set(load.sdk.ips), load.beaters.service: load.beaters.ips}
+    for service, ips in everything.items():  # replicated everywhere (a sibling sees a write ~10 ms later)
+        await wait_until(lambda s=service, i=ips: listed_by_every_worker(nodes, s, i), 10,  # type: ignore[misc]
+                         what=f"every worker to list every instance of {service} before the kill")
+    settled = time.monotonic()
     await warm(load)
     held = await holders(node, load)
     on_victim = {n for n, w in enumerate(held) if w == VICTIM}
@@ -212,7 +217,7 @@ async def kill_a_worker(load: NodeLoad, nodes: list[ServerProcess], others: list
              if not a.ok and a.held_by != VICTIM]
     assert not beats, f"beats failed on connections the dead worker did not hold: {beats}"
     wrong = [w for listings, fault in [(load.listings, VICTIM), *((o, None) for o in others)]
-             for w in check_live_listings(listings, load, killed_at - 5, sdk_kept, fault)]
+             for w in check_live_listings(listings, load, settled, sdk_kept, fault)]
     for line in wrong:
         print(f"worker fault kill -9: {line}")
     assert not wrong, wrong[:10]
