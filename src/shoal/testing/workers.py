@@ -10,6 +10,7 @@ import asyncio
 import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from shoal.testing.http import call
 from shoal.testing.procs import ServerProcess
@@ -70,6 +71,33 @@ def worker_client_ids(node: ServerProcess, index: int) -> set[str]:
     return set(json.loads(text)["data"])
 
 
+def connection_holders(node: ServerProcess) -> dict[str, int]:
+    """Which worker holds each SDK connection of ``node``: connection id → worker index."""
+    return {conn: i for i in range(node.workers) for conn in worker_connections(node, i)}
+
+
+def sdk_connection_id(client: Any) -> str | None:
+    """The id of the connection a nacos-sdk-python 3.x ``NacosNamingService`` holds now (None
+    while it has none): the id the server gave it, which :func:`worker_connections` lists."""
+    rpc = getattr(client.grpc_client_proxy, "rpc_client", None)
+    connection = getattr(rpc, "current_connection", None)
+    return None if connection is None else str(connection.get_connection_id())
+
+
+def worker_owner(node: ServerProcess, tag: str, up: Iterable[int] | None = None) -> int:
+    """The worker of ``node`` responsible for the ``ip:port`` ``tag`` while the workers ``up``
+    (default all) are healthy: each worker is the Distro member ``host:private_port``, and the
+    mapper picks ``distro_hash(tag) % n`` over their sorted addresses (as
+    :func:`shoal.testing.nodes.owner_index` does for nodes)."""
+    from shoal.kernels import ownership
+
+    ports = node.worker_ports()
+    indices = list(range(len(ports))) if up is None else list(up)
+    healthy = sorted(f"{node.host}:{ports[i]}" for i in indices)
+    chosen = healthy[ownership.distro_hash(tag) % len(healthy)]
+    return next(i for i in indices if f"{node.host}:{ports[i]}" == chosen)
+
+
 def every_worker(nodes: Iterable[ServerProcess]) -> list[tuple[ServerProcess, int]]:
     """(node, worker index) for every worker of every node in ``nodes``."""
     return [(node, i) for node in nodes for i in range(node.workers)]
@@ -101,9 +129,10 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-__all__ = ["CLIENT_LIST", "LOADER_CURRENT", "SERVER_LIBRARIES", "connections_on_each_worker", "every_worker",
-           "listed_by_every_worker", "mapped_libraries", "pid_alive", "rss_bytes", "server_libraries",
-           "worker_client_ids", "worker_connections", "worker_holding", "worker_listed_ips"]
+__all__ = ["CLIENT_LIST", "LOADER_CURRENT", "SERVER_LIBRARIES", "connection_holders", "connections_on_each_worker",
+           "every_worker", "listed_by_every_worker", "mapped_libraries", "pid_alive", "rss_bytes", "sdk_connection_id",
+           "server_libraries", "worker_client_ids", "worker_connections", "worker_holding", "worker_listed_ips",
+           "worker_owner"]
 
 
 #: Where the compiled modules of the server live: its transports (grpc, aiohttp and its helpers,
