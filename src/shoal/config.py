@@ -12,6 +12,7 @@ dedicated flags such as ``--port``). Reading and checking the sources is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -92,6 +93,32 @@ def dns_suffix(value: Any) -> str | None:
 #: memory keeps growing while only queries gain (docs/workers-model.md, "Memory, and the default
 #: worker cap"). More can still be asked for explicitly.
 AUTO_WORKERS_CAP = 4
+#: Where a container's CPU quota is read (cgroup v2, then v1).
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+CGROUP_V1_QUOTA = (Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
+
+
+def usable_cores(cpu_max: Path = CGROUP_CPU_MAX, v1: tuple[Path, Path] = CGROUP_V1_QUOTA) -> int:
+    """The cores this process may use: the CPUs it may run on (``sched_getaffinity``), fewer when
+    its cgroup's CPU quota allows less (a container given ``--cpus 2`` on a 32-core host: 2,
+    rounded up), as Go's automaxprocs and the JVM's container support count them."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    quota = period = 0
+    try:
+        fields = cpu_max.read_text().split()
+        if len(fields) == 2 and fields[0] != "max":
+            quota, period = int(fields[0]), int(fields[1])
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):
+            quota, period = int(v1[0].read_text()), int(v1[1].read_text())
+    if quota > 0 and period > 0:
+        cores = min(cores, max(1, -(-quota // period)))
+    return max(1, cores)
+
+
 #: The most workers a node may be asked for.
 MAX_WORKERS = 256
 #: The most samples the console's charts keep (``shoal.console.chart.window-ms`` / ``interval-ms``).
@@ -852,11 +879,7 @@ class Config:
         """The worker processes to run (``shoal.server.workers`` with auto resolved); 1 = one process."""
         if self.server_workers:
             return int(self.server_workers)
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):  # not Linux
-            cores = os.cpu_count() or 1
-        return max(1, min(cores, AUTO_WORKERS_CAP))
+        return max(1, min(usable_cores(), AUTO_WORKERS_CAP))
 
     @property
     def http_tls_on(self) -> bool:

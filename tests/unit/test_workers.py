@@ -6,10 +6,11 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+from pathlib import Path
 
 import pytest
 
-from shoal.config import AUTO_WORKERS_CAP, Config
+from shoal.config import AUTO_WORKERS_CAP, Config, usable_cores
 from shoal.config_sources import OTHER_SHOAL_VARIABLES
 from shoal.errors import ConfigError
 from shoal.logconfig import WORKER_TEXT_FORMAT, _formatter, _WorkerLabel
@@ -57,10 +58,29 @@ def test_the_placement_variables_are_not_taken_for_settings_or_typos() -> None:
 def test_auto_is_the_usable_cores_capped() -> None:
     import os
 
-    cores = len(os.sched_getaffinity(0))
-    assert Config().workers == 1  # one process unless asked: see the setting's comment
+    cores = usable_cores()
+    assert 1 <= cores <= len(os.sched_getaffinity(0))
     assert Config(server_workers=0).workers == max(1, min(cores, AUTO_WORKERS_CAP))
     assert Config(server_workers=1).workers == 1 and Config(server_workers=12).workers == 12
+
+
+def test_a_containers_cpu_quota_bounds_the_usable_cores(tmp_path: Path) -> None:
+    import os
+
+    affinity = len(os.sched_getaffinity(0))
+    cpu_max, quota, period = tmp_path / "cpu.max", tmp_path / "quota", tmp_path / "period"
+    none = (tmp_path / "absent-quota", tmp_path / "absent-period")
+    cpu_max.write_text("100000 100000\n")  # --cpus 1
+    assert usable_cores(cpu_max, none) == 1
+    cpu_max.write_text("150000 100000\n")  # --cpus 1.5: rounded up
+    assert usable_cores(cpu_max, none) == min(2, affinity)
+    cpu_max.write_text("max 100000\n")  # no quota: the affinity decides
+    assert usable_cores(cpu_max, none) == affinity
+    quota.write_text("50000\n")  # cgroup v1, read when v2 has no file
+    period.write_text("100000\n")
+    assert usable_cores(tmp_path / "absent", (quota, period)) == 1
+    quota.write_text("-1\n")  # v1's "no quota"
+    assert usable_cores(tmp_path / "absent", (quota, period)) == affinity
 
 
 @pytest.mark.parametrize("value", ["-1", "257", "two"])
