@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from shoal.clock import Clock, SystemClock
 from shoal.config import Config, LiveConfig, TestHooks
 from shoal.cp.factory import CpRuntime, build_cp
 from shoal.cp.store import CpView, Keyspace, json_view
+from shoal.distro.barrier import waits_for_siblings
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.responsibility import (
@@ -42,6 +43,7 @@ from shoal.node_metrics import chart_sources, watch_node
 from shoal.push.fuzzy import FuzzyNotifier
 from shoal.push.service import PushService
 from shoal.service_layer import instance_ids
+from shoal.service_layer.barrier import WriteBarrier
 from shoal.service_layer.digests import ServiceDigests
 from shoal.service_layer.fuzzy import FuzzyWatchContext
 from shoal.service_layer.lock import LockService
@@ -170,10 +172,12 @@ def build_cp_phase(config: Config, members: MemberManager | None, worker: bool =
     return CpPhase(runtime, json_view(store, Keyspace.NAMESPACES), json_view(store, Keyspace.META))
 
 
-def build_model_phase(config: Config, clock: Clock, live: LiveConfig, cp: CpPhase, address: str) -> ModelPhase:
-    """The registry and the use cases over it; the switches reload ``live`` from the CP document."""
+def build_model_phase(config: Config, clock: Clock, live: LiveConfig, cp: CpPhase, address: str,
+                      barrier: WriteBarrier | None = None) -> ModelPhase:
+    """The registry and the use cases over it; the switches reload ``live`` from the CP document.
+    ``barrier``: what an answered ephemeral write waits for (a worker's sibling workers)."""
     instance_ids.configure(config.snowflake_worker_id)  # snowflake instance ids (docs/protocol.md §3.6)
-    stack = ModelStack.build(config, clock, cp.runtime.store, live)
+    stack = ModelStack.build(config, clock, cp.runtime.store, live, barrier)
     locks = LockService(cp.runtime.store, address, clock.now_ms, config.lock_default_expire_ms,
                         config.lock_max_expire_ms)
     return ModelPhase(stack, stack.naming.persistent,
@@ -272,7 +276,10 @@ class Node:
 
         members = build_members(config, clock, placement)
         cp = self.cp_phase = build_cp_phase(config, members, worker=placement is not None)
-        model = self.model_phase = build_model_phase(config, clock, self.live, cp, node_address(config, members))
+        # a worker answers an ephemeral write once its siblings hold it; a single process: no barrier at all
+        barrier = self._wait_for_siblings if waits_for_siblings(config, members) else None
+        model = self.model_phase = build_model_phase(config, clock, self.live, cp, node_address(config, members),
+                                                     barrier)
         cluster = self.cluster = build_cluster_phase(config, clock, hooks, self.tls, model.stack, members,
                                                      self._renew_beats)
         net = self.transports = build_transport_phase(config, self.tls, self.metrics, self.auth, self, model,
@@ -529,6 +536,11 @@ class Node:
     def _member_addresses(self) -> list[str]:
         """The nodes' addresses (rebalancing and the consistency check are between nodes)."""
         return [m.address for m in self.members.nodes()] if self.members is not None else [self.address]
+
+    def _wait_for_siblings(self, client_id: str) -> Awaitable[None] | None:
+        """The service layer's write barrier on a worker: Distro's (built after the model)."""
+        barrier = self.distro.barrier if self.distro is not None else None
+        return barrier(client_id) if barrier is not None else None
 
     def _renew_beats(self, client: Client, now_mono_ms: int) -> None:
         """A verified ip:port copy is as fresh as its owner says (Nacos resets its beat time)."""

@@ -199,6 +199,13 @@ class Config:
         f"{AUTO_WORKERS_CAP}.",
         check=worker_count,
     )
+    workers_write_wait_ms: int = _setting(
+        200, "shoal.server.workers.write-wait-ms",
+        "With workers: the longest an ephemeral write waits, before it is answered, for the node's sibling workers "
+        "to apply it (read-your-writes on any worker); a sibling that fails or passes it is repaired by Distro "
+        "later; 0 = answer at once.",
+        check=non_negative,
+    )
     startup_delay_ms: int = _setting(
         0,
         "shoal.startup.delay-ms",

@@ -23,6 +23,7 @@ from typing import Any
 from shoal.clock import Clock
 from shoal.config import Config
 from shoal.distro import bodies, records
+from shoal.distro.barrier import SiblingBarrier, waits_for_siblings
 from shoal.distro.mapper import DistroMapper, IpPortHandoff
 from shoal.distro.members import REPORT_REQUEST, ClusterConfWatcher, MemberManager, MemberReporter
 from shoal.distro.processor import DistroProcessor
@@ -119,6 +120,9 @@ class DistroProtocol:
         self._index_task: asyncio.Task[None] | None = None
         self.loaded = not members.is_clustered()
         self.engine = SyncEngine(config, clock, members, transport, self._record_of)
+        #: what a worker's ephemeral writes wait for before they are answered (None: a single process)
+        self.barrier = (SiblingBarrier(self.engine, members.sibling_addresses(), config.workers_write_wait_ms)
+                        if waits_for_siblings(config, members) else None)
         self.handoff = IpPortHandoff(clock, clients, members, self.mapper, self.engine.enqueue)
         self.processor = DistroProcessor(clock, bus, clients, services, self.mapper, self.engine, self.handoff)
         self.processor.renewed_at = self.index.renewed_at

@@ -7,10 +7,15 @@ private port (``ServerProcess.worker_url``), which is how a test asks one given 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping
 
 from shoal.testing.http import call
 from shoal.testing.procs import ServerProcess
+from shoal.transport.sharing import WORKER_HEADER
 
 LOADER_CURRENT = "/nacos/v2/core/loader/current"
 CLIENT_LIST = "/nacos/v2/ns/client/list"
@@ -38,6 +43,26 @@ def worker_client_ids(node: ServerProcess, index: int) -> set[str]:
     status, text = call("GET", node.worker_url(index, CLIENT_LIST), timeout=2.0, context=node.https)
     assert status == 200, text
     return set(json.loads(text)["data"])
+
+
+def worker_holding(node: ServerProcess, connection_id: str) -> int | None:
+    """The index of the worker holding the SDK connection ``connection_id`` (None: no worker lists it)."""
+    return next((i for i in range(node.workers) if connection_id in worker_connections(node, i)), None)
+
+
+def call_answered_by(method: str, url: str, params: Mapping[str, object] | None = None, *, timeout: float = 10.0,
+                     context: ssl.SSLContext | None = None) -> tuple[int, str, str]:
+    """One request on a connection of its own (as the 1.x HTTP SDK makes every call): (status, body,
+    the worker that answered, from the ``Shoal-Worker`` header; "" when there is none)."""
+    if params:
+        url += "?" + urllib.parse.urlencode({k: str(v) for k, v in params.items()})
+    body = b"" if method in ("POST", "PUT", "PATCH") else None
+    request = urllib.request.Request(url, data=body, method=method, headers={"Connection": "close"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
+            return int(resp.status), resp.read().decode(errors="replace"), resp.headers.get(WORKER_HEADER, "")
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode(errors="replace"), exc.headers.get(WORKER_HEADER, "")
 
 
 def every_worker(nodes: Iterable[ServerProcess]) -> list[tuple[ServerProcess, int]]:
@@ -71,5 +96,6 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-__all__ = ["CLIENT_LIST", "LOADER_CURRENT", "every_worker", "listed_by_every_worker", "pid_alive", "rss_bytes",
-           "worker_client_ids", "worker_connections", "worker_listed_ips"]
+__all__ = ["CLIENT_LIST", "LOADER_CURRENT", "call_answered_by", "every_worker",
+           "listed_by_every_worker", "pid_alive", "rss_bytes", "worker_client_ids", "worker_connections",
+           "worker_holding", "worker_listed_ips"]
