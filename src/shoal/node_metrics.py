@@ -114,4 +114,5 @@ def cluster_figures(distro: DistroProtocol | None) -> ClusterFigures | None:
         verify_repairs=stats.resynced,
         verify_mismatched={peer: r.get("mismatched", 0) for peer, r in stats.last_round.items()},
         received=received,
+        write_waits=dict(distro.barrier.outcomes) if distro.barrier is not None else {},
     )

@@ -149,5 +149,7 @@ def test_a_stopped_sibling_bounds_how_long_a_write_waits(two_workers: Callable[.
         status, text, _ = call_answered_by("GET", node.worker_url(0, LIST), {"serviceName": "ryw-stopped"},
                                            context=node.https)
         assert status == 200 and len(json.loads(text)["hosts"]) == 30, text
+        status, text, _ = call_answered_by("GET", node.worker_url(0, "/nacos/actuator/prometheus"), context=node.https)
+        assert status == 200 and 'shoal_workers_write_waits_total{outcome="timeout"}' in text, text[-2000:]
     finally:
         os.kill(stopped, signal.SIGCONT)

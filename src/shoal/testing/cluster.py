@@ -7,11 +7,12 @@ Each node is a real :class:`~shoal.stack.ModelStack` with a real
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from shoal.clock import ManualClock
+from shoal.distro.barrier import waits_for_siblings
 from shoal.distro.members import MemberManager
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.transport import InMemoryNetwork
@@ -101,8 +102,8 @@ class SimCluster:
     def add_node(self, address: str, member_list: list[str], loaded: bool,
                  placement: WorkerPlacement | None = None) -> SimNode:
         """Build a node at ``address`` that knows ``member_list`` and attach it to the network;
-        with a ``placement``, the worker of node ``address`` it places (at ``ip:private_port``)."""
-        model = ModelStack.build(self.config, self.clock, scratch_store())  # CP half never started
+        with a ``placement``, the worker of node ``address`` it places (at ``ip:private_port``), whose
+        ephemeral writes wait for its sibling workers as ``app.py`` wires them."""
         ip, port = address.split(":")
         listed = [(a.split(":")[0], int(a.split(":")[1])) for a in member_list]
         if placement is None:
@@ -113,8 +114,17 @@ class SimCluster:
                                               fail_access_cnt=self.config.member_fail_access_cnt,
                                               placement=placement)
             address = members.self_address
+        built: list[DistroProtocol] = []  # the barrier is Distro's, built after the model, as in app.py
+
+        def barrier(client_id: str) -> Awaitable[None] | None:
+            wait = built[0].barrier
+            return wait(client_id) if wait is not None else None
+
+        model = ModelStack.build(self.config, self.clock, scratch_store(),  # CP half never started
+                                 barrier=barrier if waits_for_siblings(self.config, members) else None)
         distro = DistroProtocol(self.config, self.clock, model.bus, model.clients, model.services, members,
                                 self.network.transport(address))
+        built.append(distro)
         distro.loaded = loaded
         self.network.attach(address, distro.dispatch)
         node = SimNode(address, model.clients, model.services, model.storage, model.naming, members, distro,
