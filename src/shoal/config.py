@@ -189,9 +189,8 @@ class Config:
         3000, "shoal.shutdown.grace-ms", "Time given to in-flight calls on SIGTERM before they are cut.",
         check=non_negative,
     )
-    # Default 1, not auto: workers of one node see each other's writes after a Distro sync (~10 ms),
-    # so an HTTP client whose next request lands on another worker may not find what it just wrote
-    # (docs/workers.md, "Known limits"); until a write waits for its siblings, all cores is opt-in.
+    # Default 1, not auto. Workers of one node see each other's writes through Distro; an ephemeral
+    # write waits for its siblings before it is answered (workers_write_wait_ms, docs/workers.md).
     server_workers: int = _setting(
         1, "shoal.server.workers",
         "Worker processes serving this node's ports (SO_REUSEPORT), each on its own core, under one supervisor; "

@@ -1,4 +1,4 @@
-"""Read-your-writes across the workers of one node (docs/workers.md, "Read-your-writes").
+"""Read-your-writes across the workers of one node (docs/workers.md, "Writes wait for the sibling workers").
 
 :class:`SiblingBarrier` is the :class:`~shoal.service_layer.barrier.WriteBarrier` of a worker: a
 write of a client, already applied here and queued to every peer by the Distro processor (events
