@@ -15,10 +15,13 @@ from shoal.testing.cluster import SVC, SimNode
 
 
 def _register(node: SimNode, client_id: str, port: int) -> Awaitable[None] | None:
-    """A gRPC-style register through the façade: what the answer waits for."""
+    """A write of ``client_id`` applied here, then what its answer waits for (the façade awaits the
+    barrier so after an ip:port write; None: nothing to wait for)."""
     if node.clients.get(client_id) is None:
         node.connect(client_id)
-    return node.naming.instance_ops.register_connection(client_id, SVC, InstanceInfo("10.0.0.1", port))
+    node.naming.ephemeral.register_instance(client_id, SVC, InstanceInfo("10.0.0.1", port))
+    barrier = node.distro.barrier
+    return barrier(client_id) if barrier is not None else None
 
 
 def _barrier(node: SimNode) -> SiblingBarrier:

@@ -12,9 +12,10 @@ instances in the CP store) on ``ephemeral``, as Nacos's ClientOperationServicePr
   CP store apart from the client's publication and laid over it on every read
   (:class:`InstanceEdits`), so it outlives the client registering again on another node.
 
-An ephemeral write is answered once the ``barrier`` allows (:mod:`shoal.service_layer.barrier`: on
-a node of workers, once its sibling workers applied it); the connection clients' methods return
-what to await, or None when there is nothing to wait for, so the gRPC handlers answer at once then.
+An ip:port (HTTP) write is answered once the ``barrier`` allows (:mod:`shoal.service_layer.barrier`:
+on a node of workers, once its sibling workers applied it), since an HTTP client has no session and
+its next call may land on another worker; a connection client's write is answered at once: its
+reads go over its own connection, held by the worker that applied them.
 """
 
 from __future__ import annotations
@@ -54,19 +55,16 @@ class InstanceOperations:
         self._edits = edits
 
     # --- connection clients (gRPC): ephemeral -----------------------------------------------
-    # Each returns what to await before answering (the barrier), None: answer at once.
-    def register_connection(self, client_id: str, service: ServiceKey, inst: InstanceInfo) -> Awaitable[None] | None:
+    # Answered at once: the client reads over the same connection, from the worker that applied it.
+    def register_connection(self, client_id: str, service: ServiceKey, inst: InstanceInfo) -> None:
         self._ephemeral.register_instance(client_id, service, inst)
-        return self._barrier(client_id) if self._barrier is not None else None
 
     def batch_register_connection(self, client_id: str, service: ServiceKey,
-                                  instances: Sequence[InstanceInfo]) -> Awaitable[None] | None:
+                                  instances: Sequence[InstanceInfo]) -> None:
         self._ephemeral.batch_register_instances(client_id, service, instances)
-        return self._barrier(client_id) if self._barrier is not None else None
 
-    def deregister_connection(self, client_id: str, service: ServiceKey) -> Awaitable[None] | None:
+    def deregister_connection(self, client_id: str, service: ServiceKey) -> None:
         self._ephemeral.deregister_instance(client_id, service)
-        return self._barrier(client_id) if self._barrier is not None else None
 
     async def _settled(self, client_id: str) -> None:
         """Wait for the barrier after an ip:port write of ``client_id``."""

@@ -51,21 +51,19 @@ class _NamingHandlers:
         self.fuzzy = fuzzy
         self.query_answers = codec.ServiceInfoAnswers(QUERY_RESPONSE)
 
-    def instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes | Awaitable[bytes]:
-        """An ephemeral write of the connection's client, answered at once, or once the service
-        layer's barrier allows (a node of workers: its siblings applied it)."""
+    def instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
         kind = text(body, "type")
         inst = instance_of(body.get("instance"), "instance")
         if kind == "registerInstance":
-            wait = self.instances.register_connection(ctx.conn.connection_id, service, inst)
-            return _REGISTERED if wait is None else _after(wait, _REGISTERED)
+            self.instances.register_connection(ctx.conn.connection_id, service, inst)
+            return _REGISTERED
         if kind == "deregisterInstance":
-            wait = self.instances.deregister_connection(ctx.conn.connection_id, service)
-            return _DEREGISTERED if wait is None else _after(wait, _DEREGISTERED)
+            self.instances.deregister_connection(ctx.conn.connection_id, service)
+            return _DEREGISTERED
         raise InvalidParam(f"Unsupported request type {kind}")
 
-    def batch_instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes | Awaitable[bytes]:
+    def batch_instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes:
         service = service_of(body)
         kind = text(body, "type")
         if kind != "batchRegisterInstance":
@@ -78,8 +76,8 @@ class _NamingHandlers:
                 raise InvalidParam(f"Batch registration does not allow persistent instance registration , "
                                    f"Instance：instances[{i}] {inst.address}; send persistent instances in a "
                                    f"PersistentInstanceRequest of type {BATCH_REGISTER}")
-        wait = self.instances.batch_register_connection(ctx.conn.connection_id, service, instances)
-        return _BATCH_REGISTERED if wait is None else _after(wait, _BATCH_REGISTERED)
+        self.instances.batch_register_connection(ctx.conn.connection_id, service, instances)
+        return _BATCH_REGISTERED
 
     def persistent_instance(self, ctx: RequestContext, body: dict[str, Any]) -> bytes | Awaitable[bytes]:
         """PersistentInstanceRequestHandler: register/deregister one persistent instance in the CP
@@ -147,11 +145,6 @@ class _NamingHandlers:
         else:
             raise InvalidParam(f"Unsupported request type {kind}")
         return codec.ok()
-
-
-async def _after(wait: Awaitable[None], answer: bytes) -> bytes:
-    await wait
-    return answer
 
 
 async def _answered(write: Awaitable[None], kind: str) -> bytes:
