@@ -194,7 +194,9 @@ def build_cluster_phase(config: Config, clock: Clock, hooks: TestHooks, tls: Nod
                     if config.cluster_identity_key else None)
         transport = make_peer_transport(config, members.self_address, identity, tls.peer)
         distro = DistroProtocol(config, clock, stack.bus, stack.clients, stack.services, members, transport,
-                                on_renew, drop_incoming_sync=hooks.drop_incoming_sync)
+                                on_renew, drop_incoming_sync=hooks.drop_incoming_sync, cp_store=stack.cp_store)
+        # a worker's CP writes wait for its siblings' views too (docs/workers.md); None elsewhere
+        stack.cp_store.siblings = distro.cp_siblings
     responsibility: Responsibility = (
         ForwardAllTo(hooks.forward_all_to) if hooks.forward_all_to
         else MapperResponsibility(distro.mapper) if distro is not None else Standalone())

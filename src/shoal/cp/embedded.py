@@ -77,6 +77,7 @@ class EmbeddedStore(CpStore):
     kind = "embedded"
 
     def __init__(self, path: str | Path, history: int = 100_000, poll_interval_s: float = 1.0) -> None:
+        super().__init__()
         self.path = Path(path)
         self.history = history
         self.poll_interval_s = poll_interval_s
@@ -103,13 +104,18 @@ class EmbeddedStore(CpStore):
         """Publish what other processes wrote to the file (only while something is watched)."""
         while True:
             await asyncio.sleep(self.poll_interval_s)
-            if self._watchers:
-                try:
-                    events = await self._call(self._poll)
-                except CpUnavailable:
-                    continue
-                if events:
-                    self._publish_all(events)
+            try:
+                await self.refresh()
+            except CpUnavailable:
+                continue
+
+    async def refresh(self) -> None:
+        """Publish what other processes wrote to the file since the last look, now (a sibling
+        worker's write its writer waits for: :meth:`CpStore.catch_up`)."""
+        if self._watchers:
+            events = await self._call(self._poll)
+            if events:
+                self._publish_all(events)
 
     def _open(self) -> None:
         # Private: the store holds password hashes and the cluster's token key. SQLite gives its

@@ -188,6 +188,7 @@ class EtcdStore(CpStore):
         fresh_ms: int = 1000,
         suspect_ms: int = 5000,
     ) -> None:
+        super().__init__()
         if not endpoints:
             raise ValueError("an etcd store needs at least one endpoint")
         tls = bool(ca_file or cert_file)

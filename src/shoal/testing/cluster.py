@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from shoal.clock import ManualClock
+from shoal.cp.embedded import EmbeddedStore
 from shoal.distro.barrier import waits_for_siblings
 from shoal.distro.members import MemberManager
 from shoal.distro.protocol import DistroProtocol
@@ -43,6 +45,8 @@ class SimNode:
     members: MemberManager
     distro: DistroProtocol
     bus: EventBus  #: the node's model events (a test may listen, as the history log does)
+    #: its CP store, never started unless a test starts it (the workers of one node share its file)
+    cp_store: EmbeddedStore
 
     def connect(self, client_id: str) -> Client:
         """Add a native connection client."""
@@ -76,6 +80,7 @@ class SimCluster:
         #: the configured nodes (``--members``); equal to :attr:`addresses` without workers
         self.node_addresses = list(self.addresses)
         self.nodes: dict[str, SimNode] = {}
+        self._cp_files: dict[str, Path] = {}  # node address → the CP file its workers share
         for address in self.addresses:
             self.add_node(address, self.addresses, loaded=True)
 
@@ -104,6 +109,7 @@ class SimCluster:
         """Build a node at ``address`` that knows ``member_list`` and attach it to the network;
         with a ``placement``, the worker of node ``address`` it places (at ``ip:private_port``), whose
         ephemeral writes wait for its sibling workers as ``app.py`` wires them."""
+        node_address = address
         ip, port = address.split(":")
         listed = [(a.split(":")[0], int(a.split(":")[1])) for a in member_list]
         if placement is None:
@@ -120,15 +126,19 @@ class SimCluster:
             wait = built[0].barrier
             return wait(client_id) if wait is not None else None
 
-        model = ModelStack.build(self.config, self.clock, scratch_store(),  # CP half never started
+        store = scratch_store()
+        if placement is not None:
+            store = EmbeddedStore(self._cp_files.setdefault(node_address, store.path))
+        model = ModelStack.build(self.config, self.clock, store,  # CP half never started
                                  barrier=barrier if waits_for_siblings(self.config, members) else None)
         distro = DistroProtocol(self.config, self.clock, model.bus, model.clients, model.services, members,
-                                self.network.transport(address))
+                                self.network.transport(address), cp_store=store)
+        store.siblings = distro.cp_siblings  # a worker's CP writes wait for its siblings' views, as in app.py
         built.append(distro)
         distro.loaded = loaded
         self.network.attach(address, distro.dispatch)
         node = SimNode(address, model.clients, model.services, model.storage, model.naming, members, distro,
-                       model.bus)
+                       model.bus, store)
         self.nodes[address] = node
         return node
 
