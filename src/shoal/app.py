@@ -15,7 +15,7 @@ from shoal.auth.service import AuthService
 from shoal.clock import Clock, SystemClock
 from shoal.config import Config, LiveConfig, TestHooks
 from shoal.cp.factory import CpRuntime, build_cp
-from shoal.cp.store import CpView, Keyspace, json_view
+from shoal.cp.store import CpView, Keyspace, SiblingViews, json_view
 from shoal.distro.barrier import waits_for_siblings
 from shoal.distro.members import MemberManager, parse_member_list, read_cluster_conf
 from shoal.distro.protocol import DistroProtocol
@@ -159,15 +159,16 @@ def build_members(config: Config, clock: Clock, placement: WorkerPlacement | Non
                                    placement=placement)
 
 
-def build_cp_phase(config: Config, members: MemberManager | None, worker: bool = False) -> CpPhase:
+def build_cp_phase(config: Config, members: MemberManager | None, worker: bool = False,
+                   siblings: SiblingViews | None = None) -> CpPhase:
     """The CP store: persistent instances, service metadata, namespaces, switches and auth data are
     cluster-wide through it, fed into the model by the views' watches on every node. Its members are
     the NODES (one etcd member per node, whatever its workers); a standalone node has none. A worker
     never runs an etcd member (its supervisor does): standalone, it opens the node's one embedded
-    store, polled often, since its siblings write it too."""
+    store, polled often, since its siblings write it too; ``siblings``: what its writes wait for."""
     clustered = members is not None and (len(members.nodes()) > 1 or bool(config.members or config.cluster_conf))
     runtime = build_cp(config, [(m.ip, m.port) for m in members.nodes()] if clustered and members else [],
-                       members.self_node_address if clustered and members else "", worker=worker)
+                       members.self_node_address if clustered and members else "", worker=worker, siblings=siblings)
     store = runtime.store
     return CpPhase(runtime, json_view(store, Keyspace.NAMESPACES), json_view(store, Keyspace.META))
 
@@ -195,8 +196,6 @@ def build_cluster_phase(config: Config, clock: Clock, hooks: TestHooks, tls: Nod
         transport = make_peer_transport(config, members.self_address, identity, tls.peer)
         distro = DistroProtocol(config, clock, stack.bus, stack.clients, stack.services, members, transport,
                                 on_renew, drop_incoming_sync=hooks.drop_incoming_sync, cp_store=stack.cp_store)
-        # a worker's CP writes wait for its siblings' views too (docs/workers.md); None elsewhere
-        stack.cp_store.siblings = distro.cp_siblings
     responsibility: Responsibility = (
         ForwardAllTo(hooks.forward_all_to) if hooks.forward_all_to
         else MapperResponsibility(distro.mapper) if distro is not None else Standalone())
@@ -277,9 +276,11 @@ class Node:
         self.limits = LimitRuleFile(config.limit_rule_path)
 
         members = build_members(config, clock, placement)
-        cp = self.cp_phase = build_cp_phase(config, members, worker=placement is not None)
-        # a worker answers an ephemeral write once its siblings hold it; a single process: no barrier at all
-        barrier = self._wait_for_siblings if waits_for_siblings(config, members) else None
+        # a worker answers an HTTP write once its siblings hold it; a single process: no barrier at all
+        waits = waits_for_siblings(config, members)
+        cp = self.cp_phase = build_cp_phase(config, members, worker=placement is not None,
+                                            siblings=self._cp_wait_for_siblings if waits else None)
+        barrier = self._wait_for_siblings if waits else None
         model = self.model_phase = build_model_phase(config, clock, self.live, cp, node_address(config, members),
                                                      barrier)
         cluster = self.cluster = build_cluster_phase(config, clock, hooks, self.tls, model.stack, members,
@@ -543,6 +544,11 @@ class Node:
         """The service layer's write barrier on a worker: Distro's (built after the model)."""
         barrier = self.distro.barrier if self.distro is not None else None
         return barrier(client_id) if barrier is not None else None
+
+    def _cp_wait_for_siblings(self, keyspace: Keyspace, revision: int) -> Awaitable[None] | None:
+        """The CP store's SiblingViews on a worker: Distro's catch-up requests (built after the store)."""
+        siblings = self.distro.cp_siblings if self.distro is not None else None
+        return siblings(keyspace, revision) if siblings is not None else None
 
     def _renew_beats(self, client: Client, now_mono_ms: int) -> None:
         """A verified ip:port copy is as fresh as its owner says (Nacos resets its beat time)."""

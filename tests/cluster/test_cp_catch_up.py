@@ -95,3 +95,4 @@ def test_a_single_process_node_asks_no_sibling() -> None:
     assert cluster[0].distro.cp_siblings is None and cluster[0].cp_store.siblings is None
     workers = SimCluster.of_workers([2], workers_write_wait_ms=0)  # the wait turned off
     assert workers[0].distro.cp_siblings is None and workers[0].cp_store.siblings is None
+    assert SimCluster.of_workers([2])[0].cp_store.siblings is not None

@@ -38,6 +38,7 @@ from shoal.cp.store import (
     KeyValue,
     RangeResult,
     Resync,
+    SiblingViews,
     TxnCompare,
     TxnResult,
     TxnWrite,
@@ -76,8 +77,9 @@ class EmbeddedStore(CpStore):
 
     kind = "embedded"
 
-    def __init__(self, path: str | Path, history: int = 100_000, poll_interval_s: float = 1.0) -> None:
-        super().__init__()
+    def __init__(self, path: str | Path, history: int = 100_000, poll_interval_s: float = 1.0,
+                 siblings: SiblingViews | None = None) -> None:
+        super().__init__(siblings)
         self.path = Path(path)
         self.history = history
         self.poll_interval_s = poll_interval_s
@@ -90,8 +92,9 @@ class EmbeddedStore(CpStore):
         self._closed = False
 
     @classmethod
-    def in_data_dir(cls, data_dir: str | Path, history: int = 100_000, poll_interval_s: float = 1.0) -> EmbeddedStore:
-        return cls(path_in(data_dir), history, poll_interval_s)
+    def in_data_dir(cls, data_dir: str | Path, history: int = 100_000, poll_interval_s: float = 1.0,
+                    siblings: SiblingViews | None = None) -> EmbeddedStore:
+        return cls(path_in(data_dir), history, poll_interval_s, siblings)
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:

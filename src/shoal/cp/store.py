@@ -211,11 +211,11 @@ class CpStore(ABC):
     #: A short name for logs and metrics (``embedded``, ``etcd``).
     kind: str = "cp"
 
-    def __init__(self) -> None:
+    def __init__(self, siblings: SiblingViews | None = None) -> None:
         #: the views of this process over this store (:meth:`catch_up` waits for them)
         self.views: list[CpView[Any]] = []
         #: what a write of one of them waits for after the view shows it (None: nothing)
-        self.siblings: SiblingViews | None = None
+        self.siblings = siblings
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Open connections/files; called once before any other call."""

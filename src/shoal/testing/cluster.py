@@ -14,6 +14,7 @@ from typing import Any
 
 from shoal.clock import ManualClock
 from shoal.cp.embedded import EmbeddedStore
+from shoal.cp.store import Keyspace
 from shoal.distro.barrier import waits_for_siblings
 from shoal.distro.members import MemberManager
 from shoal.distro.protocol import DistroProtocol
@@ -126,14 +127,19 @@ class SimCluster:
             wait = built[0].barrier
             return wait(client_id) if wait is not None else None
 
+        def cp_siblings(keyspace: Keyspace, revision: int) -> Awaitable[None] | None:
+            wait = built[0].cp_siblings
+            return wait(keyspace, revision) if wait is not None else None
+
+        waits = waits_for_siblings(self.config, members)
         store = scratch_store()
-        if placement is not None:
-            store = EmbeddedStore(self._cp_files.setdefault(node_address, store.path))
+        if placement is not None:  # the workers of a node share its file; CP writes wait for their views
+            store = EmbeddedStore(self._cp_files.setdefault(node_address, store.path),
+                                  siblings=cp_siblings if waits else None)
         model = ModelStack.build(self.config, self.clock, store,  # CP half never started
-                                 barrier=barrier if waits_for_siblings(self.config, members) else None)
+                                 barrier=barrier if waits else None)
         distro = DistroProtocol(self.config, self.clock, model.bus, model.clients, model.services, members,
                                 self.network.transport(address), cp_store=store)
-        store.siblings = distro.cp_siblings  # a worker's CP writes wait for its siblings' views, as in app.py
         built.append(distro)
         distro.loaded = loaded
         self.network.attach(address, distro.dispatch)
