@@ -394,7 +394,8 @@ class _ClusterCollector:
         yield mismatched
         if f.write_waits:
             waits = CounterMetricFamily("shoal_workers_write_waits",
-                                        "Ephemeral writes that waited for the sibling workers before their answer, "
+                                        "Writes (HTTP ephemeral, CP) that waited for the sibling workers before "
+                                        "their answer, "
                                         "by outcome (acked; failed or timeout: answered unconfirmed)",
                                         labels=["outcome"])
             for outcome, count in sorted(f.write_waits.items()):
