@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,8 @@ from shoal.auth.service import AuthService
 from shoal.clock import Clock, SystemClock
 from shoal.config import Config, LiveConfig, TestHooks
 from shoal.cp.factory import CpRuntime, build_cp
-from shoal.cp.store import CpView, Keyspace, json_view
+from shoal.cp.store import CpView, Keyspace, SiblingViews, json_view
+from shoal.distro.barrier import waits_for_siblings
 from shoal.distro.members import MemberManager, build_members
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.responsibility import (
@@ -41,6 +42,7 @@ from shoal.node_metrics import chart_sources, watch_node
 from shoal.push.fuzzy import FuzzyNotifier
 from shoal.push.service import PushService
 from shoal.service_layer import instance_ids
+from shoal.service_layer.barrier import WriteBarrier
 from shoal.service_layer.digests import ServiceDigests
 from shoal.service_layer.fuzzy import FuzzyWatchContext
 from shoal.service_layer.lock import LockService
@@ -138,23 +140,26 @@ class TransportPhase:
     dns: DnsServer | None  # Nacos 3.3 built-in DNS (docs/protocol.md §8), when enabled
 
 
-def build_cp_phase(config: Config, members: MemberManager | None, worker: bool = False) -> CpPhase:
+def build_cp_phase(config: Config, members: MemberManager | None, worker: bool = False,
+                   siblings: SiblingViews | None = None) -> CpPhase:
     """The CP store: persistent instances, service metadata, namespaces, switches and auth data are
     cluster-wide through it, fed into the model by the views' watches on every node. Its members are
     the NODES (one etcd member per node, whatever its workers); a standalone node has none. A worker
     never runs an etcd member (its supervisor does): standalone, it opens the node's one embedded
-    store, polled often, since its siblings write it too."""
+    store, polled often, since its siblings write it too; ``siblings``: what its writes wait for."""
     clustered = members is not None and (len(members.nodes()) > 1 or bool(config.members or config.cluster_conf))
     runtime = build_cp(config, [(m.ip, m.port) for m in members.nodes()] if clustered and members else [],
-                       members.self_node_address if clustered and members else "", worker=worker)
+                       members.self_node_address if clustered and members else "", worker=worker, siblings=siblings)
     store = runtime.store
     return CpPhase(runtime, json_view(store, Keyspace.NAMESPACES), json_view(store, Keyspace.META))
 
 
-def build_model_phase(config: Config, clock: Clock, live: LiveConfig, cp: CpPhase, address: str) -> ModelPhase:
-    """The registry and the use cases over it; the switches reload ``live`` from the CP document."""
+def build_model_phase(config: Config, clock: Clock, live: LiveConfig, cp: CpPhase, address: str,
+                      barrier: WriteBarrier | None = None) -> ModelPhase:
+    """The registry and the use cases over it; the switches reload ``live`` from the CP document.
+    ``barrier``: what an answered ephemeral write waits for (a worker's sibling workers)."""
     instance_ids.configure(config.snowflake_worker_id)  # snowflake instance ids (docs/protocol.md §3.6)
-    stack = ModelStack.build(config, clock, cp.runtime.store, live)
+    stack = ModelStack.build(config, clock, cp.runtime.store, live, barrier)
     locks = LockService(cp.runtime.store, address, clock.now_ms, config.lock_default_expire_ms,
                         config.lock_max_expire_ms)
     return ModelPhase(stack, stack.naming.persistent,
@@ -173,7 +178,8 @@ def build_cluster_phase(config: Config, clock: Clock, hooks: TestHooks, tls: Nod
                     if config.cluster_identity_key else None)
         transport = make_peer_transport(config, members.self_address, identity, tls.peer, members.introduction())
         distro = DistroProtocol(config, clock, stack.bus, stack.clients, stack.services, members, transport,
-                                on_renew, drop_incoming_sync=hooks.drop_incoming_sync, siblings=siblings)
+                                on_renew, drop_incoming_sync=hooks.drop_incoming_sync, siblings=siblings,
+                                cp_store=stack.cp_store)
     responsibility: Responsibility = (
         ForwardAllTo(hooks.forward_all_to) if hooks.forward_all_to
         else MapperResponsibility(distro.mapper) if distro is not None else Standalone())
@@ -268,8 +274,13 @@ class Node:
         #: a worker's siblings: (index, private ip:port), where it asks them for their own figures
         self.sibling_workers = ([(i, f"{members.self_member.ip}:{p}") for i, p in enumerate(placement.ports)
                                  if i != placement.index] if placement is not None and members is not None else [])
-        cp = self.cp_phase = build_cp_phase(config, members, worker=placement is not None)
-        model = self.model_phase = build_model_phase(config, clock, self.live, cp, node_address(config, members))
+        # a worker answers an HTTP write once its siblings hold it; a single process: no barrier at all
+        waits = waits_for_siblings(config, members)
+        cp = self.cp_phase = build_cp_phase(config, members, worker=placement is not None,
+                                            siblings=self._cp_wait_for_siblings if waits else None)
+        barrier = self._wait_for_siblings if waits else None
+        model = self.model_phase = build_model_phase(config, clock, self.live, cp, node_address(config, members),
+                                                     barrier)
         cluster = self.cluster = build_cluster_phase(config, clock, hooks, self.tls, model.stack, members,
                                                      self._renew_beats, self.sibling_connections)
         net = self.transports = build_transport_phase(config, self.tls, self.metrics, self.auth, self, model,
@@ -534,6 +545,16 @@ class Node:
     def _member_addresses(self) -> list[str]:
         """The nodes' addresses (rebalancing and the consistency check are between nodes)."""
         return [m.address for m in self.members.nodes()] if self.members is not None else [self.address]
+
+    def _wait_for_siblings(self, client_id: str) -> Awaitable[None] | None:
+        """The service layer's write barrier on a worker: Distro's (built after the model)."""
+        barrier = self.distro.barrier if self.distro is not None else None
+        return barrier(client_id) if barrier is not None else None
+
+    def _cp_wait_for_siblings(self, keyspace: Keyspace, revision: int) -> Awaitable[None] | None:
+        """The CP store's SiblingViews on a worker: Distro's catch-up requests (built after the store)."""
+        siblings = self.distro.cp_siblings if self.distro is not None else None
+        return siblings(keyspace, revision) if siblings is not None else None
 
     def _renew_beats(self, client: Client, now_mono_ms: int) -> None:
         """A verified ip:port copy is as fresh as its owner says (Nacos resets its beat time)."""

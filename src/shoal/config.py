@@ -216,15 +216,21 @@ class Config:
         3000, "shoal.shutdown.grace-ms", "Time given to in-flight calls on SIGTERM before they are cut.",
         check=non_negative,
     )
-    # Default 1, not auto: workers of one node see each other's writes after a Distro sync (~10 ms),
-    # so an HTTP client whose next request lands on another worker may not find what it just wrote
-    # (docs/workers.md, "Known limits"); until a write waits for its siblings, all cores is opt-in.
+    # Default 1, not auto. Workers of one node see each other's writes through Distro and the CP store;
+    # an HTTP or CP write waits for its siblings before it is answered (workers_write_wait_ms, docs/workers.md).
     server_workers: int = _setting(
         1, "shoal.server.workers",
         "Worker processes serving this node's ports (SO_REUSEPORT), each on its own core, under one supervisor; "
         f"1 = one process (no supervisor, the default); 0 = auto: the cores this process may run on, at most "
         f"{AUTO_WORKERS_CAP}.",
         check=worker_count,
+    )
+    workers_write_wait_ms: int = _setting(
+        200, "shoal.server.workers.write-wait-ms",
+        "With workers: the longest an HTTP ephemeral write or a CP write waits, before it is answered, for the "
+        "node's sibling workers to apply it (read-your-writes on any worker; a gRPC client's writes never wait: it "
+        "reads over its own connection); a sibling that fails or passes it catches up later; 0 = answer at once.",
+        check=non_negative,
     )
     startup_delay_ms: int = _setting(
         0,

@@ -123,6 +123,8 @@ class ClusterFigures:
     verify_repairs: int
     verify_mismatched: dict[str, int]  # peer → differences found in the last round
     received: list[ReceivedSyncFigures] = field(default_factory=list)
+    #: a worker's writes that waited for its sibling workers, by outcome (distro/barrier.py); {} otherwise
+    write_waits: dict[str, int] = field(default_factory=dict)
 
 
 # --- request timers ------------------------------------------------------------------------------
@@ -390,6 +392,15 @@ class _ClusterCollector:
         for peer_address, count in sorted(f.verify_mismatched.items()):
             mismatched.add_metric([peer_address], count)
         yield mismatched
+        if f.write_waits:
+            waits = CounterMetricFamily("shoal_workers_write_waits",
+                                        "Writes (HTTP ephemeral, CP) that waited for the sibling workers before "
+                                        "their answer, "
+                                        "by outcome (acked; failed or timeout: answered unconfirmed)",
+                                        labels=["outcome"])
+            for outcome, count in sorted(f.write_waits.items()):
+                waits.add_metric([outcome], count)
+            yield waits
 
 
 class _UptimeCollector:

@@ -8,6 +8,7 @@ connection table and Distro's own counters, without changing any of them. ``Node
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from shoal.metrics import (
@@ -114,4 +115,5 @@ def cluster_figures(distro: DistroProtocol | None) -> ClusterFigures | None:
         verify_repairs=stats.resynced,
         verify_mismatched={peer: r.get("mismatched", 0) for peer, r in stats.last_round.items()},
         received=received,
+        write_waits=dict(sum((w.outcomes for w in (distro.barrier, distro.cp_siblings) if w is not None), Counter())),
     )

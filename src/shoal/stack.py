@@ -20,6 +20,7 @@ from shoal.model.events import EventBus
 from shoal.model.overlays import InstanceOverlays
 from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
 from shoal.service_layer import NamingService
+from shoal.service_layer.barrier import WriteBarrier
 
 
 @dataclass
@@ -43,10 +44,12 @@ class ModelStack:
     edit_view: CpView[Any]  # Keyspace.INSTANCE_EDITS: those edits in the CP store
 
     @classmethod
-    def build(cls, config: Config, clock: Clock, cp_store: CpStore, live: LiveConfig | None = None) -> Self:
+    def build(cls, config: Config, clock: Clock, cp_store: CpStore, live: LiveConfig | None = None,
+              barrier: WriteBarrier | None = None) -> Self:
         """Wire a fresh, empty model for ``config`` reading time from ``clock``, its CP half on
         ``cp_store`` (its views not started yet), and the live settings from ``live`` (the node's
-        one :class:`LiveConfig`; a fixed one by default)."""
+        one :class:`LiveConfig`; a fixed one by default). ``barrier``: what an answered ephemeral
+        write waits for (a worker's sibling workers; None: nothing)."""
         live = live if live is not None else LiveConfig(config)
         bus = EventBus()
         clients = ClientManager(bus)
@@ -58,7 +61,7 @@ class ModelStack:
         service_view = json_view(cp_store, Keyspace.SERVICES)
         edit_view = json_view(cp_store, Keyspace.INSTANCE_EDITS)
         naming = NamingService(live, clock, bus, clients, services, index, storage, instance_view, service_view,
-                               overlays, edit_view)
+                               overlays, edit_view, barrier)
         return cls(config, clock, bus, clients, services, index, storage, cp_store, instance_view, service_view,
                    naming, live, overlays, edit_view)
 

@@ -133,7 +133,8 @@ def test_cluster_figures_and_standalone() -> None:
         peers=[PeerSyncFigures("b:1", pending=5, sent_batches=2, failed_batches=3, needs_full_verify=True,
                                sent_records=40)],
         loaded=True, verify_rounds=4, verify_requests=6, verify_bytes=100, verify_repairs=1,
-        verify_mismatched={"b:1": 2}, received=[ReceivedSyncFigures("b:1", batches=3, records=90, applied=80)]))
+        verify_mismatched={"b:1": 2}, received=[ReceivedSyncFigures("b:1", batches=3, records=90, applied=80)],
+        write_waits={"acked": 7, "timeout": 1}))
     assert value(m, "shoal_cluster_member_state", member="b:1", state="DOWN") == 1
     assert value(m, "shoal_cluster_member_state", member="b:1", state="UP") == 0
     assert value(m, "shoal_cluster_members", state="UP") == 1
@@ -147,6 +148,8 @@ def test_cluster_figures_and_standalone() -> None:
     assert value(m, "shoal_distro_verify_rounds_total") == 4
     assert value(m, "shoal_distro_verify_repairs_total") == 1
     assert value(m, "shoal_distro_verify_mismatched", peer="b:1") == 2
+    assert value(m, "shoal_workers_write_waits_total", outcome="acked") == 7
+    assert value(m, "shoal_workers_write_waits_total", outcome="timeout") == 1
 
 
 def test_no_created_series_but_process_and_gc() -> None:

@@ -146,9 +146,9 @@ async def test_service_record_errors_carry_their_v2_codes(cp_registry: Registry)
         await service_ops.delete(SVC)
 
 
-def test_a_persistent_beat_is_refused_by_the_instance_facade(registry: Registry) -> None:
+async def test_a_persistent_beat_is_refused_by_the_instance_facade(registry: Registry) -> None:
     registry.naming.ip_port.register(SVC, InstanceInfo("10.0.0.5", 1))
     with pytest.raises(InvalidParam, match="persistent instances"):
-        registry.naming.instance_ops.beat(SVC, "10.0.0.5", 1, None, ephemeral=False)
-    assert registry.naming.instance_ops.beat(SVC, "10.0.0.5", 1, None) == (
+        await registry.naming.instance_ops.beat(SVC, "10.0.0.5", 1, None, ephemeral=False)
+    assert await registry.naming.instance_ops.beat(SVC, "10.0.0.5", 1, None) == (
         BEAT_OK, registry.config.client_beat_interval_ms)

@@ -38,6 +38,7 @@ from shoal.cp.store import (
     KeyValue,
     RangeResult,
     Resync,
+    SiblingViews,
     TxnCompare,
     TxnResult,
     TxnWrite,
@@ -76,7 +77,9 @@ class EmbeddedStore(CpStore):
 
     kind = "embedded"
 
-    def __init__(self, path: str | Path, history: int = 100_000, poll_interval_s: float = 1.0) -> None:
+    def __init__(self, path: str | Path, history: int = 100_000, poll_interval_s: float = 1.0,
+                 siblings: SiblingViews | None = None) -> None:
+        super().__init__(siblings)
         self.path = Path(path)
         self.history = history
         self.poll_interval_s = poll_interval_s
@@ -89,8 +92,9 @@ class EmbeddedStore(CpStore):
         self._closed = False
 
     @classmethod
-    def in_data_dir(cls, data_dir: str | Path, history: int = 100_000, poll_interval_s: float = 1.0) -> EmbeddedStore:
-        return cls(path_in(data_dir), history, poll_interval_s)
+    def in_data_dir(cls, data_dir: str | Path, history: int = 100_000, poll_interval_s: float = 1.0,
+                    siblings: SiblingViews | None = None) -> EmbeddedStore:
+        return cls(path_in(data_dir), history, poll_interval_s, siblings)
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -103,13 +107,18 @@ class EmbeddedStore(CpStore):
         """Publish what other processes wrote to the file (only while something is watched)."""
         while True:
             await asyncio.sleep(self.poll_interval_s)
-            if self._watchers:
-                try:
-                    events = await self._call(self._poll)
-                except CpUnavailable:
-                    continue
-                if events:
-                    self._publish_all(events)
+            try:
+                await self.refresh()
+            except CpUnavailable:
+                continue
+
+    async def refresh(self) -> None:
+        """Publish what other processes wrote to the file since the last look, now (a sibling
+        worker's write its writer waits for: :meth:`CpStore.catch_up`)."""
+        if self._watchers:
+            events = await self._call(self._poll)
+            if events:
+                self._publish_all(events)
 
     def _open(self) -> None:
         # Private: the store holds password hashes and the cluster's token key. SQLite gives its

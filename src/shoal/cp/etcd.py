@@ -60,6 +60,7 @@ from shoal.cp.store import (
     KeyValue,
     RangeResult,
     Resync,
+    SiblingViews,
     TxnCompare,
     TxnResult,
     TxnWrite,
@@ -187,7 +188,9 @@ class EtcdStore(CpStore):
         probe_timeout_ms: int | None = None,
         fresh_ms: int = 1000,
         suspect_ms: int = 5000,
+        siblings: SiblingViews | None = None,
     ) -> None:
+        super().__init__(siblings)
         if not endpoints:
             raise ValueError("an etcd store needs at least one endpoint")
         tls = bool(ca_file or cert_file)

@@ -22,7 +22,7 @@ from shoal.tls import peer_settings
 if TYPE_CHECKING:  # the stores are imported where one is built: a node's supervisor, which only
     # runs the managed etcd member (managed_member), never loads the etcd client (aiohttp)
     from shoal.cp.etcd import EtcdStore
-    from shoal.cp.store import CpStore
+    from shoal.cp.store import CpStore, SiblingViews
 
 log = logging.getLogger(__name__)
 
@@ -71,31 +71,33 @@ WORKER_POLL_INTERVAL_S = 0.05
 
 
 def build_cp(config: Config, members: Sequence[tuple[str, int]] = (), self_address: str = "",
-             worker: bool = False) -> CpRuntime:
+             worker: bool = False, siblings: SiblingViews | None = None) -> CpRuntime:
     """The CP runtime of a node; ``members`` is the (host, main port) list, ``self_address``
     this node's ``host:port`` in it (both as the member manager resolved them). A ``worker`` of a
     multi-worker node never runs an etcd member (its supervisor does, and hands it the endpoints):
     standalone, it shares the node's embedded file with its siblings, polled every
-    :data:`WORKER_POLL_INTERVAL_S` so a sibling's write reaches its watchers promptly."""
+    :data:`WORKER_POLL_INTERVAL_S` so a sibling's write reaches its watchers promptly; ``siblings``:
+    what its writes wait for (the sibling workers' views, docs/workers.md)."""
     mode = cp_mode(config, bool(members))
     if mode == "embedded":
         from shoal.cp.embedded import EmbeddedStore
 
         poll_s = WORKER_POLL_INTERVAL_S if worker else 1.0
-        return CpRuntime(mode, EmbeddedStore.in_data_dir(config.data_dir, config.cp_history_revisions, poll_s))
+        return CpRuntime(mode, EmbeddedStore.in_data_dir(config.data_dir, config.cp_history_revisions, poll_s,
+                                                              siblings))
     if mode == "etcd":
         endpoints = [e.strip() for e in config.cp_endpoints.split(",") if e.strip()]
-        return CpRuntime(mode, _etcd_store(config, endpoints))
+        return CpRuntime(mode, _etcd_store(config, endpoints, siblings))
     supervisor, tls = managed_member(config, members, self_address)
     if tls is None:
-        return CpRuntime(mode, _etcd_store(config, supervisor.endpoints), supervisor)
+        return CpRuntime(mode, _etcd_store(config, supervisor.endpoints, siblings), supervisor)
     # https URLs, verified against the cluster's CA; the node always shows its certificate (the
     # members require one when mutual auth is asked for)
     from shoal.cp.etcd import EtcdStore
 
     store = EtcdStore(supervisor.client_urls, request_timeout_ms=config.cp_request_timeout_ms,
                       ca_file=tls.trusted_ca_file, cert_file=tls.cert_file, key_file=tls.key_file,
-                      user=config.cp_user, password=config.cp_password)
+                      user=config.cp_user, password=config.cp_password, siblings=siblings)
     return CpRuntime(mode, store, supervisor)
 
 
@@ -148,9 +150,9 @@ def managed_tls(config: Config) -> EtcdTls | None:
     return EtcdTls(settings.cert_chain_file, settings.private_key_file, settings.trust_file, settings.mutual)
 
 
-def _etcd_store(config: Config, endpoints: Sequence[str]) -> EtcdStore:
+def _etcd_store(config: Config, endpoints: Sequence[str], siblings: SiblingViews | None) -> EtcdStore:
     from shoal.cp.etcd import EtcdStore
 
     return EtcdStore(endpoints, request_timeout_ms=config.cp_request_timeout_ms, ca_file=config.cp_tls_ca,
                      cert_file=config.cp_tls_cert, key_file=config.cp_tls_key,
-                     user=config.cp_user, password=config.cp_password)
+                     user=config.cp_user, password=config.cp_password, siblings=siblings)

@@ -29,16 +29,17 @@ convention UTF-8 JSON documents (:func:`json_codec`). Implementations: ``embedde
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from shoal.errors import NacosError
+from shoal.errors import CpUnavailable, NacosError
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +192,15 @@ class Resync:
 WatchItem = WatchEvent | Resync
 
 
+class SiblingViews(Protocol):
+    """What a CP write waits for once this process's view shows it: on a worker of a node of several
+    (docs/workers.md), until every sibling worker's view of ``keyspace`` reached ``revision``
+    (``shoal.distro.barrier.SiblingCatchUp``, set on the store by ``app.py``). Something to await,
+    or None to answer at once; the wait never raises and is bounded."""
+
+    def __call__(self, keyspace: Keyspace, revision: int) -> Awaitable[None] | None: ...
+
+
 class CpStore(ABC):
     """A linearizable, revisioned key-value store (the CP store of a node).
 
@@ -201,8 +211,35 @@ class CpStore(ABC):
     #: A short name for logs and metrics (``embedded``, ``etcd``).
     kind: str = "cp"
 
+    def __init__(self, siblings: SiblingViews | None = None) -> None:
+        #: the views of this process over this store (:meth:`catch_up` waits for them)
+        self.views: list[CpView[Any]] = []
+        #: what a write of one of them waits for after the view shows it (None: nothing)
+        self.siblings = siblings
+
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Open connections/files; called once before any other call."""
+
+    async def refresh(self) -> None:  # noqa: B027 - optional hook
+        """Hand the watchers what other processes wrote, now (the embedded store polls its file; a
+        store whose watches are pushed has nothing to do)."""
+
+    async def catch_up(self, keyspace: Keyspace, revision: int, timeout_s: float) -> bool:
+        """Wait until every started view of ``keyspace`` in this process reflects ``revision`` (a
+        sibling worker's write: :data:`shoal.distro.barrier.CP_CATCH_UP_REQUEST`); False when one
+        has not within ``timeout_s``."""
+        views = [v for v in self.views if v.keyspace is keyspace and v.started and v.revision < revision]
+        if not views:
+            return True
+        try:
+            async with asyncio.timeout(timeout_s):
+                with contextlib.suppress(CpUnavailable):  # the views may still get there by their watch
+                    await self.refresh()
+                for view in views:
+                    await view.wait_revision(revision)
+        except TimeoutError:
+            return False
+        return True
 
     @abstractmethod
     async def close(self) -> None:
@@ -332,6 +369,7 @@ class CpView(Generic[T]):
         self._ready = asyncio.Event()
         self._listeners: list[Callable[[str, T | None, T | None], None]] = []
         self._task: asyncio.Task[None] | None = None
+        store.views.append(self)
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -355,6 +393,11 @@ class CpView(Generic[T]):
     @property
     def ready(self) -> bool:
         return self._ready.is_set()
+
+    @property
+    def started(self) -> bool:
+        """Whether the view is being fed (a view never started serves no reads)."""
+        return self._task is not None
 
     @property
     def revision(self) -> int:
@@ -433,7 +476,8 @@ class CpView(Generic[T]):
 
     async def _catch_up(self, revision: int) -> None:
         """Wait for the view to show a write of this node, bounded: the write is in the store
-        either way, so a view held up (its watch re-homing) must not hold the caller forever."""
+        either way, so a view held up (its watch re-homing) must not hold the caller forever.
+        Then, on a worker, for the sibling workers' views (:class:`SiblingViews`, bounded too)."""
         if self._task is None:
             return
         try:
@@ -441,6 +485,10 @@ class CpView(Generic[T]):
         except TimeoutError:
             log.warning("CP view %s: revision %d not seen within %g s (the write is stored; the view lags)",
                         self.keyspace.value, revision, self._catch_up_timeout_s)
+        siblings = self.store.siblings
+        wait = siblings(self.keyspace, revision) if siblings is not None else None
+        if wait is not None:
+            await wait
 
     # --- feeding ---------------------------------------------------------------------------
     async def _run(self) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shoal import jsonfast
+from shoal.cp.store import Keyspace
 from shoal.errors import BadRequestBody
 
 __all__ = ["BodyCheck", "binary", "json_object", "report_request", "snapshot_request",
@@ -88,3 +89,12 @@ def snapshot_request(body: bytes) -> None:
     _int_field(request, "offset", "DistroSnapshotRequest body")
     if not isinstance(request.get("stream", False), bool):
         raise BadRequestBody("DistroSnapshotRequest body: 'stream' must be a boolean")
+
+
+def cp_catch_up_request(body: bytes) -> None:
+    """CpCatchUpRequest: ``{"keyspace": a CP keyspace, "revision": int >= 0}``, both required."""
+    what = "CpCatchUpRequest body"
+    request = json_object(body, what)
+    if request.get("keyspace") not in {k.value for k in Keyspace}:
+        raise BadRequestBody(f"{what}: 'keyspace' must name a CP keyspace")
+    _int_field(request, "revision", what, required=True)

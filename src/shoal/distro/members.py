@@ -307,6 +307,11 @@ class MemberManager:
         """Every other Distro member (this node's sibling workers included)."""
         return sorted(self.peers.values(), key=lambda m: m.address)
 
+    def sibling_addresses(self) -> tuple[str, ...]:
+        """This worker's sibling workers (``ip:private_port`` each); () for a single-process node."""
+        ip, port = self.self_member.ip, self.self_member.port
+        return tuple(f"{ip}:{p}" for p in self.self_workers if p != port)
+
     def healthy_addresses(self) -> list[str]:
         """UP + SUSPICIOUS members (self included), sorted: the Distro mapper's list."""
         if self._healthy_cache is None:

@@ -22,7 +22,15 @@ from typing import Any
 
 from shoal.clock import Clock
 from shoal.config import Config
+from shoal.cp.store import CpStore
 from shoal.distro import bodies, records
+from shoal.distro.barrier import (
+    CP_CATCH_UP_REQUEST,
+    CpCatchUpReceiver,
+    SiblingBarrier,
+    SiblingCatchUp,
+    waits_for_siblings,
+)
 from shoal.distro.mapper import DistroMapper, IpPortHandoff
 from shoal.distro.members import (
     REPORT_REQUEST,
@@ -75,6 +83,7 @@ BODY_CHECKS: dict[str, bodies.BodyCheck] = {
     REMOVE_REQUEST: bodies.verify_message,
     SNAPSHOT_REQUEST: bodies.snapshot_request,
     REPORT_REQUEST: bodies.report_request,
+    CP_CATCH_UP_REQUEST: bodies.cp_catch_up_request,
 }
 
 
@@ -111,8 +120,10 @@ class DistroProtocol:
                  services: ServiceManager, members: MemberManager, transport: PeerTransport,
                  on_renew: Callable[[Client, int], object] | None = None,
                  renew_kinds: frozenset[ClientKind] | None = frozenset({ClientKind.IP_PORT}),
-                 drop_incoming_sync: int = 0, siblings: SiblingExchange | None = None) -> None:
-        """``siblings``: what a worker tells its sibling workers in its member reports."""
+                 drop_incoming_sync: int = 0, siblings: SiblingExchange | None = None,
+                 cp_store: CpStore | None = None) -> None:
+        """``siblings``: what a worker tells its sibling workers in its member reports; ``cp_store``:
+        the store whose views a sibling's ``CpCatchUpRequest`` waits on."""
         self.config = config
         self.clock = clock
         self.clients = clients
@@ -127,6 +138,16 @@ class DistroProtocol:
         self._index_task: asyncio.Task[None] | None = None
         self.loaded = not members.is_clustered()
         self.engine = SyncEngine(config, clock, members, transport, self._record_of)
+        #: what a worker's ephemeral writes wait for before they are answered (None: a single process)
+        self.barrier = (SiblingBarrier(self.engine, members.sibling_addresses(), config.workers_write_wait_ms)
+                        if waits_for_siblings(config, members) else None)
+        #: what a worker's CP writes wait for (the store's SiblingViews, set by app.py; None: a single process)
+        self.cp_siblings = (SiblingCatchUp(transport, members, members.sibling_addresses(),
+                                           config.workers_write_wait_ms)
+                            if cp_store is not None and waits_for_siblings(config, members) else None)
+        #: a sibling's CP write: answered once this process's views hold it (None: no CP store here)
+        self.cp_receiver = (CpCatchUpReceiver(cp_store, config.workers_write_wait_ms)
+                            if cp_store is not None else None)
         self.handoff = IpPortHandoff(clock, clients, members, self.mapper, self.engine.enqueue)
         self.processor = DistroProcessor(clock, bus, clients, services, self.mapper, self.engine, self.handoff)
         self.processor.renewed_at = self.index.renewed_at
@@ -174,6 +195,8 @@ class DistroProtocol:
             SNAPSHOT_REQUEST: self.snapshots.handle,
             REPORT_REQUEST: self.reporter.handle,
         }
+        if self.cp_receiver is not None:
+            self._routes[CP_CATCH_UP_REQUEST] = self.cp_receiver.handle
 
     async def dispatch(self, sender: str, type_name: str, body: bytes,
                        introduced: NodeLayout | None = None) -> tuple[str, bytes]:

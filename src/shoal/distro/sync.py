@@ -12,7 +12,10 @@ current state (a client gone meanwhile is skipped) and DELETE sends a delete. Un
   doubling up to ``sync.retryDelayMs``) instead of a fixed 3 s;
 * the queue is bounded: a DOWN peer gets nothing queued, and a queue that passes
   ``sync.queue-max`` collapses to "needs full verify" — the next verify round finds every
-  difference by digest and re-sends only those clients.
+  difference by digest and re-sends only those clients;
+* a sibling worker of this node (docs/workers.md) gets a change at once (delay 0: what piles up while
+  a batch is in flight goes in the next), and :meth:`SyncEngine.delivery` lets a write wait until
+  the sibling acknowledged the batch carrying it (:mod:`shoal.distro.barrier`).
 """
 
 from __future__ import annotations
@@ -59,6 +62,13 @@ class PeerQueue:
     last_failure: str = ""
     #: Client records carried by the batches the peer acknowledged (``/ sent_batches`` = mean batch size).
     sent_records: int = 0
+    #: Writes waiting for a pending key to be delivered (:meth:`SyncEngine.delivery`): client id →
+    #: resolved True when the batch carrying it is acknowledged, False when it fails or is dropped.
+    waiters: dict[str, asyncio.Future[bool]] = field(default_factory=dict)
+    #: The keys of the batch being sent, since when (monotonic ms), and its waiters' future (made on demand).
+    in_flight: dict[str, tuple[int, int]] = field(default_factory=dict)
+    in_flight_since: int = 0
+    in_flight_done: asyncio.Future[bool] | None = None
 
     def next_due(self) -> int | None:
         """The earliest due time of the pending keys (None when nothing is pending)."""
@@ -77,6 +87,8 @@ class SyncEngine:
         self.build = build
         self.queues: dict[str, PeerQueue] = {}
         self._running = False
+        #: this worker's sibling workers: a change reaches them at once, not after ``sync.delayMs``
+        self.siblings = frozenset(members.sibling_addresses())
 
     # --- enqueue ----------------------------------------------------------------------------
     def enqueue(self, client_id: str, op: int, targets: Iterable[str] | None = None,
@@ -85,6 +97,7 @@ class SyncEngine:
         (``sync.delayMs`` by default), merging with a pending task for the same key."""
         now = self.clock.monotonic_ms()
         due = now + (self.config.sync_delay_ms if delay_ms is None else delay_ms)
+        siblings = self.siblings if delay_ms is None else ()
         addresses = [m.address for m in self.members.peer_list()] if targets is None else list(targets)
         for target in addresses:
             member = self.members.peers.get(target)
@@ -94,17 +107,20 @@ class SyncEngine:
             if member.state is MemberState.DOWN:
                 queue.needs_full_verify = True  # verify repairs it when the peer is back
                 continue
+            at = now if target in siblings else due
             existing = queue.pending.get(client_id)
             if existing is None:
-                queue.pending[client_id] = (op, due)
+                queue.pending[client_id] = (op, at)
             else:  # the delay is never extended; the newer op wins
                 _older_op, existing_due = existing
-                queue.pending[client_id] = (op, min(existing_due, due))
+                queue.pending[client_id] = (op, min(existing_due, at))
             if len(queue.pending) > self.config.sync_queue_max:
                 log.warning("sync queue to %s passed %d keys: collapsing to a full verify", target,
                             self.config.sync_queue_max)
                 queue.pending.clear()
                 queue.needs_full_verify = True
+                _resolve(queue.waiters.values(), False)
+                queue.waiters.clear()
             queue.wake.set()
 
     def _queue(self, target: str) -> PeerQueue:
@@ -138,15 +154,24 @@ class SyncEngine:
             size += records.estimated_size(record)
             if size >= self.config.snapshot_chunk_bytes:
                 break
+        waiting = [queue.waiters.pop(cid) for cid in taken if cid in queue.waiters] if queue.waiters else []
         if not batch:
+            _resolve(waiting, True)  # nothing left to send for them
             return 0
         attempt = self.members.attempt(target)
+        queue.in_flight, queue.in_flight_since = taken, self.clock.monotonic_ms()
         try:
-            kind, body = await self.transport.call(target, SYNC_REQUEST, records.encode(batch),
-                                                   self.config.sync_timeout_ms)
+            try:
+                kind, body = await self.transport.call(target, SYNC_REQUEST, records.encode(batch),
+                                                       self.config.sync_timeout_ms)
+            finally:
+                if queue.in_flight_done is not None:
+                    waiting.append(queue.in_flight_done)
+                queue.in_flight, queue.in_flight_done = {}, None
             if kind != SYNC_RESPONSE:
                 raise PeerError(f"{target} answered {kind}: {body[:200]!r}")
         except (PeerUnavailable, PeerError, TimeoutError) as exc:
+            _resolve(waiting, False)  # (any other exception: the waits end at their bound)
             queue.failed_batches += 1
             queue.last_failure_ms = self.clock.now_ms()
             queue.last_failure = failure_text(f"sync of {len(batch)} clients", exc)
@@ -166,12 +191,35 @@ class SyncEngine:
                 self.members.report_failed(target, refused=isinstance(exc, PeerUnavailable) and exc.refused,
                                            attempt=attempt, reason=queue.last_failure)
             return 0
+        _resolve(waiting, True)
         queue.backoff_ms = 0
         queue.sent_batches += 1
         queue.last_sent_ms = self.clock.now_ms()
         queue.sent_records += len(batch)
         self.members.report_succeeded(target)
         return len(batch)
+
+    def delivery(self, target: str, client_id: str) -> asyncio.Future[bool] | None:
+        """What a write of ``client_id`` just applied here waits on until ``target`` holds it: the
+        batch that will carry it (the key is pending) or the one carrying it now (in flight). None:
+        nothing to wait for — nothing queued, or ``target`` is failing (backing off, or not answering
+        a batch for longer than ``shoal.server.workers.write-wait-ms``): a write never waits for a
+        peer that does not answer."""
+        queue = self.queues.get(target)
+        if queue is None or queue.backoff_ms:
+            return None
+        if queue.in_flight and self.clock.monotonic_ms() - queue.in_flight_since > self.config.workers_write_wait_ms:
+            return None
+        if client_id in queue.pending:
+            waiter = queue.waiters.get(client_id)
+            if waiter is None:
+                waiter = queue.waiters[client_id] = asyncio.get_running_loop().create_future()
+            return waiter
+        if client_id in queue.in_flight:
+            if queue.in_flight_done is None:
+                queue.in_flight_done = asyncio.get_running_loop().create_future()
+            return queue.in_flight_done
+        return None
 
     def pending_count(self) -> int:
         """Keys pending over every peer's queue."""
@@ -194,6 +242,8 @@ class SyncEngine:
         await asyncio.gather(*tasks, return_exceptions=True)
         for queue in self.queues.values():
             queue.task = None
+            _resolve(queue.waiters.values(), False)
+            queue.waiters.clear()
 
     async def _worker(self, queue: PeerQueue) -> None:
         while True:
@@ -206,6 +256,12 @@ class SyncEngine:
                 log.exception("sync worker for %s failed; continuing", queue.target)
             queue.wake.clear()
             await wait_until_due(queue.wake, queue.next_due(), self.clock.monotonic_ms())
+
+
+def _resolve(waiters: Iterable[asyncio.Future[bool]], delivered: bool) -> None:
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(delivered)
 
 
 @dataclass

@@ -11,6 +11,11 @@ instances in the CP store) on ``ephemeral``, as Nacos's ClientOperationServicePr
   instance, its own document (:class:`PersistentNaming`); of an ephemeral one, an edit kept in the
   CP store apart from the client's publication and laid over it on every read
   (:class:`InstanceEdits`), so it outlives the client registering again on another node.
+
+An ip:port (HTTP) write is answered once the ``barrier`` allows (:mod:`shoal.service_layer.barrier`:
+on a node of workers, once its sibling workers applied it), since an HTTP client has no session and
+its next call may land on another worker; a connection client's write is answered at once: its
+reads go over its own connection, held by the worker that applied them.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from collections.abc import Awaitable, Collection, Mapping, Sequence
 
 from shoal.errors import InvalidParam
 from shoal.model.instance import InstanceInfo
+from shoal.model.ip_port import ip_port_client_id
 from shoal.model.keys import ServiceKey
+from shoal.service_layer.barrier import WriteBarrier
 from shoal.service_layer.ephemeral import EphemeralInstances
 from shoal.service_layer.ip_port import IpPortInstances
 from shoal.service_layer.overlays import InstanceEdits
@@ -39,7 +46,8 @@ class InstanceOperations:
     + InstanceOperatorClientImpl)."""
 
     def __init__(self, ephemeral: EphemeralInstances, ip_port: IpPortInstances, reads: NamingReads,
-                 persistent: PersistentNaming, edits: InstanceEdits) -> None:
+                 persistent: PersistentNaming, edits: InstanceEdits, barrier: WriteBarrier | None = None) -> None:
+        self._barrier = barrier
         self._ephemeral = ephemeral
         self._ip_port = ip_port
         self._reads = reads
@@ -47,6 +55,7 @@ class InstanceOperations:
         self._edits = edits
 
     # --- connection clients (gRPC): ephemeral -----------------------------------------------
+    # Answered at once: the client reads over the same connection, from the worker that applied it.
     def register_connection(self, client_id: str, service: ServiceKey, inst: InstanceInfo) -> None:
         self._ephemeral.register_instance(client_id, service, inst)
 
@@ -56,6 +65,13 @@ class InstanceOperations:
 
     def deregister_connection(self, client_id: str, service: ServiceKey) -> None:
         self._ephemeral.deregister_instance(client_id, service)
+
+    async def _settled(self, client_id: str) -> None:
+        """Wait for the barrier after an ip:port write of ``client_id``."""
+        if self._barrier is not None:
+            wait = self._barrier(client_id)
+            if wait is not None:
+                await wait
 
     # --- persistent writes (gRPC PersistentInstanceRequest): checked now, written when awaited --
     def register_persistent(self, service: ServiceKey, inst: InstanceInfo) -> Awaitable[None]:
@@ -77,13 +93,13 @@ class InstanceOperations:
     # --- ip:port writes (HTTP): either kind ---------------------------------------------------
     async def register(self, service: ServiceKey, inst: InstanceInfo, *, ephemeral: bool) -> None:
         if ephemeral:
-            self._ip_port.register(service, inst)
+            await self._settled(self._ip_port.register(service, inst))
         else:
             await self.register_persistent(service, inst)
 
     async def deregister(self, service: ServiceKey, ip: str, port: int, cluster: str, *, ephemeral: bool) -> None:
         if ephemeral:
-            self._ip_port.deregister(service, ip, port)
+            await self._settled(self._ip_port.deregister(service, ip, port))
         else:
             await self._persistent.deregister(service, ip, port, cluster)
 
@@ -112,12 +128,15 @@ class InstanceOperations:
         await self._persistent.update(service, ip, port, cluster, weight=None, enabled=None, metadata=None,
                                       healthy=healthy)
 
-    def beat(self, service: ServiceKey, ip: str, port: int, beat: InstanceInfo | None,
-             ephemeral: bool = True) -> tuple[int, int]:
-        """A client beat of an ephemeral ip:port instance: ``(code, interval)``."""
+    async def beat(self, service: ServiceKey, ip: str, port: int, beat: InstanceInfo | None,
+                   ephemeral: bool = True) -> tuple[int, int]:
+        """A client beat of an ephemeral ip:port instance: ``(code, interval)``; one that registered
+        the instance again (or turned it healthy) is answered once the barrier allows."""
         if not ephemeral:
             raise InvalidParam(PERSISTENT_BEAT)
-        return self._ip_port.beat(service, ip, port, beat)
+        answer = self._ip_port.beat(service, ip, port, beat)
+        await self._settled(ip_port_client_id(ip, port))
+        return answer
 
     # --- the metadata batch (operator) ----------------------------------------------------------
     def is_persistent(self, service: ServiceKey, ip: str, port: int, cluster: str) -> bool:

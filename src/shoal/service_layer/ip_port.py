@@ -63,13 +63,15 @@ class IpPortInstances:
         self.beats.renew(client_id, service, now)
         return client_id
 
-    def deregister(self, service: ServiceKey, ip: str, port: int) -> None:
-        """Remove the ip:port client's instance of the service; unknown ones are a no-op."""
+    def deregister(self, service: ServiceKey, ip: str, port: int) -> str:
+        """Remove the ip:port client's instance of the service; unknown ones are a no-op. Returns
+        the client id."""
         check_port(port)
         self.validator.check_params(service)
         client_id = ip_port_client_id(ip, port)
         if self.clients.get(client_id) is not None:
             self.ephemeral.deregister_instance(client_id, service)
+        return client_id
 
     def beat(self, service: ServiceKey, ip: str, port: int, beat: InstanceInfo | None) -> tuple[int, int]:
         """A client beat (InstanceController.beat + ClientBeatProcessorV2): ``(code, interval)``.

@@ -35,6 +35,7 @@ from shoal.model.events import EventBus
 from shoal.model.ip_port import BeatTable
 from shoal.model.overlays import InstanceOverlays
 from shoal.model.services import ServiceIndex, ServiceManager, ServiceStorage
+from shoal.service_layer.barrier import WriteBarrier
 from shoal.service_layer.catalog import CatalogService
 from shoal.service_layer.connections import ConnectionClients
 from shoal.service_layer.ephemeral import EphemeralInstances
@@ -57,7 +58,7 @@ class NamingService:
     def __init__(self, live: LiveConfig, clock: Clock, bus: EventBus, clients: ClientManager,
                  services: ServiceManager, index: ServiceIndex, storage: ServiceStorage,
                  instance_view: CpView[Any], service_view: CpView[Any], overlays: InstanceOverlays,
-                 edit_view: CpView[Any]) -> None:
+                 edit_view: CpView[Any], barrier: WriteBarrier | None = None) -> None:
         self.live = live  # the switches' settings, read by reference (cacheMillis, beat interval, ...)
         config = live.current
         self.validator = InstanceValidator(config)
@@ -77,7 +78,7 @@ class NamingService:
         self.catalog = CatalogService(clients, services, index, storage, self.validator, overlays)
         self.cleaner = EmptyServiceCleaner(live, clock, services, index)
         self.instance_ops = InstanceOperations(self.ephemeral, self.ip_port, self.reads, self.persistent,
-                                               self.edits)
+                                               self.edits, barrier)
         self.service_ops = ServiceOperations(self.reads, self.persistent)
 
     @property

@@ -7,11 +7,15 @@ Each node is a real :class:`~shoal.stack.ModelStack` with a real
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from shoal.clock import ManualClock
+from shoal.cp.embedded import EmbeddedStore
+from shoal.cp.store import Keyspace
+from shoal.distro.barrier import waits_for_siblings
 from shoal.distro.members import MemberManager
 from shoal.distro.protocol import DistroProtocol
 from shoal.distro.transport import InMemoryNetwork
@@ -42,6 +46,8 @@ class SimNode:
     members: MemberManager
     distro: DistroProtocol
     bus: EventBus  #: the node's model events (a test may listen, as the history log does)
+    #: its CP store, never started unless a test starts it (the workers of one node share its file)
+    cp_store: EmbeddedStore
 
     def connect(self, client_id: str) -> Client:
         """Add a native connection client."""
@@ -75,6 +81,7 @@ class SimCluster:
         #: the configured nodes (``--members``); equal to :attr:`addresses` without workers
         self.node_addresses = list(self.addresses)
         self.nodes: dict[str, SimNode] = {}
+        self._cp_files: dict[str, Path] = {}  # node address → the CP file its workers share
         for address in self.addresses:
             self.add_node(address, self.addresses, loaded=True)
 
@@ -101,8 +108,9 @@ class SimCluster:
     def add_node(self, address: str, member_list: list[str], loaded: bool,
                  placement: WorkerPlacement | None = None) -> SimNode:
         """Build a node at ``address`` that knows ``member_list`` and attach it to the network;
-        with a ``placement``, the worker of node ``address`` it places (at ``ip:private_port``)."""
-        model = ModelStack.build(self.config, self.clock, scratch_store())  # CP half never started
+        with a ``placement``, the worker of node ``address`` it places (at ``ip:private_port``), whose
+        ephemeral writes wait for its sibling workers as ``app.py`` wires them."""
+        node_address = address
         ip, port = address.split(":")
         listed = [(a.split(":")[0], int(a.split(":")[1])) for a in member_list]
         if placement is None:
@@ -113,12 +121,30 @@ class SimCluster:
                                               fail_access_cnt=self.config.member_fail_access_cnt,
                                               placement=placement)
             address = members.self_address
+        built: list[DistroProtocol] = []  # the barrier is Distro's, built after the model, as in app.py
+
+        def barrier(client_id: str) -> Awaitable[None] | None:
+            wait = built[0].barrier
+            return wait(client_id) if wait is not None else None
+
+        def cp_siblings(keyspace: Keyspace, revision: int) -> Awaitable[None] | None:
+            wait = built[0].cp_siblings
+            return wait(keyspace, revision) if wait is not None else None
+
+        waits = waits_for_siblings(self.config, members)
+        store = scratch_store()
+        if placement is not None:  # the workers of a node share its file; CP writes wait for their views
+            store = EmbeddedStore(self._cp_files.setdefault(node_address, store.path),
+                                  siblings=cp_siblings if waits else None)
+        model = ModelStack.build(self.config, self.clock, store,  # CP half never started
+                                 barrier=barrier if waits else None)
         distro = DistroProtocol(self.config, self.clock, model.bus, model.clients, model.services, members,
-                                self.network.transport(address))
+                                self.network.transport(address), cp_store=store)
+        built.append(distro)
         distro.loaded = loaded
         self.network.attach(address, distro.dispatch)
         node = SimNode(address, model.clients, model.services, model.storage, model.naming, members, distro,
-                       model.bus)
+                       model.bus, store)
         self.nodes[address] = node
         return node
 

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from shoal.testing.http import call
 from shoal.testing.procs import ServerProcess
 from shoal.testing.rawclient import RawClient
+from shoal.transport.sharing import WORKER_HEADER
 
 LOADER_CURRENT = "/nacos/v2/core/loader/current"
 CLIENT_LIST = "/nacos/v2/ns/client/list"
@@ -98,6 +103,21 @@ def worker_owner(node: ServerProcess, tag: str, up: Iterable[int] | None = None)
     return next(i for i in indices if f"{node.host}:{ports[i]}" == chosen)
 
 
+def call_answered_by(method: str, url: str, params: Mapping[str, object] | None = None, *, timeout: float = 10.0,
+                     context: ssl.SSLContext | None = None) -> tuple[int, str, str]:
+    """One request on a connection of its own (as the 1.x HTTP SDK makes every call): (status, body,
+    the worker that answered, from the ``Shoal-Worker`` header; "" when there is none)."""
+    if params:
+        url += "?" + urllib.parse.urlencode({k: str(v) for k, v in params.items()})
+    body = b"" if method in ("POST", "PUT", "PATCH") else None
+    request = urllib.request.Request(url, data=body, method=method, headers={"Connection": "close"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
+            return int(resp.status), resp.read().decode(errors="replace"), resp.headers.get(WORKER_HEADER, "")
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode(errors="replace"), exc.headers.get(WORKER_HEADER, "")
+
+
 def every_worker(nodes: Iterable[ServerProcess]) -> list[tuple[ServerProcess, int]]:
     """(node, worker index) for every worker of every node in ``nodes``."""
     return [(node, i) for node in nodes for i in range(node.workers)]
@@ -129,10 +149,10 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-__all__ = ["CLIENT_LIST", "LOADER_CURRENT", "SERVER_LIBRARIES", "connection_holders", "connections_on_each_worker",
-           "every_worker", "listed_by_every_worker", "mapped_libraries", "pid_alive", "rss_bytes", "sdk_connection_id",
-           "server_libraries", "worker_client_ids", "worker_connections", "worker_holding", "worker_listed_ips",
-           "worker_owner"]
+__all__ = ["CLIENT_LIST", "LOADER_CURRENT", "SERVER_LIBRARIES", "call_answered_by", "connection_holders",
+           "connections_on_each_worker", "every_worker", "listed_by_every_worker", "mapped_libraries", "pid_alive",
+           "rss_bytes", "sdk_connection_id", "server_libraries", "worker_client_ids", "worker_connections",
+           "worker_holding", "worker_listed_ips", "worker_owner"]
 
 
 #: Where the compiled modules of the server live: its transports (grpc, aiohttp and its helpers,

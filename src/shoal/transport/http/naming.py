@@ -167,7 +167,7 @@ class NamingRoutes:
         """PUT /instance/beat (v1 and v2 alike: a bare object, no envelope)."""
         service = p.v1_service()
         ip, port, beat, ephemeral = beat_target(p)
-        code, interval = self.instances.beat(service, ip, port, beat, ephemeral)
+        code, interval = await self.instances.beat(service, ip, port, beat, ephemeral)
         return json_text(f'{{"clientBeatInterval":{interval},"code":{code},"lightBeatEnabled":true}}')
 
     # --- services ----------------------------------------------------------------------------

@@ -96,7 +96,7 @@ class V3Routes:
             inst, ephemeral = instance_from(p)
             await self.instances.register(service, inst, ephemeral=ephemeral)
             return v2_ok('"ok"')
-        code, _interval = self.instances.beat(service, p.required("ip"), p.port(), None)
+        code, _interval = await self.instances.beat(service, p.required("ip"), p.port(), None)
         if code != BeatCode.OK:
             return failure(V2Code.INSTANCE_NOT_FOUND, V2_TEXT[V2Code.INSTANCE_NOT_FOUND])
         return v2_ok('"ok"')
