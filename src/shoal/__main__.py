@@ -99,9 +99,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     server.add_argument("--cp-tls-key", metavar="FILE", help="client key for the etcd endpoints")
     server.add_argument("--workers", type=_worker_count, metavar="N",
                         help="worker processes serving this node's ports, one per core (shoal.server.workers): "
-                             "1 = one process (default); 0 = auto: the cores this process may run on, "
-                             f"at most {AUTO_WORKERS_CAP}. More than one: a supervisor process starts and restarts "
-                             "the workers")
+                             "0 = auto (default): the cores this process may use (affinity and cgroup quota), "
+                             f"at most {AUTO_WORKERS_CAP}; 1 = one process. More than one: a supervisor process "
+                             "starts and restarts the workers")
     server.add_argument("--auth", action="store_true",
                         help="require a login on every API family (nacos.core.auth.enabled, .admin.enabled and "
                              ".console.enabled = true, the defaults), whatever the properties file says")

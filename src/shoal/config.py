@@ -216,13 +216,14 @@ class Config:
         3000, "shoal.shutdown.grace-ms", "Time given to in-flight calls on SIGTERM before they are cut.",
         check=non_negative,
     )
-    # Default 1, not auto. Workers of one node see each other's writes through Distro and the CP store;
-    # an HTTP or CP write waits for its siblings before it is answered (workers_write_wait_ms, docs/workers.md).
+    # Default auto: a node uses the cores it may run on (its CPU affinity and its cgroup's CPU quota),
+    # at most AUTO_WORKERS_CAP. Workers see each other's writes through Distro and the CP store; an
+    # HTTP or CP write waits for its siblings before it is answered (workers_write_wait_ms, docs/workers.md).
     server_workers: int = _setting(
-        1, "shoal.server.workers",
+        0, "shoal.server.workers",
         "Worker processes serving this node's ports (SO_REUSEPORT), each on its own core, under one supervisor; "
-        f"1 = one process (no supervisor, the default); 0 = auto: the cores this process may run on, at most "
-        f"{AUTO_WORKERS_CAP}.",
+        f"0 = auto (the default): the cores this process may use (CPU affinity and cgroup quota), at most "
+        f"{AUTO_WORKERS_CAP}; 1 = one process, no supervisor.",
         check=worker_count,
     )
     workers_write_wait_ms: int = _setting(

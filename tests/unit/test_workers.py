@@ -60,7 +60,7 @@ def test_auto_is_the_usable_cores_capped() -> None:
 
     cores = usable_cores()
     assert 1 <= cores <= len(os.sched_getaffinity(0))
-    assert Config(server_workers=0).workers == max(1, min(cores, AUTO_WORKERS_CAP))
+    assert Config().workers == Config(server_workers=0).workers == max(1, min(cores, AUTO_WORKERS_CAP))
     assert Config(server_workers=1).workers == 1 and Config(server_workers=12).workers == 12
 
 
