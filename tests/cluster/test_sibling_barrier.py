@@ -98,6 +98,30 @@ async def test_a_failed_batch_ends_the_wait_and_a_backing_off_sibling_is_not_wai
     assert w1.ports() == [80, 81]  # sync's retry repairs it
 
 
+async def test_a_back_off_left_from_an_old_failure_does_not_skip_the_wait() -> None:
+    # a worker that started before its sibling listened: its first batch failed and nothing
+    # succeeded since, so the queue still carries that back-off; a later write must still wait
+    cluster = SimCluster.of_workers([2])
+    w0, w1 = cluster[0], cluster[1]
+    cluster.network.partition(w0.address, w1.address)
+    early = _register(w0, "c0", 79)
+    assert early is not None
+    assert await _flush(w0, w1.address) == 0  # fails: the queue backs off
+    await asyncio.wait_for(early, 1)
+    cluster.network.heal()
+    cluster.clock.advance(cluster.config.sync_retry_delay_ms)
+    queue = w0.distro.engine.queues[w1.address]
+    queue.pending.clear()  # (the retry was superseded: only the back-off is left)
+    assert queue.backoff_ms
+    wait = _register(w0, "c1", 80)
+    assert wait is not None  # the back-off's window passed: the write waits again
+    answered = asyncio.ensure_future(wait)
+    assert await _flush(w0, w1.address) == 1
+    await asyncio.wait_for(answered, 1)
+    assert w1.ports() == [80]
+    assert queue.backoff_ms == 0
+
+
 async def test_a_silent_sibling_holds_a_write_no_longer_than_the_bound() -> None:
     cluster = SimCluster.of_workers([2], workers_write_wait_ms=50)
     w0, w1 = cluster[0], cluster[1]

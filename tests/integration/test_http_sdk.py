@@ -144,7 +144,10 @@ async def test_http_registration_is_pushed_to_grpc_subscribers_and_grpc_is_liste
 def test_writes_are_forwarded_to_the_responsible_node(servers: Callable[..., ServerProcess],
                                                       v1_client: Callable[..., Any]) -> None:
     owner = servers()
-    entry = servers(env=TestHooks(forward_all_to=owner.addr).to_env())
+    # the hook names the one member that owns every ip:port: a node of workers is one member per
+    # worker (ip:private_port), so it names the owner's first worker, as the mapper would
+    member = owner.addr if owner.workers == 1 else f"{owner.host}:{owner.worker_ports()[0]}"
+    entry = servers(env=TestHooks(forward_all_to=member).to_env())
     via_entry, on_owner = v1_client(entry), v1_client(owner)
     assert via_entry.add_naming_instance("fwd", "10.4.0.1", 80, metadata={"k": "v"})
     assert [h["ip"] for h in hosts(on_owner, "fwd")] == ["10.4.0.1"]

@@ -202,11 +202,15 @@ class SyncEngine:
     def delivery(self, target: str, client_id: str) -> asyncio.Future[bool] | None:
         """What a write of ``client_id`` just applied here waits on until ``target`` holds it: the
         batch that will carry it (the key is pending) or the one carrying it now (in flight). None:
-        nothing to wait for — nothing queued, or ``target`` is failing (backing off, or not answering
-        a batch for longer than ``shoal.server.workers.write-wait-ms``): a write never waits for a
-        peer that does not answer."""
+        nothing to wait for — nothing queued, or ``target`` is failing (a batch failed within the
+        current back-off, or a batch is unanswered for longer than ``shoal.server.workers.write-wait-ms``):
+        a write never waits for a peer that does not answer. A back-off left over from an old failure
+        (a sibling that was not listening yet when this worker started) does not count: only a
+        batch's success resets it, and a write must not skip its wait until the next one."""
         queue = self.queues.get(target)
-        if queue is None or queue.backoff_ms:
+        if queue is None:
+            return None
+        if queue.backoff_ms and self.clock.now_ms() - queue.last_failure_ms <= queue.backoff_ms:
             return None
         if queue.in_flight and self.clock.monotonic_ms() - queue.in_flight_since > self.config.workers_write_wait_ms:
             return None
