@@ -386,12 +386,18 @@ cdef list _decode(bytes buf):
             Py_XDECREF(r.cache[i])
 
 
-cdef list _read_batch(Reader* r):
+cdef int _start_batch(Reader* r) except -1:
+    """Check a batch's header (magic, version) and move past it; both readers start here."""
     if r.end < HEADER_SIZE or memcmp(r.buf, PyBytes_AS_STRING(MAGIC), 4) != 0:
         raise SyncDecodeError("not a sync batch (bad magic)")
     if r.buf[4] != FORMAT_VERSION:
         raise SyncDecodeError(f"unsupported sync batch version {r.buf[4]}")
     r.pos = HEADER_SIZE
+    return 0
+
+
+cdef list _read_batch(Reader* r):
+    _start_batch(r)
     cdef list records = []
     cdef Py_ssize_t i, j, n_clients = _count(r, MIN_CLIENT, "client"), n_services
     cdef unsigned char op
@@ -466,11 +472,7 @@ def split_batch(data):
 
 
 cdef list _split_batch(Reader* r):
-    if r.end < HEADER_SIZE or memcmp(r.buf, PyBytes_AS_STRING(MAGIC), 4) != 0:
-        raise SyncDecodeError("not a sync batch (bad magic)")
-    if r.buf[4] != FORMAT_VERSION:
-        raise SyncDecodeError(f"unsupported sync batch version {r.buf[4]}")
-    r.pos = HEADER_SIZE
+    _start_batch(r)
     cdef list records = []
     cdef Py_ssize_t i, j, start, n_clients = _count(r, MIN_CLIENT, "client"), n_services
     cdef unsigned char op

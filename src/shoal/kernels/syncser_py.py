@@ -48,7 +48,8 @@ UTF-8 (``UnicodeEncodeError``).
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from shoal.kernels.syncser_layout import (
     FORMAT_VERSION,
@@ -59,6 +60,8 @@ from shoal.kernels.syncser_layout import (
     SplitRecord,
     SyncDecodeError,
 )
+
+S = TypeVar("S")
 
 __all__ = ["ClientRecord", "InstanceRecord", "ServiceTuple", "SplitRecord", "SyncDecodeError", "decode_batch",
            "encode_batch", "split_batch"]
@@ -271,8 +274,10 @@ def _read_service(r: _Reader) -> ServiceTuple:
     return (namespace, group, name, bool(is_batch), instances)
 
 
-def decode_batch(data: bytes | bytearray | memoryview) -> list[ClientRecord]:
-    """Decode one batch; :class:`SyncDecodeError` on any malformed input."""
+def _records(data: bytes | bytearray | memoryview,
+             service: Callable[[_Reader], S]) -> list[tuple[int, str, int, list[S]]]:
+    """Walk one batch's header and clients, reading each service with ``service``;
+    :class:`SyncDecodeError` on any malformed input."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"expected bytes, bytearray or memoryview, got {type(data).__name__}")
     r = _Reader(bytes(data))
@@ -281,7 +286,7 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[ClientRecord]:
     if r.buf[4] != FORMAT_VERSION:
         raise SyncDecodeError(f"unsupported sync batch version {r.buf[4]}")
     r.pos = len(_HEADER)
-    records: list[ClientRecord] = []
+    records: list[tuple[int, str, int, list[S]]] = []
     for _ in range(r.count(MIN_CLIENT, "client")):
         op = r.u8()
         client_id = r.string()
@@ -289,11 +294,15 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[ClientRecord]:
         if revision > _REVISION_MAX:
             raise SyncDecodeError(f"revision {revision} exceeds 2**63 - 1")
         n_services = r.count(MIN_SERVICE, "service")
-        services = [_read_service(r) for _ in range(n_services)]
-        records.append((op, client_id, revision, services))
+        records.append((op, client_id, revision, [service(r) for _ in range(n_services)]))
     if r.pos != r.end:
         raise SyncDecodeError(f"{r.end - r.pos} trailing bytes after the batch")
     return records
+
+
+def decode_batch(data: bytes | bytearray | memoryview) -> list[ClientRecord]:
+    """Decode one batch; :class:`SyncDecodeError` on any malformed input."""
+    return _records(data, _read_service)
 
 
 def _skip_service(r: _Reader) -> None:
@@ -319,30 +328,14 @@ def _skip_service(r: _Reader) -> None:
         r.uvarint()
 
 
+def _service_bytes(r: _Reader) -> bytes:
+    """One service left as its encoded bytes (checked by :func:`_skip_service`)."""
+    start = r.pos
+    _skip_service(r)
+    return r.buf[start:r.pos]
+
+
 def split_batch(data: bytes | bytearray | memoryview) -> list[SplitRecord]:
     """Read one batch with each service left as its encoded bytes; :class:`SyncDecodeError` on
     any malformed structure (see the module's docstring for what is left to decoding)."""
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise TypeError(f"expected bytes, bytearray or memoryview, got {type(data).__name__}")
-    r = _Reader(bytes(data))
-    if r.end < len(_HEADER) or r.buf[:4] != MAGIC:
-        raise SyncDecodeError("not a sync batch (bad magic)")
-    if r.buf[4] != FORMAT_VERSION:
-        raise SyncDecodeError(f"unsupported sync batch version {r.buf[4]}")
-    r.pos = len(_HEADER)
-    records: list[SplitRecord] = []
-    for _ in range(r.count(MIN_CLIENT, "client")):
-        op = r.u8()
-        client_id = r.string()
-        revision = r.uvarint()
-        if revision > _REVISION_MAX:
-            raise SyncDecodeError(f"revision {revision} exceeds 2**63 - 1")
-        services: list[bytes] = []
-        for _ in range(r.count(MIN_SERVICE, "service")):
-            start = r.pos
-            _skip_service(r)
-            services.append(r.buf[start:r.pos])
-        records.append((op, client_id, revision, services))
-    if r.pos != r.end:
-        raise SyncDecodeError(f"{r.end - r.pos} trailing bytes after the batch")
-    return records
+    return _records(data, _service_bytes)
