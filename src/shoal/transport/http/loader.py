@@ -188,9 +188,9 @@ class HttpLoaderPeers:
             log.debug("loader call %s to %s failed: %s", path, address, exc)
             return None
 
-    async def current(self, address: str) -> dict[str, Any] | None:
-        """A sibling worker's own connections (the loader's ``current`` on its private port)."""
-        answer = await self._get(address, "/nacos/v2/core/loader/current", {})
+    async def _get_object(self, address: str, path: str) -> dict[str, Any] | None:
+        """A JSON object answered 200 at ``path`` (None: no answer, another status, or no object)."""
+        answer = await self._get(address, path, {})
         if answer is None or answer[0] != 200:
             return None
         try:
@@ -199,15 +199,13 @@ class HttpLoaderPeers:
             return None
         return data if isinstance(data, dict) else None
 
+    async def current(self, address: str) -> dict[str, Any] | None:
+        """A sibling worker's own connections (the loader's ``current`` on its private port)."""
+        return await self._get_object(address, "/nacos/v2/core/loader/current")
+
     async def metrics(self, address: str) -> dict[str, str] | None:
-        answer = await self._get(address, "/nacos/v1/shoal/loader/metrics", {})
-        if answer is None or answer[0] != 200:
-            return None
-        try:
-            data = json.loads(answer[1])
-        except ValueError:
-            return None
-        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None
+        data = await self._get_object(address, "/nacos/v1/shoal/loader/metrics")
+        return None if data is None else {str(k): str(v) for k, v in data.items()}
 
     async def reload(self, address: str, count: int, redirect: str) -> bool:
         answer = await self._get(address, "/nacos/v2/core/loader/reloadCurrent",
