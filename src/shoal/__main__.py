@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import logging
 import signal
@@ -186,6 +187,9 @@ def _cmd_server(args: argparse.Namespace) -> int:
 
     if supervising:  # this process only starts, restarts and stops the workers
         from shoal.workers.supervisor import supervise
+
+        # auto resolved once, here, before the loop: it reads the CPU affinity and cgroup files
+        config = dataclasses.replace(config, server_workers=config.workers)
 
         try:
             return uvloop.run(supervise(config, args.argv))
